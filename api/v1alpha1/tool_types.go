@@ -1,0 +1,225 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IdempotencyClass says whether and how an operation may be repeated.
+// +kubebuilder:validation:Enum=ReadOnly;NaturallyIdempotent;KeyProtected;Compensatable;NonRepeatable
+type IdempotencyClass string
+
+const (
+	// ReadOnly operations have no effect and may be retried freely.
+	ReadOnly IdempotencyClass = "ReadOnly"
+	// NaturallyIdempotent operations set a desired state; repeating them under the same key is harmless.
+	NaturallyIdempotent IdempotencyClass = "NaturallyIdempotent"
+	// KeyProtected operations are deduplicated downstream by the idempotency key.
+	KeyProtected IdempotencyClass = "KeyProtected"
+	// Compensatable operations are never repeated blindly; they can be offset by a new action.
+	Compensatable IdempotencyClass = "Compensatable"
+	// NonRepeatable operations can be neither undone nor deduplicated; an unknown outcome needs a human.
+	NonRepeatable IdempotencyClass = "NonRepeatable"
+)
+
+// HTTPHeader is a static header sent with every request.
+type HTTPHeader struct {
+	// name is the header name.
+	// +required
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name"`
+
+	// value is the header value. Use authHeader for credentials.
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value"`
+}
+
+// SecretKeySelector selects a key of a Secret in the Tool's namespace.
+type SecretKeySelector struct {
+	// name is the name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key is the key within the Secret's data.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// SecretHeader is a header whose value is read from a Secret.
+type SecretHeader struct {
+	// name is the header name.
+	// +optional
+	// +kubebuilder:default=Authorization
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:MaxLength=256
+	Name string `json:"name,omitempty"`
+
+	// secretKeyRef selects the Secret key that holds the complete header value,
+	// for example "Bearer <token>".
+	// +required
+	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
+}
+
+// HTTPLookup is the call that finds an earlier request by its idempotency key.
+type HTTPLookup struct {
+	// url is the lookup endpoint. The placeholder {key} is replaced by the
+	// URL-escaped idempotency key; the key is also sent as the Idempotency-Key
+	// header. 200 means found, 404 means definitely absent.
+	// +required
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+}
+
+// HTTPResponse says which fields of a JSON response are kept.
+type HTTPResponse struct {
+	// externalIDPointer is the JSON Pointer (RFC 6901) of the downstream's
+	// identifier of the effect, for example "/id".
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(/[^/]*)*$`
+	// +kubebuilder:validation:MaxLength=256
+	ExternalIDPointer string `json:"externalIDPointer,omitempty"`
+
+	// resultPointers are the JSON Pointers of the response fields stored in
+	// the action's status.result, at their original paths. Nothing else of the
+	// response is stored, so secrets or personal data are not copied into the ledger.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^(/[^/]*)+$`
+	// +kubebuilder:validation:items:MaxLength=256
+	ResultPointers []string `json:"resultPointers,omitempty"`
+}
+
+// HTTPAdapter calls an HTTP(S) endpoint once per intent, with the action's
+// parameters as the JSON body and its idempotency key in the Idempotency-Key header.
+type HTTPAdapter struct {
+	// url is the endpoint that performs the operation.
+	// +required
+	// +kubebuilder:validation:Pattern=`^https?://`
+	// +kubebuilder:validation:MaxLength=2048
+	URL string `json:"url"`
+
+	// method is the HTTP method.
+	// +optional
+	// +kubebuilder:default=POST
+	// +kubebuilder:validation:Enum=POST;PUT;PATCH;DELETE
+	Method string `json:"method,omitempty"`
+
+	// headers are static headers sent with every request.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Headers []HTTPHeader `json:"headers,omitempty"`
+
+	// authHeader is a header, typically Authorization, read from a Secret in
+	// the Tool's namespace.
+	// +optional
+	AuthHeader *SecretHeader `json:"authHeader,omitempty"`
+
+	// timeout bounds one attempt. A request still unanswered then has an
+	// unknown outcome, which is reconciled rather than re-sent.
+	// +optional
+	// +kubebuilder:default="10s"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// lookup finds an earlier request by its idempotency key.
+	// +optional
+	Lookup *HTTPLookup `json:"lookup,omitempty"`
+
+	// response says which fields of the JSON response are kept.
+	// +optional
+	Response HTTPResponse `json:"response,omitempty"`
+}
+
+// RetryPolicy bounds the attempts of requests that definitely did not apply.
+type RetryPolicy struct {
+	// maxAttempts is the number of dispatches allowed, the first included.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+
+	// initialBackoff is the delay before the first retry; it doubles on each
+	// further retry, with jitter, unless the downstream sends Retry-After.
+	// +optional
+	// +kubebuilder:default="1s"
+	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+
+	// maxBackoff caps the delay between attempts, Retry-After included.
+	// +optional
+	// +kubebuilder:default="5m"
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+}
+
+// ToolSpec is the tool contract.
+type ToolSpec struct {
+	// operation is the name of the operation, such as "payments.charge".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`
+	Operation string `json:"operation"`
+
+	// version is the version of the operation's contract; it enters the
+	// request digest, so a new version is a new intent.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version"`
+
+	// idempotencyClass says whether and how the operation may be repeated.
+	// +required
+	IdempotencyClass IdempotencyClass `json:"idempotencyClass"`
+
+	// http is the HTTP adapter that performs the operation.
+	// +required
+	HTTP HTTPAdapter `json:"http"`
+
+	// retry bounds the attempts of requests that definitely did not apply.
+	// +optional
+	// +kubebuilder:default={}
+	Retry RetryPolicy `json:"retry,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:categories=toolledger
+// +kubebuilder:printcolumn:name="Operation",type=string,JSONPath=`.spec.operation`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.idempotencyClass`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// Tool is a catalog entry: what an operation does, whether it may be
+// repeated, and how the controller performs it. Tenants reference tools from
+// ToolActions; they never choose URLs or credentials themselves.
+type Tool struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the tool contract.
+	// +required
+	Spec ToolSpec `json:"spec"`
+}
+
+// +kubebuilder:object:root=true
+
+// ToolList is a list of Tools.
+type ToolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Tool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Tool{}, &ToolList{})
+}

@@ -1,0 +1,300 @@
+package v1alpha1
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ToolReference names the tool that carries out an action.
+type ToolReference struct {
+	// kind is the kind of the referenced tool. Only Tool, in the action's own
+	// namespace, is supported.
+	// +optional
+	// +kubebuilder:default=Tool
+	// +kubebuilder:validation:Enum=Tool
+	Kind string `json:"kind,omitempty"`
+
+	// name is the name of the Tool in the action's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// Provenance records who asked for an action and within which unit of work.
+// It is passed downstream unchanged and never enters the request digest.
+type Provenance struct {
+	// runID identifies the agent run or workflow execution that produced the intent.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	RunID string `json:"runID,omitempty"`
+
+	// stepID identifies the step within the run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	StepID string `json:"stepID,omitempty"`
+
+	// parentTaskID identifies the task (for example an A2A task) that delegated this action.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	ParentTaskID string `json:"parentTaskID,omitempty"`
+
+	// traceID is the distributed trace the intent belongs to (W3C trace id or traceparent).
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	TraceID string `json:"traceID,omitempty"`
+
+	// principals is the chain of principals on whose behalf the action runs,
+	// the originating principal first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=256
+	Principals []string `json:"principals,omitempty"`
+}
+
+// ToolActionSpec is the request. It is immutable: the object's name is the
+// idempotency key, so a different request needs a different name.
+type ToolActionSpec struct {
+	// toolRef names the Tool that carries out the action.
+	// +required
+	ToolRef ToolReference `json:"toolRef"`
+
+	// parameters is the JSON object sent to the tool. It is a map of members
+	// rather than one schemaless object so that the immutability rule compares
+	// every member, renamed ones included.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=256
+	Parameters map[string]apiextensionsv1.JSON `json:"parameters,omitempty"`
+
+	// requestDigest is the digest the client computed for this request, as
+	// "sha256:" and 64 lowercase hex digits. When set, the action runs only if
+	// it equals the digest the controller computes, so the client can prove
+	// what it meant.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
+	RequestDigest string `json:"requestDigest,omitempty"`
+
+	// provenance records who asked for the action and within which run.
+	// +optional
+	Provenance *Provenance `json:"provenance,omitempty"`
+}
+
+// Phase is a human-friendly summary of an action's conditions.
+// +kubebuilder:validation:Enum=Pending;Accepted;Executing;RetryScheduled;Succeeded;Failed;Unknown
+type Phase string
+
+const (
+	// PhasePending means not yet validated.
+	PhasePending Phase = "Pending"
+	// PhaseAccepted means validated and digested, waiting to be claimed.
+	PhaseAccepted Phase = "Accepted"
+	// PhaseExecuting means claimed by an executor, which may have dispatched it.
+	PhaseExecuting Phase = "Executing"
+	// PhaseRetryScheduled means the last attempt definitely did not apply; another runs at status.nextAttemptTime.
+	PhaseRetryScheduled Phase = "RetryScheduled"
+	// PhaseSucceeded means the effect happened downstream exactly once.
+	PhaseSucceeded Phase = "Succeeded"
+	// PhaseFailed means the effect did not happen and will not be attempted again.
+	PhaseFailed Phase = "Failed"
+	// PhaseUnknown means the effect may have happened; it is never re-sent blindly.
+	PhaseUnknown Phase = "Unknown"
+)
+
+// IsTerminal reports whether no further transition happens without a new intent.
+func (p Phase) IsTerminal() bool {
+	return p == PhaseSucceeded || p == PhaseFailed
+}
+
+// Condition types of a ToolAction.
+const (
+	// ConditionAccepted is True once the request is validated and its digest recorded.
+	ConditionAccepted = "Accepted"
+	// ConditionSucceeded is True once the effect happened, False once it finally did not.
+	ConditionSucceeded = "Succeeded"
+	// ConditionReady mirrors Succeeded for tools that read Ready (kstatus, kubectl wait).
+	ConditionReady = "Ready"
+	// ConditionReconciling is True while work towards an outcome is under way.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True when the action ended without success.
+	ConditionStalled = "Stalled"
+)
+
+// ErrorClass says what a failure means for repeating the action.
+// +kubebuilder:validation:Enum=InvalidInput;Denied;ProviderUnavailable;OutcomeUnknown;DuplicateConflict;RetriesExhausted
+type ErrorClass string
+
+const (
+	// ErrorClassInvalidInput means the request cannot succeed as written. Final.
+	ErrorClassInvalidInput ErrorClass = "InvalidInput"
+	// ErrorClassDenied means the downstream refused the caller. Final.
+	ErrorClassDenied ErrorClass = "Denied"
+	// ErrorClassProviderUnavailable means the request definitely did not apply; it is retried under the same key.
+	ErrorClassProviderUnavailable ErrorClass = "ProviderUnavailable"
+	// ErrorClassOutcomeUnknown means the request may have applied; it is reconciled, never blindly repeated.
+	ErrorClassOutcomeUnknown ErrorClass = "OutcomeUnknown"
+	// ErrorClassDuplicateConflict means the key was reused for a different request. Never executed.
+	ErrorClassDuplicateConflict ErrorClass = "DuplicateConflict"
+	// ErrorClassRetriesExhausted means every allowed attempt definitely failed. Final.
+	ErrorClassRetriesExhausted ErrorClass = "RetriesExhausted"
+)
+
+// ActionError describes why an action is not (yet) succeeded.
+type ActionError struct {
+	// class says what the error means for repeating the action.
+	// +required
+	Class ErrorClass `json:"class"`
+
+	// reason is a one-word CamelCase cause, such as HTTP503 or ToolNotFound.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+
+	// message is a human-readable explanation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Message string `json:"message,omitempty"`
+}
+
+// ExecutorClaim is the compare-and-set claim an executor wrote before it
+// dispatched an attempt.
+type ExecutorClaim struct {
+	// executor identifies the controller instance that holds the claim.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Executor string `json:"executor"`
+
+	// attempt is the attempt number the claim was made for, starting at 1.
+	// +required
+	Attempt int32 `json:"attempt"`
+
+	// leaseExpiry is when the claim lapses. An action still Executing after
+	// it was possibly dispatched and its outcome is then Unknown.
+	// +required
+	LeaseExpiry metav1.Time `json:"leaseExpiry"`
+}
+
+// ToolActionStatus is the ledger record of the action.
+type ToolActionStatus struct {
+	// phase is a summary of the conditions for humans; conditions are authoritative.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are the authoritative state: Accepted, Succeeded, Ready, Reconciling, Stalled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// requestDigest is the canonical digest of the request, as "sha256:" and 64 hex digits.
+	// +optional
+	RequestDigest string `json:"requestDigest,omitempty"`
+
+	// idempotencyKey is the key sent downstream with every attempt.
+	// +optional
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
+
+	// attempts counts the dispatches claimed so far.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+
+	// claim is the executor claim of the current or last attempt.
+	// +optional
+	Claim *ExecutorClaim `json:"claim,omitempty"`
+
+	// nextAttemptTime is when a scheduled retry runs.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
+
+	// externalRef is the downstream's identifier of the effect, such as a charge id.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ExternalRef string `json:"externalRef,omitempty"`
+
+	// result holds the response fields that the Tool allows to be stored,
+	// at most 8 KiB of JSON.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Result *apiextensionsv1.JSON `json:"result,omitempty"`
+
+	// error is the last error; it stays on a final failure.
+	// +optional
+	Error *ActionError `json:"error,omitempty"`
+
+	// startTime is when the first attempt was claimed.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// completionTime is when the action reached Succeeded or Failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ta,categories=toolledger
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.toolRef.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.status.externalRef`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
+
+// ToolAction is one business intent. Its name is the idempotency key and its
+// namespace the tenant; its spec is the request and its status the ledger record.
+type ToolAction struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's metadata; the name is the idempotency key.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the request.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: this idempotency key (metadata.name) already records a different request; use a new name for a new intent"
+	Spec ToolActionSpec `json:"spec"`
+
+	// status is the ledger record.
+	// +optional
+	Status ToolActionStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ToolActionList is a list of ToolActions.
+type ToolActionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ToolAction `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ToolAction{}, &ToolActionList{})
+}
+
+// maxIdempotencyKeyLength is the longest key sent downstream; many providers
+// accept no more than 255 characters.
+const maxIdempotencyKeyLength = 255
+
+// IdempotencyKey is the key sent downstream with every attempt of the action:
+// "<namespace>/<name>", so that keys of different tenants never collide. A
+// longer pair than 255 characters keeps its start and ends in "~" and 32 hex
+// digits of the SHA-256 of the whole pair; "~" never occurs in Kubernetes
+// names, so the two forms cannot collide either.
+func IdempotencyKey(namespace, name string) string {
+	key := namespace + "/" + name
+	if len(key) <= maxIdempotencyKeyLength {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	suffix := "~" + hex.EncodeToString(sum[:16])
+	return key[:maxIdempotencyKeyLength-len(suffix)] + suffix
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package controlplane pins the control-plane binaries built by `make controlplane`.
+package controlplane
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+)

@@ -1,0 +1,339 @@
+// Package http is the HTTP(S) adapter: it sends an action's parameters as a
+// JSON body with the Idempotency-Key header, classifies the answer
+// deliberately (see classify), and looks earlier requests up by key.
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	nethttp "net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+const (
+	// IdempotencyKeyHeader carries the key, as a structured-field string
+	// (IETF httpapi Idempotency-Key draft).
+	IdempotencyKeyHeader = "Idempotency-Key"
+
+	// maxResponseBytes bounds how much of a response is read.
+	maxResponseBytes = 1 << 20
+	// maxResultBytes bounds the stored result, which lives in etcd.
+	maxResultBytes = 8 << 10
+	// maxErrorBodyBytes bounds how much of an error response is quoted in a message.
+	maxErrorBodyBytes = 256
+	defaultTimeout    = 10 * time.Second
+)
+
+// Provenance headers pass the intent's provenance downstream unchanged.
+const (
+	RunIDHeader        = "Toolledger-Run-Id"
+	StepIDHeader       = "Toolledger-Step-Id"
+	ParentTaskIDHeader = "Toolledger-Parent-Task-Id"
+	TraceIDHeader      = "Toolledger-Trace-Id"
+	PrincipalsHeader   = "Toolledger-Principals"
+)
+
+// Connector builds executors for Tools with an HTTP adapter, reading auth
+// headers from Secrets in the Tool's namespace.
+type Connector struct {
+	// Secrets reads the Secrets that Tools reference.
+	Secrets client.Reader
+	// Transport is shared by every executor so that connections are pooled.
+	Transport nethttp.RoundTripper
+}
+
+// Connect resolves the Tool's HTTP configuration and credentials.
+func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Executor, error) {
+	spec := tool.Spec.HTTP
+	headers := nethttp.Header{}
+	for _, h := range spec.Headers {
+		headers.Set(h.Name, h.Value)
+	}
+	if auth := spec.AuthHeader; auth != nil {
+		value, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef)
+		if err != nil {
+			return nil, err
+		}
+		name := auth.Name
+		if name == "" {
+			name = "Authorization"
+		}
+		headers.Set(name, value)
+	}
+	timeout := defaultTimeout
+	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
+		timeout = spec.Timeout.Duration
+	}
+	method := spec.Method
+	if method == "" {
+		method = nethttp.MethodPost
+	}
+	e := &executor{
+		client: &nethttp.Client{
+			Transport: c.Transport,
+			// A redirect would re-send the request elsewhere; report it instead.
+			CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
+		},
+		method:   method,
+		url:      spec.URL,
+		headers:  headers,
+		timeout:  timeout,
+		response: spec.Response,
+	}
+	if spec.Lookup != nil {
+		e.lookupURL = spec.Lookup.URL
+	}
+	return e, nil
+}
+
+func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alpha1.SecretKeySelector) (string, error) {
+	var secret corev1.Secret
+	if err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
+		return "", fmt.Errorf("cannot read Secret %s/%s: %w", namespace, ref.Name, err)
+	}
+	value, ok := secret.Data[ref.Key]
+	if !ok {
+		return "", fmt.Errorf("secret %s/%s has no key %q", namespace, ref.Name, ref.Key)
+	}
+	return strings.TrimSpace(string(value)), nil
+}
+
+type executor struct {
+	client    *nethttp.Client
+	method    string
+	url       string
+	lookupURL string
+	headers   nethttp.Header
+	timeout   time.Duration
+	response  v1alpha1.HTTPResponse
+}
+
+// Execute sends one attempt. net/http never re-sends it on its own: the body
+// cannot be rewound (GetBody is nil) and redirects are not followed.
+func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+
+	body := req.Parameters
+	if len(body) == 0 {
+		body = json.RawMessage("{}")
+	}
+	var written atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				written.Store(true)
+			}
+		},
+	})
+	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, e.url, bytes.NewReader(body))
+	if err != nil {
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
+	}
+	httpReq.GetBody = nil
+	e.setHeaders(httpReq, req.IdempotencyKey)
+	setProvenance(httpReq.Header, req.Provenance)
+	httpReq.Header.Set("Content-Type", "application/json")
+
+	resp, err := e.client.Do(httpReq)
+	if err != nil {
+		return adapter.Outcome{}, classifyTransportError(err, written.Load(), ctx.Err())
+	}
+	defer func() { _ = resp.Body.Close() }()
+	respBody, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	return e.classify(resp, respBody, readErr)
+}
+
+// Lookup asks the downstream whether a request with the key was applied.
+func (e *executor) Lookup(ctx context.Context, idempotencyKey string) (adapter.Outcome, error) {
+	if e.lookupURL == "" {
+		return adapter.Outcome{}, adapter.ErrLookupUnsupported
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	target := strings.ReplaceAll(e.lookupURL, "{key}", url.PathEscape(idempotencyKey))
+	httpReq, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
+	if err != nil {
+		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", err)
+	}
+	e.setHeaders(httpReq, idempotencyKey)
+	resp, err := e.client.Do(httpReq)
+	if err != nil {
+		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	respBody, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return adapter.Outcome{}, fmt.Errorf("lookup response lost: %w", err)
+	}
+	switch {
+	case resp.StatusCode == nethttp.StatusOK:
+		return e.outcome(respBody), nil
+	case resp.StatusCode == nethttp.StatusNotFound:
+		return adapter.Outcome{}, adapter.ErrNotFound
+	default:
+		return adapter.Outcome{}, fmt.Errorf("lookup answered %d: %s", resp.StatusCode, quote(respBody))
+	}
+}
+
+func (e *executor) setHeaders(req *nethttp.Request, idempotencyKey string) {
+	for name, values := range e.headers {
+		req.Header[name] = values
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set(IdempotencyKeyHeader, strconv.Quote(idempotencyKey))
+}
+
+func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {
+	if p == nil {
+		return
+	}
+	for header, value := range map[string]string{
+		RunIDHeader:        p.RunID,
+		StepIDHeader:       p.StepID,
+		ParentTaskIDHeader: p.ParentTaskID,
+		TraceIDHeader:      p.TraceID,
+		PrincipalsHeader:   strings.Join(p.Principals, ", "),
+	} {
+		if value != "" {
+			h.Set(header, value)
+		}
+	}
+}
+
+// classifyTransportError decides from whether the request was fully written:
+// before that, nothing can have applied; after it, anything may have.
+func classifyTransportError(err error, written bool, ctxErr error) error {
+	if !written {
+		return &adapter.RetryableError{Reason: "RequestNotSent", Err: err}
+	}
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return &adapter.AmbiguousError{Reason: "Timeout", Err: fmt.Errorf("no response before the timeout: %w", err)}
+	}
+	return &adapter.AmbiguousError{Reason: "ConnectionLost", Err: fmt.Errorf("connection lost after the request was sent: %w", err)}
+}
+
+// classify maps an HTTP answer to an outcome or a typed error:
+//
+//	2xx                      success
+//	2xx, body lost           ambiguous (applied, but the outcome was not read)
+//	400, 422                 permanent, InvalidInput
+//	401, 403                 permanent, Denied
+//	408, 409, 429, 503       retryable under the same key, honoring Retry-After
+//	other 3xx and 4xx        permanent, InvalidInput (misconfigured endpoint)
+//	500, 502, 504, other 5xx ambiguous (may have applied before failing)
+func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) (adapter.Outcome, error) {
+	code := resp.StatusCode
+	reason := "HTTP" + strconv.Itoa(code)
+	if code >= 200 && code < 300 {
+		if readErr != nil {
+			return adapter.Outcome{}, &adapter.AmbiguousError{Reason: "ResponseLost",
+				Err: fmt.Errorf("downstream answered %d but the response body was lost: %w", code, readErr)}
+		}
+		return e.outcome(body), nil
+	}
+	err := fmt.Errorf("downstream answered %d: %s", code, quote(body))
+	switch {
+	case code == nethttp.StatusBadRequest || code == nethttp.StatusUnprocessableEntity:
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
+	case code == nethttp.StatusUnauthorized || code == nethttp.StatusForbidden:
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: reason, Err: err}
+	case code == nethttp.StatusRequestTimeout || code == nethttp.StatusConflict ||
+		code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
+		return adapter.Outcome{}, &adapter.RetryableError{Reason: reason, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()), Err: err}
+	case code < 500:
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
+	default:
+		return adapter.Outcome{}, &adapter.AmbiguousError{Reason: reason, Err: err}
+	}
+}
+
+// outcome extracts the external id and the allowed result fields. A response
+// that lacks them is still a success: the effect happened.
+func (e *executor) outcome(body []byte) adapter.Outcome {
+	var out adapter.Outcome
+	if e.response.ExternalIDPointer == "" && len(e.response.ResultPointers) == 0 {
+		return out
+	}
+	var doc any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		out.Warnings = append(out.Warnings, "response is not JSON; no external id or result recorded")
+		return out
+	}
+	if p := e.response.ExternalIDPointer; p != "" {
+		ref, err := externalRef(doc, p)
+		if err != nil {
+			out.Warnings = append(out.Warnings, err.Error())
+		}
+		out.ExternalRef = ref
+	}
+	if len(e.response.ResultPointers) > 0 {
+		result, warnings := project(doc, e.response.ResultPointers)
+		out.Warnings = append(out.Warnings, warnings...)
+		if result != nil {
+			encoded, _ := json.Marshal(result) // values came from json.Unmarshal
+			if len(encoded) > maxResultBytes {
+				out.Warnings = append(out.Warnings, fmt.Sprintf("result of %d bytes exceeds %d bytes; not stored", len(encoded), maxResultBytes))
+			} else {
+				out.Result = encoded
+			}
+		}
+	}
+	return out
+}
+
+func externalRef(doc any, pointer string) (string, error) {
+	v, ok := resolve(doc, pointer)
+	if !ok {
+		return "", fmt.Errorf("response has no external id at %s", pointer)
+	}
+	switch id := v.(type) {
+	case string:
+		return id, nil
+	case float64:
+		return strconv.FormatFloat(id, 'f', -1, 64), nil
+	default:
+		return "", fmt.Errorf("external id at %s is not a string or number", pointer)
+	}
+}
+
+// retryAfter parses delay-seconds or an HTTP date; zero means not given.
+func retryAfter(value string, now time.Time) time.Duration {
+	if value == "" {
+		return 0
+	}
+	if seconds, err := strconv.Atoi(strings.TrimSpace(value)); err == nil && seconds >= 0 {
+		return time.Duration(seconds) * time.Second
+	}
+	if at, err := nethttp.ParseTime(value); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
+}
+
+func quote(body []byte) string {
+	s := strings.TrimSpace(string(body))
+	if len(s) > maxErrorBodyBytes {
+		s = strings.ToValidUTF8(s[:maxErrorBodyBytes], "") + "…"
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}
