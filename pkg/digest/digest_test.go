@@ -34,14 +34,18 @@ func TestComputeDetectsEveryValueChange(t *testing.T) {
 	baseDigest := mustCompute(t, base)
 
 	changes := map[string]func(*Request){
-		"tenant":          func(r *Request) { r.Tenant = "shop2" },
-		"tool":            func(r *Request) { r.Tool = "charge2" },
-		"operation":       func(r *Request) { r.Operation = "payments.refund" },
-		"version":         func(r *Request) { r.Version = "v2" },
-		"amount":          func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1001,"currency":"EUR","tags":["a","b"]}`) },
-		"amount as text":  func(r *Request) { r.Parameters = json.RawMessage(`{"amount":"1000","currency":"EUR","tags":["a","b"]}`) },
-		"array order":     func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1000,"currency":"EUR","tags":["b","a"]}`) },
-		"added member":    func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1000,"currency":"EUR","tags":["a","b"],"memo":""}`) },
+		"tenant":    func(r *Request) { r.Tenant = "shop2" },
+		"tool":      func(r *Request) { r.Tool = "charge2" },
+		"operation": func(r *Request) { r.Operation = "payments.refund" },
+		"version":   func(r *Request) { r.Version = "v2" },
+		"amount":    func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1001,"currency":"EUR","tags":["a","b"]}`) },
+		"amount as text": func(r *Request) {
+			r.Parameters = json.RawMessage(`{"amount":"1000","currency":"EUR","tags":["a","b"]}`)
+		},
+		"array order": func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1000,"currency":"EUR","tags":["b","a"]}`) },
+		"added member": func(r *Request) {
+			r.Parameters = json.RawMessage(`{"amount":1000,"currency":"EUR","tags":["a","b"],"memo":""}`)
+		},
 		"renamed member":  func(r *Request) { r.Parameters = json.RawMessage(`{"amont":1000,"currency":"EUR","tags":["a","b"]}`) },
 		"null for absent": func(r *Request) { r.Parameters = json.RawMessage(`{"amount":1000,"currency":null,"tags":["a","b"]}`) },
 		// Boundaries between the envelope's fields must not be movable.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-		"slices"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"

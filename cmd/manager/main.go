@@ -1,0 +1,41 @@
+// Command manager runs the toolledger operator against the cluster of the
+// current kubeconfig or in-cluster configuration.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/toolledger/toolledger/internal/operator"
+)
+
+func main() {
+	var opts operator.Options
+	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
+	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader among replicas. Not needed for correctness: claims keep every dispatch single.")
+	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; the manager's own namespace when empty.")
+	flag.StringVar(&opts.ExecutorID, "executor-id", "", "Name of this instance in claims; the pod or host name with a random suffix when empty.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "Number of actions handled in parallel.")
+	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := operator.NewManager(ctrl.GetConfigOrDie(), opts)
+	if err != nil {
+		log.Error(err, "Cannot create the manager")
+		os.Exit(1)
+	}
+	log.Info("Starting manager")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "Manager stopped with an error")
+		os.Exit(1)
+	}
+}

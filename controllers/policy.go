@@ -1,0 +1,50 @@
+package controllers
+
+import (
+	"time"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// Defaults for Tools stored before the API server applied the CRD defaults.
+const (
+	defaultMaxAttempts    = 5
+	defaultInitialBackoff = time.Second
+	defaultMaxBackoff     = 5 * time.Minute
+	defaultToolTimeout    = 10 * time.Second
+)
+
+func toolTimeout(tool *v1alpha1.Tool) time.Duration {
+	if t := tool.Spec.HTTP.Timeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return defaultToolTimeout
+}
+
+func maxAttempts(tool *v1alpha1.Tool) int32 {
+	if n := tool.Spec.Retry.MaxAttempts; n > 0 {
+		return n
+	}
+	return defaultMaxAttempts
+}
+
+// backoff is the delay before the attempt after attempt number `attempts`:
+// initialBackoff doubled per earlier retry, with up to half of it taken off
+// at random so that actions failing together do not retry together. A
+// downstream's Retry-After is honored as a lower bound. maxBackoff caps both.
+func backoff(tool *v1alpha1.Tool, attempts int32, retryAfter time.Duration, random func() float64) time.Duration {
+	initial, ceiling := defaultInitialBackoff, defaultMaxBackoff
+	if b := tool.Spec.Retry.InitialBackoff; b != nil && b.Duration > 0 {
+		initial = b.Duration
+	}
+	if b := tool.Spec.Retry.MaxBackoff; b != nil && b.Duration > 0 {
+		ceiling = b.Duration
+	}
+	delay := ceiling
+	if shift := attempts - 1; shift < 32 && initial<<shift > 0 && initial<<shift < ceiling {
+		delay = initial << shift
+	}
+	delay -= time.Duration(random() * float64(delay) / 2)
+	delay = max(delay, retryAfter)
+	return min(delay, ceiling)
+}

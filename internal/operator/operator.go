@@ -1,0 +1,118 @@
+// Package operator assembles the toolledger manager: scheme, controllers,
+// adapters, health checks and metrics. The production binary and the local
+// development runner both start it from here.
+package operator
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/controllers"
+	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
+)
+
+// Options configures the manager.
+type Options struct {
+	// MetricsAddr serves Prometheus metrics; "0" disables them.
+	MetricsAddr string
+	// ProbeAddr serves /healthz and /readyz; "0" disables them.
+	ProbeAddr string
+	// LeaderElection is optional: the claim alone keeps dispatches single,
+	// leader election only saves the conflicts of idle replicas.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// ExecutorID names this instance in claims; DefaultExecutorID when empty.
+	ExecutorID string
+	// MaxConcurrentReconciles is the number of actions handled in parallel.
+	MaxConcurrentReconciles int
+	// LeaseGrace is added to a tool's timeout to give a claim's lease.
+	LeaseGrace time.Duration
+	// Clock is the time source; the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// Scheme knows the built-in types and the toolledger API.
+func Scheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	return scheme
+}
+
+// DefaultExecutorID is the pod name when set (POD_NAME, from the downward
+// API), else the host name; a random suffix keeps two processes on one host apart.
+func DefaultExecutorID() string {
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	return name + "-" + hex.EncodeToString(suffix)
+}
+
+// NewManager builds a manager with the ToolAction controller registered.
+func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	if opts.ExecutorID == "" {
+		opts.ExecutorID = DefaultExecutorID()
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = 8
+	}
+	if opts.LeaseGrace <= 0 {
+		opts.LeaseGrace = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:  opts.ProbeAddr,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "toolledger.toolledger.dev",
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot create manager: %w", err)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = opts.MaxConcurrentReconciles
+	reconciler := &controllers.ToolActionReconciler{
+		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
+		Connector:               &httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport},
+		Recorder:                mgr.GetEventRecorder("toolledger"),
+		Clock:                   opts.Clock,
+		Executor:                opts.ExecutorID,
+		LeaseGrace:              opts.LeaseGrace,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("cannot add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("cannot add ready check: %w", err)
+	}
+	return mgr, nil
+}
