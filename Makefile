@@ -49,8 +49,15 @@ vet: ## Run go vet and check formatting.
 test: controlplane vet ## Run unit tests and the envtest suites (builds the control plane on first use).
 	go test ./... -race -count=1 -timeout 20m
 
+# USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
+ifeq ($(USE_EXISTING_CLUSTER),true)
+RUN_DEPS :=
+else
+RUN_DEPS := controlplane
+endif
+
 .PHONY: run
-run: controlplane ## Start a local control plane, the demo downstream and the operator (Ctrl-C stops all).
+run: $(RUN_DEPS) ## Start a local control plane, the demo downstream and the operator (Ctrl-C stops all).
 	go run ./cmd/toolledger-dev $(RUN_ARGS)
 
 ##@ Build

@@ -1,0 +1,240 @@
+// Command toolledger-dev runs toolledger on one machine for development and
+// trials: an embedded control plane (kube-apiserver and etcd from bin/, with
+// etcd's data kept under the state directory so the ledger survives a
+// restart), the demo downstream and the operator, all in the foreground.
+// Ctrl-C stops everything. With --existing-cluster it uses the current
+// kubeconfig instead of starting a control plane.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/operator"
+)
+
+// sampleDownstream is the address the sample Tool names; it is rewritten to
+// the address the demo downstream really listens on.
+const sampleDownstream = "127.0.0.1:8089"
+
+type options struct {
+	stateDir         string
+	assetsDir        string
+	crdDir           string
+	sampleTool       string
+	namespace        string
+	existingCluster  bool
+	downstreamListen string
+	metricsAddr      string
+	probeAddr        string
+}
+
+func main() {
+	var opts options
+	flag.StringVar(&opts.stateDir, "state-dir", filepath.Join("bin", "local"), "Directory for etcd's data and the kubeconfig.")
+	flag.StringVar(&opts.assetsDir, "assets", "bin", "Directory holding kube-apiserver and etcd; KUBEBUILDER_ASSETS wins when set.")
+	flag.StringVar(&opts.crdDir, "crds", filepath.Join("config", "crd", "bases"), "Directory of the CRDs to install.")
+	flag.StringVar(&opts.sampleTool, "sample-tool", filepath.Join("config", "samples", "toolledger_v1alpha1_tool.yaml"), "Tool manifest to apply; empty applies none.")
+	flag.StringVar(&opts.namespace, "namespace", "default", "Namespace (tenant) of the sample Tool.")
+	flag.BoolVar(&opts.existingCluster, "existing-cluster", os.Getenv("USE_EXISTING_CLUSTER") == "true", "Use the current kubeconfig's cluster instead of an embedded control plane.")
+	flag.StringVar(&opts.downstreamListen, "downstream-listen", sampleDownstream, "Address of the demo downstream; empty starts none.")
+	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Address of the operator's metrics; 0 disables them.")
+	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Address of the operator's health probes; 0 disables them.")
+	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "toolledger-dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, opts options) error {
+	cfg, kubeconfig, stopCluster, err := cluster(opts)
+	if err != nil {
+		return err
+	}
+	defer stopCluster()
+
+	downstreamURL, stopDownstream, err := startDownstream(opts.downstreamListen)
+	if err != nil {
+		return err
+	}
+	defer stopDownstream()
+
+	if err := applySampleTool(ctx, cfg, opts); err != nil {
+		return err
+	}
+	mgr, err := operator.NewManager(cfg, operator.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
+	if err != nil {
+		return err
+	}
+	printBanner(kubeconfig, downstreamURL, opts)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("operator stopped: %w", err)
+	}
+	fmt.Println("\ntoolledger-dev: stopped")
+	return nil
+}
+
+// cluster starts the embedded control plane, or connects to the current
+// kubeconfig's cluster, and installs the CRDs. It returns the path of a
+// kubeconfig for kubectl (empty for an existing cluster) and a stop function.
+func cluster(opts options) (*rest.Config, string, func(), error) {
+	if opts.existingCluster {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("cannot load the kubeconfig: %w", err)
+		}
+		if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{opts.crdDir}, ErrorIfPathMissing: true}); err != nil {
+			return nil, "", nil, fmt.Errorf("cannot install the CRDs: %w", err)
+		}
+		return cfg, "", func() {}, nil
+	}
+
+	etcdDir, err := filepath.Abs(filepath.Join(opts.stateDir, "etcd"))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
+		return nil, "", nil, fmt.Errorf("cannot create %s: %w", etcdDir, err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: opts.assetsDir,
+		CRDDirectoryPaths:     []string{opts.crdDir},
+		ErrorIfCRDPathMissing: true,
+		ControlPlane:          envtest.ControlPlane{Etcd: &envtest.Etcd{DataDir: etcdDir}},
+	}
+	fmt.Println("toolledger-dev: starting kube-apiserver and etcd (data in " + etcdDir + ")")
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("cannot start the control plane (run `make controlplane` to build bin/kube-apiserver and bin/etcd): %w", err)
+	}
+	stopEnv := func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "toolledger-dev: cannot stop the control plane:", err)
+		}
+	}
+	kubeconfig, err := writeKubeconfig(env, opts.stateDir)
+	if err != nil {
+		stopEnv()
+		return nil, "", nil, err
+	}
+	return cfg, kubeconfig, stopEnv, nil
+}
+
+// writeKubeconfig gives kubectl an admin identity on the embedded control
+// plane. Its address and certificates change on every start, so it is
+// rewritten each time.
+func writeKubeconfig(env *envtest.Environment, stateDir string) (string, error) {
+	admin, err := env.AddUser(envtest.User{Name: "toolledger-dev-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("cannot create the admin user: %w", err)
+	}
+	content, err := admin.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("cannot build the kubeconfig: %w", err)
+	}
+	path, err := filepath.Abs(filepath.Join(stateDir, "kubeconfig"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		return "", fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+func startDownstream(listen string) (string, func(), error) {
+	if listen == "" {
+		return "", func() {}, nil
+	}
+	listener, err := net.Listen("tcp", listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot start the demo downstream on %s (set --downstream-listen): %w", listen, err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("component", "demo-downstream")
+	server := &http.Server{Handler: demo.LogRequests(demo.NewServer(), logger), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("demo downstream stopped", "error", err)
+		}
+	}()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(ctx)
+	}
+	return "http://" + listener.Addr().String(), stop, nil
+}
+
+// applySampleTool server-side-applies the sample Tool, pointed at the demo
+// downstream's real address.
+func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error {
+	if opts.sampleTool == "" {
+		return nil
+	}
+	content, err := os.ReadFile(opts.sampleTool)
+	if err != nil {
+		return fmt.Errorf("cannot read the sample tool: %w", err)
+	}
+	if opts.downstreamListen != "" {
+		content = []byte(strings.ReplaceAll(string(content), sampleDownstream, opts.downstreamListen))
+	}
+	var tool unstructured.Unstructured
+	if err := yaml.Unmarshal(content, &tool.Object); err != nil {
+		return fmt.Errorf("cannot parse %s: %w", opts.sampleTool, err)
+	}
+	if tool.GetNamespace() == "" {
+		tool.SetNamespace(opts.namespace)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	if err != nil {
+		return err
+	}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&tool), client.FieldOwner("toolledger-dev"), client.ForceOwnership); err != nil {
+		return fmt.Errorf("cannot apply %s: %w", opts.sampleTool, err)
+	}
+	return nil
+}
+
+func printBanner(kubeconfig, downstreamURL string, opts options) {
+	fmt.Println()
+	fmt.Println("toolledger-dev: the operator is starting; Ctrl-C stops everything.")
+	if kubeconfig != "" {
+		fmt.Println("  kubectl:     export KUBECONFIG=" + kubeconfig)
+	}
+	if downstreamURL != "" {
+		fmt.Println("  downstream:  " + downstreamURL + " (counters: " + downstreamURL + "/_admin/stats)")
+	}
+	if opts.sampleTool != "" {
+		fmt.Printf("  sample tool: %s/charge\n", opts.namespace)
+	}
+	fmt.Println("  try:         kubectl apply -f config/samples/toolledger_v1alpha1_toolaction.yaml")
+	fmt.Println()
+}
