@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -30,7 +29,7 @@ func newTenant() string {
 }
 
 // newTool creates a payments tool that talks to the suite's downstream.
-func newTool(namespace string, mutate ...func(*v1alpha1.Tool)) *v1alpha1.Tool {
+func newTool(namespace string, mutate ...func(*v1alpha1.Tool)) {
 	tool := &v1alpha1.Tool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "charge"},
 		Spec: v1alpha1.ToolSpec{
@@ -57,7 +56,6 @@ func newTool(namespace string, mutate ...func(*v1alpha1.Tool)) *v1alpha1.Tool {
 		m(tool)
 	}
 	Expect(k8s.Create(context.Background(), tool)).To(Succeed())
-	return tool
 }
 
 func params(members map[string]any) map[string]apiextensionsv1.JSON {
@@ -107,13 +105,12 @@ func conditionStatus(action *v1alpha1.ToolAction, conditionType string) metav1.C
 func keyOf(namespace, name string) string { return namespace + "/" + name }
 
 // kubectl runs the real kubectl against the suite's API server.
-func kubectl(stdin string, args ...string) (string, error) {
+func kubectl(args ...string) (string, error) {
 	path, err := exec.LookPath("kubectl")
 	Expect(err).NotTo(HaveOccurred(), "kubectl must be on PATH for the CLI specs")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

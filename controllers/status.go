@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"encoding/json"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -70,7 +69,7 @@ func setSucceeded(a *v1alpha1.ToolAction, now time.Time, outcome adapter.Outcome
 	a.Status.Phase = v1alpha1.PhaseSucceeded
 	a.Status.ExternalRef = outcome.ExternalRef
 	if len(outcome.Result) > 0 {
-		a.Status.Result = &apiextensionsv1.JSON{Raw: json.RawMessage(outcome.Result)}
+		a.Status.Result = &apiextensionsv1.JSON{Raw: outcome.Result}
 	}
 	a.Status.Error = nil
 	a.Status.CompletionTime = metaTimePtr(now)

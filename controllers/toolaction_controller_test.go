@@ -101,11 +101,11 @@ var _ = Describe("ToolAction", func() {
 		It("causes no second request on re-apply or re-create", func() {
 			newTool(ns)
 			manifest := writeManifest(chargeManifest(ns, "order-2002", 2000))
-			out, err := kubectl("", "apply", "-f", manifest)
+			out, err := kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
 			waitForPhase(ns, "order-2002", v1alpha1.PhaseSucceeded)
 
-			out, err = kubectl("", "apply", "-f", manifest)
+			out, err = kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(ContainSubstring("toolaction.toolledger.dev/order-2002 unchanged"))
 
@@ -123,7 +123,7 @@ var _ = Describe("ToolAction", func() {
 			waitForPhase(ns, "order-3003", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-3003")
 
-			out, err := kubectl("", "apply", "-f", writeManifest(chargeManifest(ns, "order-3003", 9999)))
+			out, err := kubectl("apply", "-f", writeManifest(chargeManifest(ns, "order-3003", 9999)))
 			Expect(err).To(HaveOccurred())
 			Expect(out).To(ContainSubstring(immutableMessage))
 
@@ -297,14 +297,14 @@ var _ = Describe("ToolAction", func() {
 	Context("from the command line", func() {
 		It("lets kubectl wait for Succeeded and shows the phase", func() {
 			newTool(ns)
-			out, err := kubectl("", "apply", "-f", writeManifest(chargeManifest(ns, "order-wait", 4242)))
+			out, err := kubectl("apply", "-f", writeManifest(chargeManifest(ns, "order-wait", 4242)))
 			Expect(err).NotTo(HaveOccurred(), out)
 
-			out, err = kubectl("", "wait", "--for=condition=Succeeded", "toolaction/order-wait", "-n", ns, "--timeout=60s")
+			out, err = kubectl("wait", "--for=condition=Succeeded", "toolaction/order-wait", "-n", ns, "--timeout=60s")
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(ContainSubstring("toolaction.toolledger.dev/order-wait condition met"))
 
-			out, err = kubectl("", "get", "ta", "order-wait", "-n", ns, "-o", "wide")
+			out, err = kubectl("get", "ta", "order-wait", "-n", ns, "-o", "wide")
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(MatchRegexp(`(?m)^NAME\s+TOOL\s+PHASE\s+ATTEMPTS\s+AGE\s+EXTERNAL-REF\s+MESSAGE`))
 			Expect(out).To(MatchRegexp(`(?m)^order-wait\s+charge\s+Succeeded\s+1\s+\S+\s+ch_[0-9a-f]+`))

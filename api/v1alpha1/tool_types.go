@@ -219,7 +219,3 @@ type ToolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Tool `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Tool{}, &ToolList{})
-}

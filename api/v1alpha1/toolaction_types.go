@@ -276,10 +276,6 @@ type ToolActionList struct {
 	Items           []ToolAction `json:"items"`
 }
 
-func init() {
-	SchemeBuilder.Register(&ToolAction{}, &ToolActionList{})
-}
-
 // maxIdempotencyKeyLength is the longest key sent downstream; many providers
 // accept no more than 255 characters.
 const maxIdempotencyKeyLength = 255

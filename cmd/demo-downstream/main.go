@@ -38,7 +38,8 @@ func run(addr string, log *slog.Logger) error {
 	defer stop()
 
 	// Listening first makes the logged address the real one, also for ":0".
-	ln, err := net.Listen("tcp", addr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}

@@ -66,22 +66,22 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, opts); err != nil {
+	if err := run(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "toolledger-dev:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, opts options) error {
+func run(opts options) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	cfg, kubeconfig, stopCluster, err := cluster(opts)
 	if err != nil {
 		return err
 	}
 	defer stopCluster()
 
-	downstreamURL, stopDownstream, err := startDownstream(opts.downstreamListen)
+	downstreamURL, stopDownstream, err := startDownstream(ctx, opts.downstreamListen)
 	if err != nil {
 		return err
 	}
@@ -170,11 +170,12 @@ func writeKubeconfig(env *envtest.Environment, stateDir string) (string, error) 
 	return path, nil
 }
 
-func startDownstream(listen string) (string, func(), error) {
+func startDownstream(ctx context.Context, listen string) (string, func(), error) {
 	if listen == "" {
 		return "", func() {}, nil
 	}
-	listener, err := net.Listen("tcp", listen)
+	var lc net.ListenConfig
+	listener, err := lc.Listen(ctx, "tcp", listen)
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot start the demo downstream on %s (set --downstream-listen): %w", listen, err)
 	}

@@ -61,13 +61,13 @@ var ErrLookupUnsupported = errors.New("the tool has no lookup call")
 type PermanentKind string
 
 const (
-	// InvalidInput: the downstream or the configuration rejects the request itself.
+	// InvalidInput means the downstream or the configuration rejects the request itself.
 	InvalidInput PermanentKind = "InvalidInput"
-	// Denied: the downstream refuses the caller.
+	// Denied means the downstream refuses the caller.
 	Denied PermanentKind = "Denied"
 )
 
-// PermanentError: the request definitely did not apply and never will as written.
+// PermanentError means the request definitely did not apply and never will as written.
 type PermanentError struct {
 	Kind   PermanentKind
 	Reason string
@@ -77,7 +77,7 @@ type PermanentError struct {
 func (e *PermanentError) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
-// RetryableError: the request definitely did not apply; another attempt under
+// RetryableError means the request definitely did not apply; another attempt under
 // the same key may succeed, no sooner than RetryAfter when that is set.
 type RetryableError struct {
 	Reason     string
@@ -88,7 +88,7 @@ type RetryableError struct {
 func (e *RetryableError) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
 func (e *RetryableError) Unwrap() error { return e.Err }
 
-// AmbiguousError: the request may or may not have applied. It must not be
+// AmbiguousError means the request may or may not have applied. It must not be
 // re-sent blindly; its outcome is found by lookup or by a human.
 type AmbiguousError struct {
 	Reason string

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	nethttp "net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -150,6 +151,9 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	e.setHeaders(httpReq, req.IdempotencyKey)
 	setProvenance(httpReq.Header, req.Provenance)
 	httpReq.Header.Set("Content-Type", "application/json")
+	if err := validHeaderValues(httpReq.Header); err != nil {
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
+	}
 
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
@@ -182,10 +186,10 @@ func (e *executor) Lookup(ctx context.Context, idempotencyKey string) (adapter.O
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("lookup response lost: %w", err)
 	}
-	switch {
-	case resp.StatusCode == nethttp.StatusOK:
+	switch resp.StatusCode {
+	case nethttp.StatusOK:
 		return e.outcome(respBody), nil
-	case resp.StatusCode == nethttp.StatusNotFound:
+	case nethttp.StatusNotFound:
 		return adapter.Outcome{}, adapter.ErrNotFound
 	default:
 		return adapter.Outcome{}, fmt.Errorf("lookup answered %d: %s", resp.StatusCode, quote(respBody))
@@ -217,6 +221,22 @@ func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {
 	}
 }
 
+// validHeaderValues rejects the values net/http refuses to send (control
+// characters other than tab), which no retry can fix. The error names the
+// header but not the value, which may be a credential.
+func validHeaderValues(h nethttp.Header) error {
+	for name, values := range h {
+		for _, v := range values {
+			for i := 0; i < len(v); i++ {
+				if b := v[i]; (b < ' ' && b != '\t') || b == 0x7f {
+					return fmt.Errorf("invalid value for header %s", name)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // classifyTransportError decides from whether the request was fully written:
 // before that, nothing can have applied; after it, anything may have.
 func classifyTransportError(err error, written bool, ctxErr error) error {
@@ -236,7 +256,7 @@ func classifyTransportError(err error, written bool, ctxErr error) error {
 //	400, 422                 permanent, InvalidInput
 //	401, 403                 permanent, Denied
 //	408, 409, 429, 503       retryable under the same key, honoring Retry-After
-//	other 3xx and 4xx        permanent, InvalidInput (misconfigured endpoint)
+//	other 3xx and 4xx, 501   permanent, InvalidInput (misconfigured endpoint)
 //	500, 502, 504, other 5xx ambiguous (may have applied before failing)
 func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) (adapter.Outcome, error) {
 	code := resp.StatusCode
@@ -257,7 +277,7 @@ func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) 
 	case code == nethttp.StatusRequestTimeout || code == nethttp.StatusConflict ||
 		code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
 		return adapter.Outcome{}, &adapter.RetryableError{Reason: reason, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()), Err: err}
-	case code < 500:
+	case code < 500 || code == nethttp.StatusNotImplemented:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
 	default:
 		return adapter.Outcome{}, &adapter.AmbiguousError{Reason: reason, Err: err}
@@ -271,8 +291,8 @@ func (e *executor) outcome(body []byte) adapter.Outcome {
 	if e.response.ExternalIDPointer == "" && len(e.response.ResultPointers) == 0 {
 		return out
 	}
-	var doc any
-	if err := json.Unmarshal(body, &doc); err != nil {
+	doc, err := decodeJSON(body)
+	if err != nil {
 		out.Warnings = append(out.Warnings, "response is not JSON; no external id or result recorded")
 		return out
 	}
@@ -306,11 +326,26 @@ func externalRef(doc any, pointer string) (string, error) {
 	switch id := v.(type) {
 	case string:
 		return id, nil
-	case float64:
-		return strconv.FormatFloat(id, 'f', -1, 64), nil
+	case json.Number:
+		return id.String(), nil
 	default:
 		return "", fmt.Errorf("external id at %s is not a string or number", pointer)
 	}
+}
+
+// decodeJSON parses one JSON document, keeping numbers as json.Number so that
+// integer ids beyond 2^53 are not rounded through float64.
+func decodeJSON(body []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the JSON document")
+	}
+	return doc, nil
 }
 
 // retryAfter parses delay-seconds or an HTTP date; zero means not given.
@@ -319,6 +354,9 @@ func retryAfter(value string, now time.Time) time.Duration {
 		return 0
 	}
 	if seconds, err := strconv.Atoi(strings.TrimSpace(value)); err == nil && seconds >= 0 {
+		if seconds > int(math.MaxInt64/time.Second) {
+			return math.MaxInt64 // saturate instead of overflowing
+		}
 		return time.Duration(seconds) * time.Second
 	}
 	if at, err := nethttp.ParseTime(value); err == nil && at.After(now) {
