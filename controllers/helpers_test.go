@@ -138,3 +138,12 @@ spec:
     customer: cus_42
 `, name, namespace, amount)
 }
+
+// transitions summarises the history as "to/reason" entries.
+func transitions(action *v1alpha1.ToolAction) []string {
+	out := make([]string, 0, len(action.Status.History))
+	for _, t := range action.Status.History {
+		out = append(out, string(t.To)+"/"+t.Reason)
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -12,14 +13,19 @@ import (
 	"github.com/toolledger/toolledger/internal/adapter"
 )
 
-// Condition and event reasons that the controller itself decides; adapter
-// reasons (HTTP503, Timeout, ...) are recorded as the adapter names them.
+// Condition, event and history reasons that the controller itself decides;
+// adapter reasons (HTTP503, Timeout, ...) are recorded as the adapter names them.
 const (
 	ReasonAccepted              = "Accepted"
 	ReasonExecuting             = "Executing"
 	ReasonSucceeded             = "Succeeded"
+	ReasonFoundByLookup         = "FoundByLookup"
+	ReasonAbsentByLookup        = "AbsentByLookup"
+	ReasonLookupFailed          = "LookupFailed"
 	ReasonRetryScheduled        = "RetryScheduled"
+	ReasonRedispatch            = "RedispatchUnderSameKey"
 	ReasonOutcomeUnknown        = "OutcomeUnknown"
+	ReasonEscalated             = "Escalated"
 	ReasonLeaseExpired          = "LeaseExpired"
 	ReasonUnclassifiedError     = "UnclassifiedError"
 	ReasonToolNotFound          = "ToolNotFound"
@@ -28,32 +34,67 @@ const (
 	ReasonRequestDigestMismatch = "RequestDigestMismatch"
 	ReasonRequestChanged        = "RequestChanged"
 	ReasonIncompleteResponse    = "IncompleteResponse"
+	ReasonResolved              = "Resolved"
+	ReasonCompensated           = "Compensated"
+	ReasonCompensationPending   = "CompensationTargetPending"
+	ReasonCompensationInvalid   = "CompensationTargetInvalid"
+	ReasonDeletedBeforeDispatch = "DeletedBeforeDispatch"
 )
 
-// The set* functions below are the only writers of phase and conditions, so
-// that the two never disagree. Conditions follow kstatus: Reconciling=True
-// while work is under way, Ready=True and Succeeded=True on success,
-// Stalled=True on a final failure.
+// The set* functions below are the only writers of phase, conditions and
+// history, so that the three never disagree. Conditions follow kstatus:
+// Reconciling=True while work is under way, Ready=True and Succeeded=True on
+// success, Stalled=True on a final failure or an escalation. `by` names the
+// executor (or resolution) making the transition, for the history.
 
-func setExecuting(a *v1alpha1.ToolAction, now time.Time, message string) {
+func setExecuting(a *v1alpha1.ToolAction, now time.Time, by, reason, message string) {
 	accept(a, now)
-	inProgress(a, now, v1alpha1.PhaseExecuting, ReasonExecuting, message)
 	a.Status.Error = nil
+	a.Status.NextAttemptTime = nil
+	a.Status.UnknownSince = nil
+	a.Status.Lookups = 0
+	inProgress(a, now, v1alpha1.PhaseExecuting, reason, message, by)
 }
 
-func setRetryScheduled(a *v1alpha1.ToolAction, now, at time.Time, reason, message string) {
+func setRetryScheduled(a *v1alpha1.ToolAction, now, at time.Time, by, reason, message string) {
 	a.Status.NextAttemptTime = metaTimePtr(at)
 	a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassProviderUnavailable, Reason: reason, Message: message}
 	inProgress(a, now, v1alpha1.PhaseRetryScheduled, ReasonRetryScheduled,
-		"attempt definitely not applied ("+reason+"); next attempt at "+at.UTC().Format(time.RFC3339))
+		"attempt definitely not applied ("+reason+"); next attempt at "+at.UTC().Format(time.RFC3339), by)
 }
 
-func setUnknown(a *v1alpha1.ToolAction, now time.Time, reason, message string) {
+// setUnknown records that the last attempt may have applied. The first
+// lookup runs at once.
+func setUnknown(a *v1alpha1.ToolAction, now time.Time, by, reason, message string) {
 	a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: reason, Message: message}
-	inProgress(a, now, v1alpha1.PhaseUnknown, ReasonOutcomeUnknown, message)
+	if a.Status.UnknownSince == nil {
+		a.Status.UnknownSince = metaTimePtr(now)
+	}
+	a.Status.NextAttemptTime = nil
+	inProgress(a, now, v1alpha1.PhaseUnknown, ReasonOutcomeUnknown, message, by)
 }
 
-// setWaiting keeps an accepted action whose tool cannot be used yet.
+// setLookupScheduled keeps an Unknown action whose lookup was inconclusive.
+func setLookupScheduled(a *v1alpha1.ToolAction, now, at time.Time, message string) {
+	a.Status.Lookups++
+	a.Status.NextAttemptTime = metaTimePtr(at)
+	set(a, now, v1alpha1.ConditionReconciling, metav1.ConditionTrue, ReasonLookupFailed, message)
+}
+
+// setEscalated hands an action whose outcome cannot be proven to a human.
+func setEscalated(a *v1alpha1.ToolAction, now time.Time, by, reason, message string) {
+	from := a.Status.Phase
+	a.Status.Phase = v1alpha1.PhaseEscalated
+	a.Status.NextAttemptTime = nil
+	a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: reason, Message: message}
+	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, ReasonOutcomeUnknown, message)
+	set(a, now, v1alpha1.ConditionReady, metav1.ConditionFalse, ReasonOutcomeUnknown, message)
+	set(a, now, v1alpha1.ConditionStalled, metav1.ConditionTrue, ReasonOutcomeUnknown, message)
+	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionReconciling)
+	record(a, now, from, reason, message, by)
+}
+
+// setWaiting keeps an accepted action that cannot be dispatched yet.
 func setWaiting(a *v1alpha1.ToolAction, now time.Time, requestDigest, reason, message string) {
 	a.Status.RequestDigest = requestDigest
 	a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
@@ -62,25 +103,32 @@ func setWaiting(a *v1alpha1.ToolAction, now time.Time, requestDigest, reason, me
 		phase = v1alpha1.PhaseAccepted
 	}
 	accept(a, now)
-	inProgress(a, now, phase, reason, message)
+	inProgress(a, now, phase, reason, message, "")
 }
 
-func setSucceeded(a *v1alpha1.ToolAction, now time.Time, outcome adapter.Outcome) {
+func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outcome adapter.Outcome) {
+	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseSucceeded
 	a.Status.ExternalRef = outcome.ExternalRef
 	if len(outcome.Result) > 0 {
 		a.Status.Result = &apiextensionsv1.JSON{Raw: outcome.Result}
 	}
 	a.Status.Error = nil
+	a.Status.NextAttemptTime = nil
 	a.Status.CompletionTime = metaTimePtr(now)
 	message := "the downstream applied the request"
-	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, ReasonSucceeded, message)
-	set(a, now, v1alpha1.ConditionReady, metav1.ConditionTrue, ReasonSucceeded, message)
+	if outcome.ExternalRef != "" {
+		message += "; external reference " + outcome.ExternalRef
+	}
+	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, reason, message)
+	set(a, now, v1alpha1.ConditionReady, metav1.ConditionTrue, reason, message)
 	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionReconciling)
 	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionStalled)
+	record(a, now, from, reason, message, by)
 }
 
-func setFailed(a *v1alpha1.ToolAction, now time.Time, class v1alpha1.ErrorClass, reason, message string) {
+func setFailed(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha1.ErrorClass, reason, message string) {
+	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseFailed
 	a.Status.Error = &v1alpha1.ActionError{Class: class, Reason: reason, Message: message}
 	a.Status.NextAttemptTime = nil
@@ -89,13 +137,29 @@ func setFailed(a *v1alpha1.ToolAction, now time.Time, class v1alpha1.ErrorClass,
 	set(a, now, v1alpha1.ConditionReady, metav1.ConditionFalse, string(class), message)
 	set(a, now, v1alpha1.ConditionStalled, metav1.ConditionTrue, string(class), message)
 	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionReconciling)
+	record(a, now, from, reason, message, by)
 }
 
 // setRejected records a failure found before any dispatch: the request was
 // never accepted.
-func setRejected(a *v1alpha1.ToolAction, now time.Time, class v1alpha1.ErrorClass, reason, message string) {
-	setFailed(a, now, class, reason, message)
+func setRejected(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha1.ErrorClass, reason, message string) {
+	setFailed(a, now, by, class, reason, message)
 	set(a, now, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, message)
+}
+
+// setCompensatedBy records on the original that a compensation succeeded.
+// It reports false when the compensation is already recorded.
+func setCompensatedBy(a *v1alpha1.ToolAction, now time.Time, by, compensation string) bool {
+	for _, name := range a.Status.CompensatedBy {
+		if name == compensation {
+			return false
+		}
+	}
+	a.Status.CompensatedBy = append(a.Status.CompensatedBy, compensation)
+	message := "compensated by ToolAction " + compensation + "; the original effect happened and stays recorded"
+	set(a, now, v1alpha1.ConditionCompensated, metav1.ConditionTrue, ReasonCompensated, message)
+	record(a, now, a.Status.Phase, ReasonCompensated, message, by)
+	return true
 }
 
 func accept(a *v1alpha1.ToolAction, now time.Time) {
@@ -103,12 +167,33 @@ func accept(a *v1alpha1.ToolAction, now time.Time) {
 		"request validated; digest "+a.Status.RequestDigest)
 }
 
-func inProgress(a *v1alpha1.ToolAction, now time.Time, phase v1alpha1.Phase, reason, message string) {
+func inProgress(a *v1alpha1.ToolAction, now time.Time, phase v1alpha1.Phase, reason, message, by string) {
+	from := a.Status.Phase
 	a.Status.Phase = phase
 	set(a, now, v1alpha1.ConditionReconciling, metav1.ConditionTrue, reason, message)
 	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionUnknown, reason, message)
 	set(a, now, v1alpha1.ConditionReady, metav1.ConditionUnknown, reason, message)
 	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionStalled)
+	if from != phase {
+		record(a, now, from, reason, message, by)
+	}
+}
+
+// record appends to the history, dropping the oldest entries past MaxHistory.
+func record(a *v1alpha1.ToolAction, now time.Time, from v1alpha1.Phase, reason, message, by string) {
+	a.Status.History = append(a.Status.History, v1alpha1.Transition{
+		Time:     metaTime(now),
+		From:     from,
+		To:       a.Status.Phase,
+		Reason:   reason,
+		Attempt:  a.Status.Attempts,
+		Executor: by,
+		Message:  truncate(message, maxHistoryMessage),
+	})
+	if excess := len(a.Status.History) - v1alpha1.MaxHistory; excess > 0 {
+		a.Status.History = append([]v1alpha1.Transition(nil), a.Status.History[excess:]...)
+		a.Status.DroppedTransitions += int32(excess)
+	}
 }
 
 func set(a *v1alpha1.ToolAction, now time.Time, conditionType string, status metav1.ConditionStatus, reason, message string) {
@@ -123,15 +208,18 @@ func set(a *v1alpha1.ToolAction, now time.Time, conditionType string, status met
 	})
 }
 
-// maxConditionMessage stays under metav1.Condition's 32768-character limit
-// and keeps records small.
-const maxConditionMessage = 4096
+const (
+	// maxConditionMessage stays under metav1.Condition's 32768-character
+	// limit and keeps records small.
+	maxConditionMessage = 4096
+	maxHistoryMessage   = 1024
+)
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-len("…")] + "…"
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // statusEqual ignores condition timestamps, which change on every write.

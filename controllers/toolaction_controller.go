@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -20,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -54,25 +57,33 @@ type ToolActionReconciler struct {
 	MaxConcurrentReconciles int
 }
 
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolledger.dev,resources=tools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile moves one action a step towards its outcome. Terminal actions are
-// never reprocessed, and an action whose outcome is unknown is never re-sent.
+// Reconcile moves one action a step towards its outcome. The whole state
+// machine reads top to bottom from here: terminal actions are never
+// reprocessed, an unknown outcome is looked up (or, where the tool's class
+// allows, re-sent under the same key) and escalated when nothing proves it.
 func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var action v1alpha1.ToolAction
 	if err := r.Client.Get(ctx, req.NamespacedName, &action); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if !action.DeletionTimestamp.IsZero() && !mayHaveApplied(action.Status.Phase) {
+		return ctrl.Result{}, r.release(ctx, &action)
+	}
 	switch action.Status.Phase {
-	case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
+	case v1alpha1.PhaseSucceeded:
+		return ctrl.Result{}, r.linkCompensation(ctx, &action)
+	case v1alpha1.PhaseFailed, v1alpha1.PhaseEscalated:
+		// Escalated actions wait for a ToolResolution.
 		return ctrl.Result{}, nil
 	case v1alpha1.PhaseUnknown:
-		// The request may have applied; only a lookup or a human may settle it.
-		return ctrl.Result{}, nil
+		return r.reconcileUnknown(ctx, &action)
 	case v1alpha1.PhaseExecuting:
 		return r.reconcileExecuting(ctx, &action)
 	case v1alpha1.PhaseRetryScheduled:
@@ -80,7 +91,14 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{RequeueAfter: wait}, nil
 		}
 	}
-	return r.attempt(ctx, &action)
+	return r.attempt(ctx, &action, ReasonExecuting)
+}
+
+// mayHaveApplied reports whether an effect may be under way or may have
+// happened without a record of its outcome: such actions keep their
+// finalizer through a deletion until the outcome is known.
+func mayHaveApplied(phase v1alpha1.Phase) bool {
+	return phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown || phase == v1alpha1.PhaseEscalated
 }
 
 // reconcileExecuting handles an action claimed earlier. While the lease runs
@@ -95,44 +113,160 @@ func (r *ToolActionReconciler) reconcileExecuting(ctx context.Context, action *v
 		}
 	}
 	next := action.DeepCopy()
-	msg := "the executor's claim lapsed before it recorded an outcome; the request may have been sent, so it is not re-sent"
+	msg := "the executor's claim lapsed before it recorded an outcome; the request may have been sent"
 	if claim != nil {
-		msg = fmt.Sprintf("executor %s's claim on attempt %d lapsed at %s before it recorded an outcome; the request may have been sent, so it is not re-sent",
+		msg = fmt.Sprintf("executor %s's claim on attempt %d lapsed at %s before it recorded an outcome; the request may have been sent",
 			claim.Executor, claim.Attempt, claim.LeaseExpiry.UTC().Format(time.RFC3339))
 	}
-	setUnknown(next, now, ReasonLeaseExpired, msg)
+	// The lapsed attempt had its whole lease to be processed downstream, so
+	// the first lookup may run at once.
+	setUnknown(next, now, r.Executor, ReasonLeaseExpired, msg)
 	if err := r.Client.Status().Update(ctx, next); err != nil {
 		return ctrl.Result{}, ignoreConflict(err, "cannot record lapsed claim of %s", action.Name)
 	}
-	r.Recorder.Eventf(next, nil, "Warning", ReasonLeaseExpired, "Reconcile", msg)
+	r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, ReasonLeaseExpired, "Reconcile", msg)
 	outcomes.WithLabelValues(string(v1alpha1.PhaseUnknown), string(v1alpha1.ErrorClassOutcomeUnknown)).Inc()
 	return ctrl.Result{}, nil
 }
 
-// attempt validates the request, claims the next attempt and dispatches it.
-func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.ToolAction) (ctrl.Result, error) {
+// reconcileUnknown settles an outcome that may or may not have applied,
+// following the tool's class (see policyForUnknown): look the key up,
+// re-send under the same key, or escalate to a human. Lookups that cannot
+// tell are repeated with backoff until the tool's deadline.
+func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1alpha1.ToolAction) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	if wait := action.Status.NextAttemptTime.Sub(now); action.Status.NextAttemptTime != nil && wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	tool, err := r.resolveTool(ctx, action)
 	if err != nil {
 		var invalid *invalidError
 		if errors.As(err, &invalid) {
-			return ctrl.Result{}, r.reject(ctx, action, invalid)
+			return ctrl.Result{}, r.escalate(ctx, action, invalid.reason, invalid.message+"; the outcome cannot be looked up")
 		}
 		return ctrl.Result{}, err
+	}
+	deleting := !action.DeletionTimestamp.IsZero()
+	spent := action.Status.Attempts >= maxAttempts(tool)
+
+	switch policyForUnknown(tool) {
+	case escalate:
+		return ctrl.Result{}, r.escalate(ctx, action, ReasonOutcomeUnknown, fmt.Sprintf(
+			"the outcome of attempt %d is unknown and a %s tool without a safe way to check it is never repeated automatically; resolve it with a ToolResolution",
+			action.Status.Attempts, tool.Spec.IdempotencyClass))
+	case redispatch:
+		if deleting || spent {
+			return ctrl.Result{}, r.escalate(ctx, action, ReasonOutcomeUnknown, fmt.Sprintf(
+				"the outcome of attempt %d is unknown and no further attempt is made (deleting: %t, attempts spent: %t)", action.Status.Attempts, deleting, spent))
+		}
+		return r.attempt(ctx, action, ReasonRedispatch)
+	}
+
+	outcome, lookupErr := r.lookup(ctx, tool, action)
+	switch {
+	case lookupErr == nil:
+		next := action.DeepCopy()
+		setSucceeded(next, now, r.Executor, ReasonFoundByLookup, outcome)
+		if err := r.Client.Status().Update(ctx, next); err != nil {
+			return ctrl.Result{}, ignoreConflict(err, "cannot record the found outcome of %s", action.Name)
+		}
+		outcomes.WithLabelValues(string(v1alpha1.PhaseSucceeded), "").Inc()
+		r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonFoundByLookup, "Lookup",
+			"the downstream has the request of key %s: external reference %s", next.Status.IdempotencyKey, outcome.ExternalRef)
+		return ctrl.Result{}, nil
+	case errors.Is(lookupErr, adapter.ErrNotFound):
+		if deleting {
+			// Nothing applied and nobody wants it any more.
+			return ctrl.Result{}, r.release(ctx, action)
+		}
+		if spent {
+			next := action.DeepCopy()
+			setFailed(next, now, r.Executor, v1alpha1.ErrorClassRetriesExhausted, ReasonAbsentByLookup, fmt.Sprintf(
+				"a lookup shows attempt %d did not apply, and all %d attempts are used", action.Status.Attempts, maxAttempts(tool)))
+			return ctrl.Result{}, ignoreConflict(r.Client.Status().Update(ctx, next), "cannot record the failure of %s", action.Name)
+		}
+		return r.attempt(ctx, action, ReasonAbsentByLookup)
+	}
+
+	deadline := action.Status.UnknownSince.Add(unknownDeadline(tool))
+	if action.Status.UnknownSince == nil {
+		deadline = now.Add(unknownDeadline(tool))
+	}
+	if !now.Before(deadline) {
+		return ctrl.Result{}, r.escalate(ctx, action, ReasonOutcomeUnknown, fmt.Sprintf(
+			"no lookup proved the outcome of attempt %d within the tool's deadline of %s (%d lookups; last: %v); resolve it with a ToolResolution",
+			action.Status.Attempts, unknownDeadline(tool), action.Status.Lookups+1, lookupErr))
+	}
+	delay := min(backoff(tool, action.Status.Lookups+1, 0, rand.Float64), deadline.Sub(now))
+	next := action.DeepCopy()
+	setLookupScheduled(next, now, now.Add(delay), fmt.Sprintf("lookup %d could not tell whether attempt %d applied: %v; next lookup in %s",
+		action.Status.Lookups+1, action.Status.Attempts, lookupErr, delay.Round(time.Millisecond)))
+	if err := r.Client.Status().Update(ctx, next); err != nil {
+		return ctrl.Result{}, ignoreConflict(err, "cannot schedule the next lookup of %s", action.Name)
+	}
+	return ctrl.Result{RequeueAfter: delay}, nil
+}
+
+func (r *ToolActionReconciler) lookup(ctx context.Context, tool *v1alpha1.Tool, action *v1alpha1.ToolAction) (adapter.Outcome, error) {
+	executor, err := r.Connector.Connect(ctx, tool)
+	if err != nil {
+		return adapter.Outcome{}, fmt.Errorf("tool %q cannot be used: %w", tool.Name, err)
+	}
+	key := action.Status.IdempotencyKey
+	if key == "" {
+		key = v1alpha1.IdempotencyKey(action.Namespace, action.Name)
+	}
+	return executor.Lookup(ctx, key)
+}
+
+// escalate hands an action to a human: Stalled=True, phase Escalated, an
+// event, and a place in the queue of actions awaiting a ToolResolution.
+func (r *ToolActionReconciler) escalate(ctx context.Context, action *v1alpha1.ToolAction, reason, message string) error {
+	next := action.DeepCopy()
+	setEscalated(next, r.Clock.Now(), r.Executor, reason, message)
+	if err := r.Client.Status().Update(ctx, next); err != nil {
+		return ignoreConflict(err, "cannot escalate %s", action.Name)
+	}
+	outcomes.WithLabelValues(string(v1alpha1.PhaseEscalated), string(v1alpha1.ErrorClassOutcomeUnknown)).Inc()
+	r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, ReasonEscalated, "Reconcile", message)
+	return nil
+}
+
+// attempt validates the request, claims the next attempt and dispatches it.
+// reason says why this attempt happens, for the history.
+func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.ToolAction, reason string) (ctrl.Result, error) {
+	tool, err := r.resolveTool(ctx, action)
+	if err != nil {
+		return ctrl.Result{}, r.rejectIfInvalid(ctx, action, err)
 	}
 	requestDigest, parameters, err := r.verifyRequest(action, tool)
 	if err != nil {
-		var invalid *invalidError
-		if errors.As(err, &invalid) {
-			return ctrl.Result{}, r.reject(ctx, action, invalid)
+		return ctrl.Result{}, r.rejectIfInvalid(ctx, action, err)
+	}
+	if action.Spec.Compensates != "" {
+		if err := r.checkCompensationTarget(ctx, action); err != nil {
+			var pending *pendingError
+			if errors.As(err, &pending) {
+				return ctrl.Result{}, r.wait(ctx, action, requestDigest, ReasonCompensationPending, pending.message)
+			}
+			return ctrl.Result{}, r.rejectIfInvalid(ctx, action, err)
 		}
-		return ctrl.Result{}, err
 	}
 	executor, err := r.Connector.Connect(ctx, tool)
 	if err != nil {
-		return ctrl.Result{}, r.waitForTool(ctx, action, requestDigest, err)
+		return ctrl.Result{}, r.wait(ctx, action, requestDigest, ReasonToolNotReady,
+			fmt.Sprintf("tool %q cannot be used yet: %v", action.Spec.ToolRef.Name, err))
+	}
+	if !controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
+		// The finalizer must be in place before anything can be in flight.
+		action = action.DeepCopy()
+		controllerutil.AddFinalizer(action, v1alpha1.Finalizer)
+		if err := r.Client.Update(ctx, action); err != nil {
+			return ctrl.Result{}, ignoreConflict(err, "cannot add the finalizer to %s", action.Name)
+		}
 	}
 
-	claimed, ok, err := r.claim(ctx, action, tool, requestDigest)
+	claimed, ok, err := r.claim(ctx, action, tool, requestDigest, reason)
 	if err != nil || !ok {
 		return ctrl.Result{}, err
 	}
@@ -151,7 +285,7 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 // read at. The API server accepts exactly one such write per version, so only
 // one executor ever dispatches a given attempt; a conflict means another
 // executor (or a newer version of the record) won, and nothing is dispatched.
-func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (*v1alpha1.ToolAction, bool, error) {
+func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest, reason string) (*v1alpha1.ToolAction, bool, error) {
 	now := r.Clock.Now()
 	next := action.DeepCopy()
 	attempt := next.Status.Attempts + 1
@@ -166,8 +300,7 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 	if next.Status.StartTime == nil {
 		next.Status.StartTime = metaTimePtr(now)
 	}
-	next.Status.NextAttemptTime = nil
-	setExecuting(next, now, fmt.Sprintf("attempt %d claimed by %s", attempt, r.Executor))
+	setExecuting(next, now, r.Executor, reason, fmt.Sprintf("attempt %d claimed by %s", attempt, r.Executor))
 
 	if err := r.Client.Status().Update(ctx, next); err != nil {
 		if apierrors.IsConflict(err) {
@@ -187,7 +320,7 @@ func (r *ToolActionReconciler) recordOutcome(ctx context.Context, claimed *v1alp
 	var (
 		mutate    func(*v1alpha1.ToolAction)
 		result    ctrl.Result
-		eventType = "Warning"
+		eventType = corev1.EventTypeWarning
 		reason    string
 		message   string
 		permanent *adapter.PermanentError
@@ -196,48 +329,62 @@ func (r *ToolActionReconciler) recordOutcome(ctx context.Context, claimed *v1alp
 	)
 	switch {
 	case dispatchErr == nil:
-		eventType, reason = "Normal", ReasonSucceeded
+		eventType, reason = corev1.EventTypeNormal, ReasonSucceeded
 		message = "the downstream applied the request"
 		if outcome.ExternalRef != "" {
 			message += "; external reference " + outcome.ExternalRef
 		}
-		mutate = func(a *v1alpha1.ToolAction) { setSucceeded(a, now, outcome) }
+		mutate = func(a *v1alpha1.ToolAction) { setSucceeded(a, now, r.Executor, ReasonSucceeded, outcome) }
 	case errors.As(dispatchErr, &permanent):
 		class := v1alpha1.ErrorClassInvalidInput
 		if permanent.Kind == adapter.Denied {
 			class = v1alpha1.ErrorClassDenied
 		}
 		reason, message = permanent.Reason, permanent.Error()
-		mutate = func(a *v1alpha1.ToolAction) { setFailed(a, now, class, reason, message) }
+		mutate = func(a *v1alpha1.ToolAction) { setFailed(a, now, r.Executor, class, reason, message) }
 	case errors.As(dispatchErr, &retryable):
 		reason, message = retryable.Reason, retryable.Error()
 		if claimed.Status.Attempts >= maxAttempts(tool) {
 			message = fmt.Sprintf("%d of %d attempts failed; last: %s", claimed.Status.Attempts, maxAttempts(tool), message)
 			mutate = func(a *v1alpha1.ToolAction) {
-				setFailed(a, now, v1alpha1.ErrorClassRetriesExhausted, reason, message)
+				setFailed(a, now, r.Executor, v1alpha1.ErrorClassRetriesExhausted, reason, message)
 			}
 			break
 		}
 		delay := backoff(tool, claimed.Status.Attempts, retryable.RetryAfter, rand.Float64)
 		result.RequeueAfter = delay
-		mutate = func(a *v1alpha1.ToolAction) { setRetryScheduled(a, now, now.Add(delay), reason, message) }
-	case errors.As(dispatchErr, &ambiguous):
-		reason, message = ambiguous.Reason, ambiguous.Error()+"; the request may have applied, so it is not re-sent"
-		mutate = func(a *v1alpha1.ToolAction) { setUnknown(a, now, reason, message) }
+		mutate = func(a *v1alpha1.ToolAction) { setRetryScheduled(a, now, now.Add(delay), r.Executor, reason, message) }
 	default:
 		// An adapter that cannot say what happened leaves the outcome unknown.
-		reason, message = ReasonUnclassifiedError, dispatchErr.Error()+"; the request may have applied, so it is not re-sent"
-		mutate = func(a *v1alpha1.ToolAction) { setUnknown(a, now, reason, message) }
+		reason, message = ReasonUnclassifiedError, dispatchErr.Error()
+		if errors.As(dispatchErr, &ambiguous) {
+			reason, message = ambiguous.Reason, ambiguous.Error()
+		}
+		message += "; the request may have applied, so it is not re-sent blindly"
+		// The downstream may still be working on the request: the first
+		// lookup waits one tool timeout, so that it does not report absent
+		// what is about to be committed.
+		settle := toolTimeout(tool)
+		result.RequeueAfter = settle
+		mutate = func(a *v1alpha1.ToolAction) {
+			setUnknown(a, now, r.Executor, reason, message)
+			a.Status.NextAttemptTime = metaTimePtr(now.Add(settle))
+		}
 	}
 
 	recorded, err := r.writeOutcome(ctx, claimed, mutate)
 	if err != nil || recorded == nil {
 		return ctrl.Result{}, err
 	}
+	if recorded.Status.Phase == v1alpha1.PhaseSucceeded {
+		if err := r.linkCompensation(ctx, recorded); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	outcomes.WithLabelValues(string(recorded.Status.Phase), errorClass(recorded)).Inc()
 	r.Recorder.Eventf(recorded, nil, eventType, reason, "Dispatch", "attempt %d: %s", claimed.Status.Attempts, message)
 	for _, warning := range outcome.Warnings {
-		r.Recorder.Eventf(recorded, nil, "Warning", ReasonIncompleteResponse, "Dispatch", warning)
+		r.Recorder.Eventf(recorded, nil, corev1.EventTypeWarning, ReasonIncompleteResponse, "Dispatch", warning)
 	}
 	return result, nil
 }
@@ -343,31 +490,119 @@ func (r *ToolActionReconciler) verifyRequest(action *v1alpha1.ToolAction, tool *
 	return requestDigest, parameters, nil
 }
 
-// reject records a final failure found before anything was dispatched.
-func (r *ToolActionReconciler) reject(ctx context.Context, action *v1alpha1.ToolAction, invalid *invalidError) error {
+// rejectIfInvalid records a final failure found before anything was
+// dispatched; other errors are returned for a retry with backoff.
+func (r *ToolActionReconciler) rejectIfInvalid(ctx context.Context, action *v1alpha1.ToolAction, err error) error {
+	var invalid *invalidError
+	if !errors.As(err, &invalid) {
+		return err
+	}
 	next := action.DeepCopy()
-	setRejected(next, r.Clock.Now(), invalid.class, invalid.reason, invalid.message)
+	setRejected(next, r.Clock.Now(), r.Executor, invalid.class, invalid.reason, invalid.message)
 	if err := r.Client.Status().Update(ctx, next); err != nil {
 		return ignoreConflict(err, "cannot record rejection of %s", action.Name)
 	}
 	outcomes.WithLabelValues(string(v1alpha1.PhaseFailed), string(invalid.class)).Inc()
-	r.Recorder.Eventf(next, nil, "Warning", invalid.reason, "Validate", invalid.message)
+	r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, invalid.reason, "Validate", invalid.message)
 	return nil
 }
 
-// waitForTool records that the action is accepted but its tool cannot be
-// used yet (a missing Secret, say); the returned error requeues with backoff.
-func (r *ToolActionReconciler) waitForTool(ctx context.Context, action *v1alpha1.ToolAction, requestDigest string, connectErr error) error {
+// wait records that the action is accepted but cannot be dispatched yet (a
+// missing Secret, a compensation whose original is still in flight); the
+// returned error requeues with backoff.
+func (r *ToolActionReconciler) wait(ctx context.Context, action *v1alpha1.ToolAction, requestDigest, reason, message string) error {
 	next := action.DeepCopy()
-	message := fmt.Sprintf("tool %q cannot be used yet: %v", action.Spec.ToolRef.Name, connectErr)
-	setWaiting(next, r.Clock.Now(), requestDigest, ReasonToolNotReady, message)
+	setWaiting(next, r.Clock.Now(), requestDigest, reason, message)
 	if !statusEqual(action, next) {
 		if err := r.Client.Status().Update(ctx, next); err != nil {
 			return ignoreConflict(err, "cannot record waiting state of %s", action.Name)
 		}
-		r.Recorder.Eventf(next, nil, "Warning", ReasonToolNotReady, "Connect", message)
+		r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, reason, "Wait", message)
 	}
-	return fmt.Errorf("%s", message)
+	return errors.New(message)
+}
+
+// release removes the finalizer from an action whose effect is settled or
+// never started, letting a pending deletion finish.
+func (r *ToolActionReconciler) release(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if !controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
+		return nil
+	}
+	next := action.DeepCopy()
+	controllerutil.RemoveFinalizer(next, v1alpha1.Finalizer)
+	return ignoreConflict(r.Client.Update(ctx, next), "cannot remove the finalizer of %s", action.Name)
+}
+
+// checkCompensationTarget requires the action being compensated to exist and
+// to have succeeded: there is nothing to offset otherwise. While it is still
+// in flight the compensation waits.
+func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, action *v1alpha1.ToolAction) error {
+	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
+	var original v1alpha1.ToolAction
+	err := r.Client.Get(ctx, key, &original)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, &original)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q not found in namespace %q", key.Name, key.Namespace)}
+	case err != nil:
+		return fmt.Errorf("cannot get ToolAction %s: %w", key, err)
+	}
+	switch original.Status.Phase {
+	case v1alpha1.PhaseSucceeded:
+		return nil
+	case v1alpha1.PhaseFailed:
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q failed, so there is no effect to compensate", key.Name)}
+	default:
+		return &pendingError{message: fmt.Sprintf("waiting for ToolAction %q to succeed before compensating it (it is %s)", key.Name, phaseOrPending(original.Status.Phase))}
+	}
+}
+
+// linkCompensation records a succeeded compensation on the original. It runs
+// again on every reconcile of the succeeded compensation until the original
+// shows it, so a crash between the two writes loses nothing.
+func (r *ToolActionReconciler) linkCompensation(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if action.Spec.Compensates == "" {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
+	var cached v1alpha1.ToolAction
+	if err := r.Client.Get(ctx, key, &cached); err == nil && slices.Contains(cached.Status.CompensatedBy, action.Name) {
+		return nil
+	}
+	var linked *v1alpha1.ToolAction
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var original v1alpha1.ToolAction
+		if err := r.APIReader.Get(ctx, key, &original); err != nil {
+			return err
+		}
+		if !setCompensatedBy(&original, r.Clock.Now(), r.Executor, action.Name) {
+			return nil
+		}
+		if err := r.Client.Status().Update(ctx, &original); err != nil {
+			return err
+		}
+		linked = &original
+		return nil
+	})
+	if err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("cannot record compensation %s on %s: %w", action.Name, key, err))
+	}
+	if linked != nil {
+		r.Recorder.Eventf(linked, action, corev1.EventTypeNormal, ReasonCompensated, "Compensate",
+			"compensated by ToolAction %s; the original effect happened and stays recorded", action.Name)
+	}
+	return nil
+}
+
+func phaseOrPending(p v1alpha1.Phase) v1alpha1.Phase {
+	if p == "" {
+		return v1alpha1.PhasePending
+	}
+	return p
 }
 
 // SetupWithManager registers the reconciler.
@@ -386,6 +621,11 @@ type invalidError struct {
 }
 
 func (e *invalidError) Error() string { return e.message }
+
+// pendingError: the action cannot be dispatched yet, but may be later.
+type pendingError struct{ message string }
+
+func (e *pendingError) Error() string { return e.message }
 
 func ignoreConflict(err error, format string, args ...any) error {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

@@ -214,31 +214,42 @@ var _ = Describe("ToolAction", func() {
 			Expect(downstream.Effects(keyOf(ns, "order-exhausted"))).To(Equal(0))
 		})
 
-		It("ends in Unknown, without a re-send, when the response is lost after the commit", func() {
-			newTool(ns)
+		It("resolves a response lost after the commit by lookup: same external ref, one effect", func() {
+			newTool(ns, func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: time.Second} })
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 			Expect(k8s.Create(ctx, newAction(ns, "order-lost", "charge", charge(777)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-lost", v1alpha1.PhaseUnknown)
-			Expect(done.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
-			Expect(done.Status.Error.Reason).To(Equal("ConnectionLost"))
-			Expect(conditionStatus(done, v1alpha1.ConditionReconciling)).To(Equal(metav1.ConditionTrue))
-			Expect(conditionStatus(done, v1alpha1.ConditionSucceeded)).To(Equal(metav1.ConditionUnknown))
+			done := waitForPhase(ns, "order-lost", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-lost")
-			Consistently(func() int { return downstream.Requests(key) }, 2*time.Second, 100*time.Millisecond).Should(Equal(1))
+			charged, ok := downstream.Charge(key)
+			Expect(ok).To(BeTrue())
+			Expect(done.Status.ExternalRef).To(Equal(charged.ID))
+			Expect(done.Status.Result.Raw).To(MatchJSON(`{"status":"succeeded","amount":777,"currency":"EUR"}`))
+			Expect(transitions(done)).To(Equal([]string{
+				"Executing/Executing", "Unknown/OutcomeUnknown", "Succeeded/FoundByLookup",
+			}))
+			Expect(done.Status.History[1].Message).To(HavePrefix("ConnectionLost: connection lost after the request was sent"))
+			Expect(done.Status.Attempts).To(Equal(int32(1)))
+			Expect(downstream.Requests(key)).To(Equal(1))
 			Expect(downstream.Effects(key)).To(Equal(1))
 		})
 
-		It("ends in Unknown when the downstream answers after the timeout", func() {
+		It("looks up, without a re-send, an answer that comes after the timeout", func() {
 			newTool(ns, func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond} })
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 1500 * time.Millisecond, Count: 1})
 			Expect(k8s.Create(ctx, newAction(ns, "order-slow", "charge", charge(888)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-slow", v1alpha1.PhaseUnknown)
-			Expect(done.Status.Error.Reason).To(Equal("Timeout"))
+			done := waitForPhase(ns, "order-slow", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-slow")
-			Eventually(func() int { return downstream.Effects(key) }).Should(Equal(1), "the downstream commits late")
-			Consistently(func() int { return downstream.Requests(key) }, time.Second, 100*time.Millisecond).Should(Equal(1))
+			Expect(transitions(done)).To(Equal([]string{
+				"Executing/Executing", "Unknown/OutcomeUnknown", "Succeeded/FoundByLookup",
+			}))
+			Expect(done.Status.History[1].Message).To(HavePrefix("Timeout: no response before the timeout"))
+			// While the downstream still held the request, the lookup said
+			// "in progress", not "absent": nothing was sent twice.
+			Expect(done.Status.Lookups).To(BeNumerically(">=", 1))
+			Expect(downstream.Requests(key)).To(Equal(1))
+			Expect(downstream.Effects(key)).To(Equal(1))
 		})
 
 		It("fails finally with InvalidInput when the downstream rejects the request", func() {

@@ -187,6 +187,12 @@ type ToolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Retry RetryPolicy `json:"retry,omitempty"`
+
+	// unknownOutcomeDeadline is how long an unknown outcome is looked up by
+	// key before the action is escalated to a human (phase Escalated).
+	// +optional
+	// +kubebuilder:default="10m"
+	UnknownOutcomeDeadline *metav1.Duration `json:"unknownOutcomeDeadline,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -81,10 +81,20 @@ type ToolActionSpec struct {
 	// provenance records who asked for the action and within which run.
 	// +optional
 	Provenance *Provenance `json:"provenance,omitempty"`
+
+	// compensates names the Succeeded ToolAction, in the same namespace, whose
+	// effect this action offsets (a refund for a charge, say). A compensation
+	// is a new intent with its own key; it is never evidence that the
+	// original did not happen. Once it succeeds, the original lists it in
+	// status.compensatedBy.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Compensates string `json:"compensates,omitempty"`
 }
 
 // Phase is a human-friendly summary of an action's conditions.
-// +kubebuilder:validation:Enum=Pending;Accepted;Executing;RetryScheduled;Succeeded;Failed;Unknown
+// +kubebuilder:validation:Enum=Pending;Accepted;Executing;RetryScheduled;Succeeded;Failed;Unknown;Escalated
 type Phase string
 
 const (
@@ -100,8 +110,13 @@ const (
 	PhaseSucceeded Phase = "Succeeded"
 	// PhaseFailed means the effect did not happen and will not be attempted again.
 	PhaseFailed Phase = "Failed"
-	// PhaseUnknown means the effect may have happened; it is never re-sent blindly.
+	// PhaseUnknown means the effect may have happened; it is never re-sent
+	// blindly but looked up by key, or re-sent under the same key where the
+	// tool's class makes that safe.
 	PhaseUnknown Phase = "Unknown"
+	// PhaseEscalated means nobody could prove the outcome before the tool's
+	// deadline; a human closes it with a ToolResolution.
+	PhaseEscalated Phase = "Escalated"
 )
 
 // IsTerminal reports whether no further transition happens without a new intent.
@@ -119,8 +134,10 @@ const (
 	ConditionReady = "Ready"
 	// ConditionReconciling is True while work towards an outcome is under way.
 	ConditionReconciling = "Reconciling"
-	// ConditionStalled is True when the action ended without success.
+	// ConditionStalled is True when the action ended without success or was escalated.
 	ConditionStalled = "Stalled"
+	// ConditionCompensated is True once a compensating action succeeded.
+	ConditionCompensated = "Compensated"
 )
 
 // ErrorClass says what a failure means for repeating the action.
@@ -209,7 +226,7 @@ type ToolActionStatus struct {
 	// +optional
 	Claim *ExecutorClaim `json:"claim,omitempty"`
 
-	// nextAttemptTime is when a scheduled retry runs.
+	// nextAttemptTime is when a scheduled retry or the next lookup runs.
 	// +optional
 	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
 
@@ -236,6 +253,70 @@ type ToolActionStatus struct {
 	// completionTime is when the action reached Succeeded or Failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// unknownSince is when the outcome became unknown; the tool's
+	// unknownOutcomeDeadline counts from here.
+	// +optional
+	UnknownSince *metav1.Time `json:"unknownSince,omitempty"`
+
+	// lookups counts the lookups by key made since the outcome became unknown.
+	// +optional
+	Lookups int32 `json:"lookups,omitempty"`
+
+	// compensatedBy lists the Succeeded ToolActions that compensate this one.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	CompensatedBy []string `json:"compensatedBy,omitempty"`
+
+	// history lists the transitions of the record, oldest first. It is
+	// append-only; past maxHistory entries the oldest are dropped and counted
+	// in droppedTransitions.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	History []Transition `json:"history,omitempty"`
+
+	// droppedTransitions counts the oldest history entries dropped to keep the record bounded.
+	// +optional
+	DroppedTransitions int32 `json:"droppedTransitions,omitempty"`
+}
+
+// MaxHistory bounds status.history.
+const MaxHistory = 32
+
+// Transition is one entry of an action's history.
+type Transition struct {
+	// time is when the transition was recorded.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// from is the phase before the transition; empty for the first.
+	// +optional
+	From Phase `json:"from,omitempty"`
+
+	// to is the phase after the transition.
+	// +required
+	To Phase `json:"to"`
+
+	// reason is a one-word CamelCase cause.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason"`
+
+	// attempt is the attempt the transition belongs to.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// executor is the controller instance, or the ToolResolution, that made the transition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Executor string `json:"executor,omitempty"`
+
+	// message explains the transition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -247,6 +328,7 @@ type ToolActionStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.status.externalRef`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.compensates) || self.spec.compensates != self.metadata.name",message="spec.compensates must name another ToolAction: a compensation is a new intent with its own key"
 
 // ToolAction is one business intent. Its name is the idempotency key and its
 // namespace the tenant; its spec is the request and its status the ledger record.
@@ -294,3 +376,7 @@ func IdempotencyKey(namespace, name string) string {
 	suffix := "~" + hex.EncodeToString(sum[:16])
 	return key[:maxIdempotencyKeyLength-len(suffix)] + suffix
 }
+
+// Finalizer keeps a ToolAction from vanishing while its effect may be under
+// way or may have happened unrecorded (Executing, Unknown, Escalated).
+const Finalizer = "toolledger.dev/outcome"

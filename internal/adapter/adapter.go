@@ -97,3 +97,27 @@ type AmbiguousError struct {
 
 func (e *AmbiguousError) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
 func (e *AmbiguousError) Unwrap() error { return e.Err }
+
+// ConnectorFn adapts a function to a Connector.
+type ConnectorFn func(ctx context.Context, tool *v1alpha1.Tool) (Executor, error)
+
+// Connect calls f.
+func (f ConnectorFn) Connect(ctx context.Context, tool *v1alpha1.Tool) (Executor, error) {
+	return f(ctx, tool)
+}
+
+// ExecutorFns adapts functions to an Executor.
+type ExecutorFns struct {
+	ExecuteFn func(ctx context.Context, req Request) (Outcome, error)
+	LookupFn  func(ctx context.Context, idempotencyKey string) (Outcome, error)
+}
+
+// Execute calls ExecuteFn.
+func (e ExecutorFns) Execute(ctx context.Context, req Request) (Outcome, error) {
+	return e.ExecuteFn(ctx, req)
+}
+
+// Lookup calls LookupFn.
+func (e ExecutorFns) Lookup(ctx context.Context, idempotencyKey string) (Outcome, error) {
+	return e.LookupFn(ctx, idempotencyKey)
+}

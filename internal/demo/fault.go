@@ -17,11 +17,15 @@ const (
 	// FaultDropAfterCommit commits the charge, then closes the connection
 	// without any response: the client cannot tell whether it happened.
 	FaultDropAfterCommit FaultMode = "drop-after-commit"
+	// FaultDropBeforeCommit reads the request, then closes the connection
+	// without committing or answering: the client cannot tell either, but a
+	// lookup shows nothing happened.
+	FaultDropBeforeCommit FaultMode = "drop-before-commit"
 	// FaultErrorAfterCommit commits the charge, then answers 500.
 	FaultErrorAfterCommit FaultMode = "error-after-commit"
-	// FaultDelay holds the request for Delay (or until the client goes away)
-	// before committing. The key stays in progress meanwhile, and the charge
-	// is committed even if the client gave up, as a real service would.
+	// FaultDelay holds the request for Delay before committing, even if the
+	// client goes away meanwhile, as a real service would. The key stays in
+	// progress until then.
 	FaultDelay FaultMode = "delay"
 	// FaultLookupUnavailable makes the lookup endpoint answer 503.
 	FaultLookupUnavailable FaultMode = "lookup-unavailable"
@@ -79,7 +83,7 @@ func (f *Fault) UnmarshalJSON(data []byte) error {
 
 func (f Fault) validate() error {
 	switch f.Mode {
-	case FaultUnavailable, FaultDropAfterCommit, FaultErrorAfterCommit, FaultLookupUnavailable:
+	case FaultUnavailable, FaultDropAfterCommit, FaultDropBeforeCommit, FaultErrorAfterCommit, FaultLookupUnavailable:
 	case FaultDelay:
 		if f.Delay <= 0 {
 			return errors.New("a delay fault needs a positive delay")

@@ -7,7 +7,6 @@ package demo
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -139,9 +138,15 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "service unavailable")
 		return
 	}
+	if fault.Mode == FaultDropBeforeCommit {
+		dropConnection(w)
+		return
+	}
 	out, existing := s.claim(key, body, r.Header)
 	if fault.Mode == FaultDelay {
-		sleep(r.Context(), fault.Delay)
+		// The whole delay, even if the client gives up: a real service keeps
+		// working on a request whose caller timed out.
+		time.Sleep(fault.Delay)
 	}
 	if out == outcomeNew {
 		// Committed even if the client went away: the service cannot know
@@ -297,16 +302,6 @@ func newChargeID() string {
 	return "ch_" + hex.EncodeToString(b[:])
 }
 
-// sleep waits for d, or less if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
 // dropConnection closes the connection without a response, so the client
 // sees EOF or a reset. http.ErrAbortHandler is the fallback where hijacking
 // is impossible (HTTP/2); it resets the stream.
@@ -323,12 +318,27 @@ func (s *Server) chargeByKey(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "service unavailable")
 		return
 	}
-	c, ok := s.Charge(r.PathValue("key"))
+	key := r.PathValue("key")
+	if s.inProgress(key) {
+		// Not "absent": the request may still commit, so a caller must not re-send yet.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusConflict, "a request with this Idempotency-Key is in progress")
+		return
+	}
+	c, ok := s.Charge(key)
 	if !ok {
 		writeError(w, http.StatusNotFound, "no charge with this Idempotency-Key")
 		return
 	}
 	writeJSON(w, http.StatusOK, c)
+}
+
+// inProgress reports whether a request for the key is being processed.
+func (s *Server) inProgress(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.byKey[key]
+	return ok && e.charge == nil
 }
 
 func (s *Server) chargeByID(w http.ResponseWriter, r *http.Request) {

@@ -323,6 +323,36 @@ func TestFaultDropAfterCommit(t *testing.T) {
 	wantCounts(t, ts.Server, "k", 2, 1)
 }
 
+func TestFaultDropBeforeCommit(t *testing.T) {
+	ts := newTestServer(t)
+	ts.InjectFault(Fault{Mode: FaultDropBeforeCommit})
+	_, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("err = %v, want EOF or connection reset", err)
+	}
+	wantCounts(t, ts.Server, "k", 1, 0)
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusNotFound)
+	wantStatus(t, ts.charge(t, "k", chargeBody), http.StatusCreated)
+	wantCounts(t, ts.Server, "k", 2, 1)
+}
+
+func TestLookupOfAKeyInProgressIsNotAbsent(t *testing.T) {
+	ts := newTestServer(t)
+	ts.InjectFault(Fault{Mode: FaultDelay, Delay: time.Second})
+	first := make(chan response, 1)
+	go func() {
+		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
+		if err != nil {
+			t.Errorf("first request: %v", err)
+		}
+		first <- r
+	}()
+	waitFor(t, "the request claims the key", func() bool { return claimed(ts.Server, "k") })
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusConflict)
+	wantStatus(t, <-first, http.StatusCreated)
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusOK)
+}
+
 func TestFaultErrorAfterCommit(t *testing.T) {
 	ts := newTestServer(t)
 	ts.InjectFault(Fault{Mode: FaultErrorAfterCommit})
@@ -383,7 +413,7 @@ func TestFaultDelayMakesConcurrentRequestsConflict(t *testing.T) {
 
 func TestFaultDelayCommitsWhenClientGivesUp(t *testing.T) {
 	ts := newTestServer(t)
-	ts.InjectFault(Fault{Mode: FaultDelay, Delay: time.Minute})
+	ts.InjectFault(Fault{Mode: FaultDelay, Delay: 500 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

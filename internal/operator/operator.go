@@ -16,11 +16,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/controllers"
+	"github.com/toolledger/toolledger/internal/adapter"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 )
 
@@ -42,6 +44,15 @@ type Options struct {
 	LeaseGrace time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// GracefulShutdownTimeout bounds how long in-flight attempts may finish
+	// on shutdown; controller-runtime's default (30s) when nil.
+	GracefulShutdownTimeout *time.Duration
+	// SkipNameValidation allows several managers in one process, as the
+	// multi-executor tests run them.
+	SkipNameValidation bool
+	// WrapConnector, when set, wraps the HTTP connector; tests use it to
+	// stop an executor at a chosen point of a dispatch.
+	WrapConnector func(adapter.Connector) adapter.Connector
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -89,16 +100,22 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "toolledger.toolledger.dev",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
+		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create manager: %w", err)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = opts.MaxConcurrentReconciles
+	var connector adapter.Connector = &httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport}
+	if opts.WrapConnector != nil {
+		connector = opts.WrapConnector(connector)
+	}
 	reconciler := &controllers.ToolActionReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Connector:               &httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport},
+		Connector:               connector,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
@@ -107,6 +124,15 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
+	}
+	resolutions := &controllers.ToolResolutionReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("toolledger"),
+		Clock:     opts.Clock,
+	}
+	if err := resolutions.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("cannot add health check: %w", err)

@@ -1,0 +1,101 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ResolutionOutcome is what a human established about an action's outcome.
+// +kubebuilder:validation:Enum=Succeeded;Failed;RetrySafe
+type ResolutionOutcome string
+
+const (
+	// ResolvedSucceeded means the effect happened downstream.
+	ResolvedSucceeded ResolutionOutcome = "Succeeded"
+	// ResolvedFailed means the effect did not happen and must not be attempted again.
+	ResolvedFailed ResolutionOutcome = "Failed"
+	// ResolvedRetrySafe means the effect did not happen and may be attempted again under the same key.
+	ResolvedRetrySafe ResolutionOutcome = "RetrySafe"
+)
+
+// ToolResolutionSpec records a human's finding about an action.
+type ToolResolutionSpec struct {
+	// actionName names the Unknown or Escalated ToolAction in this namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ActionName string `json:"actionName"`
+
+	// outcome is what the operator established downstream.
+	// +required
+	Outcome ResolutionOutcome `json:"outcome"`
+
+	// externalRef is the downstream's identifier of the effect, for a Succeeded outcome.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ExternalRef string `json:"externalRef,omitempty"`
+
+	// reason says how the operator knows, for the record.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+}
+
+// Condition type of a ToolResolution.
+const (
+	// ConditionApplied is True once the resolution was applied to its action,
+	// False when it cannot be (the action is not Unknown or Escalated).
+	ConditionApplied = "Applied"
+)
+
+// ToolResolutionStatus says whether the resolution was applied.
+type ToolResolutionStatus struct {
+	// conditions hold Applied.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// appliedTime is when the resolution was applied.
+	// +optional
+	AppliedTime *metav1.Time `json:"appliedTime,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tres,categories=toolledger
+// +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.actionName`
+// +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.spec.outcome`
+// +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.spec.outcome != 'Succeeded' || has(self.spec.externalRef)",message="a Succeeded resolution needs spec.externalRef, the downstream's identifier of the effect"
+
+// ToolResolution closes an action whose outcome nobody could prove: an
+// operator records what really happened, and the controller appends it to
+// the action's history. It is a resource of its own so that who may resolve
+// is a matter of RBAC, apart from who may invoke tools.
+type ToolResolution struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the finding; it is immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a resolution is part of the record; create another to correct it"
+	Spec ToolResolutionSpec `json:"spec"`
+
+	// status says whether the resolution was applied.
+	// +optional
+	Status ToolResolutionStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ToolResolutionList is a list of ToolResolutions.
+type ToolResolutionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ToolResolution `json:"items"`
+}

@@ -1,0 +1,298 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/demo"
+)
+
+var _ = Describe("Unknown outcomes", func() {
+	var (
+		ctx context.Context
+		ns  string
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newTenant()
+		downstream.ClearFaults()
+		DeferCleanup(downstream.ClearFaults)
+	})
+
+	short := func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: time.Second} }
+	compensatable := func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.Compensatable }
+
+	It("retries under the same key when the lookup shows the request did not apply", func() {
+		newTool(ns, short, compensatable)
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropBeforeCommit, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-absent", "charge", charge(100)))).To(Succeed())
+
+		done := waitForPhase(ns, "order-absent", v1alpha1.PhaseSucceeded)
+		Expect(transitions(done)).To(Equal([]string{
+			"Executing/Executing", "Unknown/OutcomeUnknown", "Executing/AbsentByLookup", "Succeeded/Succeeded",
+		}))
+		Expect(done.Status.Attempts).To(Equal(int32(2)))
+		key := keyOf(ns, "order-absent")
+		Expect(downstream.Requests(key)).To(Equal(2), "both attempts carry the same key")
+		Expect(downstream.Effects(key)).To(Equal(1))
+	})
+
+	It("escalates when no lookup answers by the deadline, and a ToolResolution closes it", func() {
+		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) {
+			t.Spec.UnknownOutcomeDeadline = &metav1.Duration{Duration: 2 * time.Second}
+		})
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultLookupUnavailable, Count: 1000})
+		Expect(k8s.Create(ctx, newAction(ns, "order-dark", "charge", charge(200)))).To(Succeed())
+
+		escalated := waitForPhase(ns, "order-dark", v1alpha1.PhaseEscalated)
+		key := keyOf(ns, "order-dark")
+		Expect(escalated.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
+		Expect(escalated.Status.Error.Message).To(ContainSubstring("no lookup proved the outcome of attempt 1 within the tool's deadline of 2s"))
+		Expect(escalated.Status.Lookups).To(BeNumerically(">=", 1))
+		stalled := meta.FindStatusCondition(escalated.Status.Conditions, v1alpha1.ConditionStalled)
+		Expect(stalled).NotTo(BeNil())
+		Expect(stalled.Status).To(Equal(metav1.ConditionTrue))
+		Expect(stalled.Reason).To(Equal("OutcomeUnknown"))
+		Expect(conditionStatus(escalated, v1alpha1.ConditionReconciling)).To(Equal(metav1.ConditionStatus("absent")))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		Expect(downstream.Effects(key)).To(Equal(1))
+
+		out, err := kubectl("get", "ta", "order-dark", "-n", ns)
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).To(MatchRegexp(`(?m)^order-dark\s+charge\s+Escalated\s+1\s`))
+		out, err = kubectl("get", "events", "-n", ns, "--field-selector", "reason=Escalated", "-o", "name")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(out).NotTo(BeEmpty())
+
+		// Nothing moves an escalated action but a human.
+		Consistently(func() v1alpha1.Phase { return get(ns, "order-dark").Status.Phase }, time.Second, 100*time.Millisecond).
+			Should(Equal(v1alpha1.PhaseEscalated))
+
+		downstream.ClearFaults()
+		charged, ok := downstream.Charge(key)
+		Expect(ok).To(BeTrue())
+		resolution := &v1alpha1.ToolResolution{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "order-dark-checked"},
+			Spec: v1alpha1.ToolResolutionSpec{
+				ActionName:  "order-dark",
+				Outcome:     v1alpha1.ResolvedSucceeded,
+				ExternalRef: charged.ID,
+				Reason:      "found the charge in the provider's dashboard",
+			},
+		}
+		Expect(k8s.Create(ctx, resolution)).To(Succeed())
+
+		done := waitForPhase(ns, "order-dark", v1alpha1.PhaseSucceeded)
+		Expect(done.Status.ExternalRef).To(Equal(charged.ID))
+		Expect(transitions(done)).To(Equal([]string{
+			"Executing/Executing", "Unknown/OutcomeUnknown", "Escalated/OutcomeUnknown", "Succeeded/Resolved",
+		}))
+		last := done.Status.History[len(done.Status.History)-1]
+		Expect(last.Executor).To(Equal("toolresolution/order-dark-checked"))
+		Expect(last.Message).To(Equal("resolved as Succeeded by ToolResolution order-dark-checked: found the charge in the provider's dashboard"))
+		Eventually(func(g Gomega) {
+			var r v1alpha1.ToolResolution
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(resolution), &r)).To(Succeed())
+			applied := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionApplied)
+			g.Expect(applied).NotTo(BeNil())
+			g.Expect(applied.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(r.Status.AppliedTime).NotTo(BeNil())
+		}).Should(Succeed())
+		Expect(downstream.Requests(key)).To(Equal(1))
+		Expect(downstream.Effects(key)).To(Equal(1))
+
+		// A resolution is part of the record: it cannot be edited.
+		var r v1alpha1.ToolResolution
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(resolution), &r)).To(Succeed())
+		r.Spec.Outcome = v1alpha1.ResolvedFailed
+		err = k8s.Update(ctx, &r)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "update: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec is immutable: a resolution is part of the record"))
+	})
+
+	It("refuses a resolution for an action whose outcome is known", func() {
+		newTool(ns)
+		Expect(k8s.Create(ctx, newAction(ns, "order-known", "charge", charge(5)))).To(Succeed())
+		waitForPhase(ns, "order-known", v1alpha1.PhaseSucceeded)
+		resolution := &v1alpha1.ToolResolution{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "too-late"},
+			Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-known", Outcome: v1alpha1.ResolvedFailed, Reason: "mistake"},
+		}
+		Expect(k8s.Create(ctx, resolution)).To(Succeed())
+		Eventually(func(g Gomega) {
+			var r v1alpha1.ToolResolution
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(resolution), &r)).To(Succeed())
+			applied := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionApplied)
+			g.Expect(applied).NotTo(BeNil())
+			g.Expect(applied.Status).To(Equal(metav1.ConditionFalse))
+			g.Expect(applied.Message).To(Equal(`ToolAction "order-known" is Succeeded; only Unknown or Escalated actions take a resolution`))
+		}).Should(Succeed())
+		Expect(get(ns, "order-known").Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+	})
+
+	It("escalates a NonRepeatable tool's unknown outcome at once and never sends again", func() {
+		newTool(ns, short, func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.NonRepeatable })
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-once", "charge", charge(300)))).To(Succeed())
+
+		escalated := waitForPhase(ns, "order-once", v1alpha1.PhaseEscalated)
+		Expect(escalated.Status.Error.Message).To(ContainSubstring("a NonRepeatable tool without a safe way to check it is never repeated automatically"))
+		Expect(escalated.Status.Lookups).To(Equal(int32(0)))
+		key := keyOf(ns, "order-once")
+		Consistently(func() int { return downstream.Requests(key) }, 2*time.Second, 100*time.Millisecond).Should(Equal(1))
+		Expect(get(ns, "order-once").Status.Phase).To(Equal(v1alpha1.PhaseEscalated))
+	})
+
+	It("re-sends under the same key a KeyProtected tool's unknown outcome when it has no lookup", func() {
+		newTool(ns, short, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-keyed", "charge", charge(400)))).To(Succeed())
+
+		done := waitForPhase(ns, "order-keyed", v1alpha1.PhaseSucceeded)
+		key := keyOf(ns, "order-keyed")
+		charged, _ := downstream.Charge(key)
+		Expect(done.Status.ExternalRef).To(Equal(charged.ID), "the downstream replays the original charge")
+		Expect(transitions(done)).To(Equal([]string{
+			"Executing/Executing", "Unknown/OutcomeUnknown", "Executing/RedispatchUnderSameKey", "Succeeded/Succeeded",
+		}))
+		Expect(downstream.Requests(key)).To(Equal(2))
+		Expect(downstream.Effects(key)).To(Equal(1))
+	})
+
+	It("escalates a Compensatable tool's unknown outcome at once when it has no lookup", func() {
+		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-nolookup", "charge", charge(450)))).To(Succeed())
+		waitForPhase(ns, "order-nolookup", v1alpha1.PhaseEscalated)
+		Expect(downstream.Requests(keyOf(ns, "order-nolookup"))).To(Equal(1))
+	})
+})
+
+var _ = Describe("Deletion", func() {
+	It("keeps an Executing action until its outcome is recorded", func() {
+		ctx := context.Background()
+		ns := newTenant()
+		newTool(ns)
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 2 * time.Second, Count: 1})
+		DeferCleanup(downstream.ClearFaults)
+		Expect(k8s.Create(ctx, newAction(ns, "order-busy", "charge", charge(600)))).To(Succeed())
+		executing := waitForPhase(ns, "order-busy", v1alpha1.PhaseExecuting)
+		Expect(executing.Finalizers).To(ContainElement(v1alpha1.Finalizer))
+
+		Expect(k8s.Delete(ctx, executing)).To(Succeed())
+		pending := get(ns, "order-busy")
+		Expect(pending.DeletionTimestamp).NotTo(BeNil())
+		Expect(pending.Status.Phase).To(Equal(v1alpha1.PhaseExecuting))
+
+		Eventually(func() bool {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-busy"}, &v1alpha1.ToolAction{})
+			return apierrors.IsNotFound(err)
+		}).Should(BeTrue())
+		key := keyOf(ns, "order-busy")
+		Expect(downstream.Requests(key)).To(Equal(1))
+		Expect(downstream.Effects(key)).To(Equal(1), "the attempt under way finished")
+	})
+
+	It("lets a finished action go at once", func() {
+		ctx := context.Background()
+		ns := newTenant()
+		newTool(ns)
+		Expect(k8s.Create(ctx, newAction(ns, "order-done", "charge", charge(601)))).To(Succeed())
+		done := waitForPhase(ns, "order-done", v1alpha1.PhaseSucceeded)
+		Expect(k8s.Delete(ctx, done)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(done), &v1alpha1.ToolAction{}))
+		}).Should(BeTrue())
+	})
+})
+
+var _ = Describe("Compensation", func() {
+	var (
+		ctx     context.Context
+		ns      string
+		refunds *httptest.Server
+		count   atomic.Int32
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newTenant()
+		count.Store(0)
+		refunds = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			n := count.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = fmt.Fprintf(w, `{"id":"re_%d","status":"refunded"}`, n)
+		}))
+		DeferCleanup(refunds.Close)
+		newTool(ns)
+		Expect(k8s.Create(ctx, &v1alpha1.Tool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "refund"},
+			Spec: v1alpha1.ToolSpec{
+				Operation: "payments.refund", Version: "v1", IdempotencyClass: v1alpha1.KeyProtected,
+				HTTP: v1alpha1.HTTPAdapter{URL: refunds.URL, Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"}},
+			},
+		})).To(Succeed())
+	})
+
+	It("links a succeeded compensation to the original, which stays succeeded", func() {
+		Expect(k8s.Create(ctx, newAction(ns, "order-7", "charge", charge(700)))).To(Succeed())
+		original := waitForPhase(ns, "order-7", v1alpha1.PhaseSucceeded)
+
+		refund := newAction(ns, "order-7-refund", "refund", params(map[string]any{"charge": original.Status.ExternalRef, "amount": 700}))
+		refund.Spec.Compensates = "order-7"
+		Expect(k8s.Create(ctx, refund)).To(Succeed())
+		done := waitForPhase(ns, "order-7-refund", v1alpha1.PhaseSucceeded)
+		Expect(done.Status.ExternalRef).To(Equal("re_1"))
+
+		Eventually(func(g Gomega) {
+			o := get(ns, "order-7")
+			g.Expect(o.Status.CompensatedBy).To(Equal([]string{"order-7-refund"}))
+			g.Expect(conditionStatus(o, v1alpha1.ConditionCompensated)).To(Equal(metav1.ConditionTrue))
+			g.Expect(o.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+			g.Expect(o.Status.ExternalRef).To(Equal(original.Status.ExternalRef))
+			g.Expect(transitions(o)).To(Equal([]string{"Executing/Executing", "Succeeded/Succeeded", "Succeeded/Compensated"}))
+		}).Should(Succeed())
+		Expect(count.Load()).To(Equal(int32(1)))
+		Expect(downstream.Effects(keyOf(ns, "order-7"))).To(Equal(1))
+	})
+
+	It("refuses to compensate an action that does not exist, without a dispatch", func() {
+		refund := newAction(ns, "ghost-refund", "refund", params(map[string]any{"amount": 1}))
+		refund.Spec.Compensates = "ghost"
+		Expect(k8s.Create(ctx, refund)).To(Succeed())
+		failed := waitForPhase(ns, "ghost-refund", v1alpha1.PhaseFailed)
+		Expect(failed.Status.Error.Reason).To(Equal("CompensationTargetInvalid"))
+		Expect(failed.Status.Error.Message).To(Equal(`spec.compensates: ToolAction "ghost" not found in namespace "` + ns + `"`))
+		Expect(count.Load()).To(BeZero())
+	})
+
+	It("requires its own key", func() {
+		self := newAction(ns, "self-refund", "refund", nil)
+		self.Spec.Compensates = "self-refund"
+		err := k8s.Create(ctx, self)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "create: %v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.compensates must name another ToolAction: a compensation is a new intent with its own key"))
+	})
+})
+
+func get(namespace, name string) *v1alpha1.ToolAction {
+	GinkgoHelper()
+	var action v1alpha1.ToolAction
+	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &action)).To(Succeed())
+	return &action
+}

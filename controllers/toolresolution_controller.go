@@ -1,0 +1,126 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// Reasons of the Applied condition of a ToolResolution.
+const (
+	ReasonApplied        = "Applied"
+	ReasonActionNotFound = "ActionNotFound"
+	ReasonNotResolvable  = "NotResolvable"
+)
+
+// ToolResolutionReconciler applies a human's finding to an Unknown or
+// Escalated action. The action keeps everything it recorded; the resolution
+// is appended to its history.
+type ToolResolutionReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions/status,verbs=get;update;patch
+
+// Reconcile applies a resolution once. The action is written first (a
+// compare-and-set status update) and the resolution marked afterwards; after
+// a crash in between, the action's history shows the resolution was applied.
+func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var resolution v1alpha1.ToolResolution
+	if err := r.Client.Get(ctx, req.NamespacedName, &resolution); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if meta.FindStatusCondition(resolution.Status.Conditions, v1alpha1.ConditionApplied) != nil {
+		return ctrl.Result{}, nil
+	}
+	var action v1alpha1.ToolAction
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: resolution.Namespace, Name: resolution.Spec.ActionName}, &action)
+	switch {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, ReasonActionNotFound,
+			fmt.Sprintf("ToolAction %q not found in namespace %q", resolution.Spec.ActionName, resolution.Namespace))
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", resolution.Spec.ActionName, err)
+	}
+	by := resolutionActor(&resolution)
+	if appliedTo(&action, by) {
+		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
+	}
+	phase := action.Status.Phase
+	if phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
+		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, ReasonNotResolvable,
+			fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
+	}
+
+	next := action.DeepCopy()
+	now := r.Clock.Now()
+	message := fmt.Sprintf("resolved as %s by ToolResolution %s: %s", resolution.Spec.Outcome, resolution.Name, resolution.Spec.Reason)
+	switch resolution.Spec.Outcome {
+	case v1alpha1.ResolvedSucceeded:
+		setSucceeded(next, now, by, ReasonResolved, adapter.Outcome{ExternalRef: resolution.Spec.ExternalRef})
+	case v1alpha1.ResolvedFailed:
+		setFailed(next, now, by, v1alpha1.ErrorClassOutcomeUnknown, ReasonResolved, message)
+	case v1alpha1.ResolvedRetrySafe:
+		setRetryScheduled(next, now, now, by, ReasonResolved, message)
+	}
+	// Keep the operator's words in the history whatever the outcome.
+	next.Status.History[len(next.Status.History)-1].Message = truncate(message, maxHistoryMessage)
+	if err := r.Client.Status().Update(ctx, next); err != nil {
+		return ctrl.Result{}, ignoreConflict(err, "cannot apply resolution %s to %s", resolution.Name, action.Name)
+	}
+	r.Recorder.Eventf(next, &resolution, corev1.EventTypeNormal, ReasonResolved, "Resolve", message)
+	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
+}
+
+// resolutionActor names a resolution in the action's history.
+func resolutionActor(resolution *v1alpha1.ToolResolution) string {
+	return "toolresolution/" + resolution.Name
+}
+
+func appliedTo(action *v1alpha1.ToolAction, by string) bool {
+	for _, t := range action.Status.History {
+		if t.Reason == ReasonResolved && t.Executor == by {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *ToolResolutionReconciler) mark(ctx context.Context, resolution *v1alpha1.ToolResolution, status metav1.ConditionStatus, reason, message string) error {
+	next := resolution.DeepCopy()
+	now := r.Clock.Now()
+	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: next.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+	if status == metav1.ConditionTrue {
+		next.Status.AppliedTime = metaTimePtr(now)
+	} else {
+		r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, reason, "Resolve", message)
+	}
+	return ignoreConflict(r.Client.Status().Update(ctx, next), "cannot mark resolution %s", resolution.Name)
+}
+
+// SetupWithManager registers the reconciler.
+func (r *ToolResolutionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.ToolResolution{}).
+		Named("toolresolution").
+		Complete(r)
+}
