@@ -1,0 +1,72 @@
+{{/*
+Chart name, truncated to the 63 characters a label value may hold.
+*/}}
+{{- define "toolledger.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name of the release's objects: the release name when it already contains
+the chart name, else "<release>-<chart>".
+*/}}
+{{- define "toolledger.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "toolledger.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "toolledger.labels" -}}
+helm.sh/chart: {{ include "toolledger.chart" . }}
+{{ include "toolledger.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: toolledger
+{{- end }}
+
+{{/*
+Labels that select the manager's pods; immutable once installed.
+*/}}
+{{- define "toolledger.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolledger.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller-manager
+{{- end }}
+
+{{/*
+Name of the manager's ServiceAccount.
+*/}}
+{{- define "toolledger.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "toolledger.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the ClusterRole with the generated manager permissions.
+*/}}
+{{- define "toolledger.managerRoleName" -}}
+{{- printf "%s-manager" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name of the Role and RoleBinding for the leader election lease.
+*/}}
+{{- define "toolledger.leaderElectionName" -}}
+{{- printf "%s-leader-election" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
