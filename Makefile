@@ -5,6 +5,7 @@ SHELL := /usr/bin/env bash -o pipefail
 
 BIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(BIN)/controller-gen
+GOLANGCI_LINT ?= $(BIN)/golangci-lint
 KUBE_APISERVER ?= $(BIN)/kube-apiserver
 ETCD ?= $(BIN)/etcd
 CHART_CRDS := charts/toolledger/crds
@@ -46,6 +47,10 @@ vet: ## Run go vet and check formatting.
 	@out="$$(gofmt -s -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
+	$(GOLANGCI_LINT) run ./...
+
 .PHONY: test
 test: controlplane vet ## Run unit tests and the envtest suites (builds the control plane on first use).
 	go test ./... -race -count=1 -timeout 20m
@@ -79,6 +84,9 @@ $(KUBE_APISERVER):
 $(ETCD):
 	@echo ">> building etcd from source into $(BIN)"
 	cd hack/controlplane && go build -o $@ go.etcd.io/etcd/server/v3
+
+$(GOLANGCI_LINT): hack/lint/go.mod
+	cd hack/lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
