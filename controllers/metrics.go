@@ -6,10 +6,10 @@ import (
 )
 
 var (
-	claimConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+	claimConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_claim_conflicts_total",
-		Help: "Claims lost to a newer version of the record; each is a dispatch that did not happen twice.",
-	})
+		Help: "Compare-and-set writes lost to a newer version of the record, by step (finalizer, claim); each claim conflict is a dispatch that did not happen twice.",
+	}, []string{"step"})
 	outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_action_transitions_total",
 		Help: "Recorded transitions to Succeeded, Failed, RetryScheduled or Unknown, by phase and error class.",

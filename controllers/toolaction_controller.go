@@ -87,8 +87,8 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	case v1alpha1.PhaseExecuting:
 		return r.reconcileExecuting(ctx, &action)
 	case v1alpha1.PhaseRetryScheduled:
-		if wait := action.Status.NextAttemptTime.Sub(r.Clock.Now()); wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, nil
+		if next := action.Status.NextAttemptTime; next != nil && next.After(r.Clock.Now()) {
+			return ctrl.Result{RequeueAfter: next.Sub(r.Clock.Now())}, nil
 		}
 	}
 	return r.attempt(ctx, &action, ReasonExecuting)
@@ -135,8 +135,8 @@ func (r *ToolActionReconciler) reconcileExecuting(ctx context.Context, action *v
 // tell are repeated with backoff until the tool's deadline.
 func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1alpha1.ToolAction) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	if wait := action.Status.NextAttemptTime.Sub(now); action.Status.NextAttemptTime != nil && wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
+	if next := action.Status.NextAttemptTime; next != nil && next.After(now) {
+		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
 	}
 	tool, err := r.resolveTool(ctx, action)
 	if err != nil {
@@ -262,6 +262,9 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 		action = action.DeepCopy()
 		controllerutil.AddFinalizer(action, v1alpha1.Finalizer)
 		if err := r.Client.Update(ctx, action); err != nil {
+			if apierrors.IsConflict(err) {
+				claimConflicts.WithLabelValues("finalizer").Inc()
+			}
 			return ctrl.Result{}, ignoreConflict(err, "cannot add the finalizer to %s", action.Name)
 		}
 	}
@@ -304,7 +307,7 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 
 	if err := r.Client.Status().Update(ctx, next); err != nil {
 		if apierrors.IsConflict(err) {
-			claimConflicts.Inc()
+			claimConflicts.WithLabelValues("claim").Inc()
 			log.FromContext(ctx).V(1).Info("Claim lost to a newer version", "attempt", attempt)
 			return nil, false, nil
 		}

@@ -1,0 +1,259 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/internal/demo"
+)
+
+var _ = Describe("Several executors", func() {
+	var (
+		ctx context.Context
+		ns  string
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
+		Expect(k8s.Create(ctx, tenant)).To(Succeed())
+		ns = tenant.Name
+		downstream.ClearFaults()
+		createTool(ns, v1alpha1.Compensatable)
+	})
+
+	It("dispatch every one of 300 actions exactly once with 3 managers and no leader election", func() {
+		conflictsBefore := claimConflicts()
+		for i := range 3 {
+			startManager(fmt.Sprintf("executor-%d", i), nil)
+		}
+
+		const actions, creators = 300, 30
+		var wg sync.WaitGroup
+		errs := make(chan error, actions)
+		for c := range creators {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				for i := c; i < actions; i += creators {
+					errs <- k8s.Create(ctx, action(ns, fmt.Sprintf("order-%03d", i), i+1))
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			Expect(err).NotTo(HaveOccurred())
+		}
+
+		Eventually(func(g Gomega) {
+			var list v1alpha1.ToolActionList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(actions))
+			for _, a := range list.Items {
+				g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded), "action %s", a.Name)
+			}
+		}, 3*time.Minute, time.Second).Should(Succeed())
+
+		executors := map[string]int{}
+		var list v1alpha1.ToolActionList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		for _, a := range list.Items {
+			key := ns + "/" + a.Name
+			Expect(downstream.Requests(key)).To(Equal(1), "requests for %s", key)
+			Expect(downstream.Effects(key)).To(Equal(1), "effects for %s", key)
+			Expect(a.Status.Attempts).To(Equal(int32(1)))
+			executors[a.Status.Claim.Executor]++
+		}
+		conflicts := claimConflicts()
+		for step := range conflicts {
+			conflicts[step] -= conflictsBefore[step]
+		}
+		AddReportEntry("compare-and-set conflicts (each a write that lost, dispatching nothing)", fmt.Sprint(conflicts))
+		AddReportEntry("actions dispatched per executor", fmt.Sprint(executors))
+		GinkgoWriter.Printf("conflicts by step: %v; dispatches by executor: %v\n", conflicts, executors)
+		Expect(conflicts["finalizer"] + conflicts["claim"]).To(BeNumerically(">", 0), "three managers raced for the same actions")
+	})
+
+	It("lets the next manager settle an attempt whose executor stopped after the claim, before the request left", func() {
+		hold := newHold(ns+"/order-claimed", false)
+		stopA := startManager("executor-a", hold.wrap)
+		Expect(k8s.Create(ctx, action(ns, "order-claimed", 4100))).To(Succeed())
+		Eventually(hold.reached).Should(BeClosed())
+		claimed := get(ns, "order-claimed")
+		Expect(claimed.Status.Phase).To(Equal(v1alpha1.PhaseExecuting))
+		Expect(claimed.Status.Claim.Executor).To(Equal("executor-a"))
+		stopA()
+
+		startManager("executor-b", nil)
+		done := waitForPhase(ns, "order-claimed", v1alpha1.PhaseSucceeded)
+		hold.release()
+		key := ns + "/order-claimed"
+		Expect(downstream.Requests(key)).To(Equal(1), "one dispatch in total")
+		Expect(downstream.Effects(key)).To(Equal(1))
+		Expect(transitions(done)).To(Equal([]string{
+			"Executing/Executing@executor-a", "Unknown/OutcomeUnknown@executor-b",
+			"Executing/AbsentByLookup@executor-b", "Succeeded/Succeeded@executor-b",
+		}))
+		Expect(done.Status.History[1].Message).To(ContainSubstring("executor executor-a's claim on attempt 1 lapsed"))
+	})
+
+	It("lets the next manager find, by lookup, a request its stopped executor left held downstream", func() {
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 3 * time.Second, Count: 1})
+		hold := newHold(ns+"/order-held", true)
+		stopA := startManager("executor-a", hold.wrap)
+		Expect(k8s.Create(ctx, action(ns, "order-held", 4200))).To(Succeed())
+		Eventually(hold.reached).Should(BeClosed())
+		stopA()
+
+		startManager("executor-b", nil)
+		done := waitForPhase(ns, "order-held", v1alpha1.PhaseSucceeded)
+		hold.release()
+		key := ns + "/order-held"
+		charged, ok := downstream.Charge(key)
+		Expect(ok).To(BeTrue())
+		Expect(done.Status.ExternalRef).To(Equal(charged.ID))
+		Expect(transitions(done)).To(Equal([]string{
+			"Executing/Executing@executor-a", "Unknown/OutcomeUnknown@executor-b", "Succeeded/FoundByLookup@executor-b",
+		}))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		Expect(downstream.Effects(key)).To(Equal(1))
+	})
+})
+
+// hold stops one dispatch, as if its executor died: before the request
+// leaves, or (send) after it left but before the answer is recorded.
+type hold struct {
+	key      string
+	send     bool
+	reached  chan struct{}
+	released chan struct{}
+	once     sync.Once
+}
+
+func newHold(key string, send bool) *hold {
+	return &hold{key: key, send: send, reached: make(chan struct{}), released: make(chan struct{})}
+}
+
+func (h *hold) release() { close(h.released) }
+
+func (h *hold) wrap(inner adapter.Connector) adapter.Connector {
+	return adapter.ConnectorFn(func(ctx context.Context, tool *v1alpha1.Tool) (adapter.Executor, error) {
+		executor, err := inner.Connect(ctx, tool)
+		if err != nil {
+			return nil, err
+		}
+		return adapter.ExecutorFns{
+			ExecuteFn: func(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
+				if req.IdempotencyKey != h.key {
+					return executor.Execute(ctx, req)
+				}
+				if h.send {
+					// The answer is lost with the executor.
+					go func() { _, _ = executor.Execute(context.Background(), req) }()
+				}
+				h.once.Do(func() { close(h.reached) })
+				<-h.released
+				return adapter.Outcome{}, &adapter.RetryableError{Reason: "ExecutorGone", Err: errors.New("the executor stopped")}
+			},
+			LookupFn: executor.Lookup,
+		}, nil
+	})
+}
+
+func createTool(namespace string, class v1alpha1.IdempotencyClass) {
+	Expect(k8s.Create(context.Background(), &v1alpha1.Tool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "charge"},
+		Spec: v1alpha1.ToolSpec{
+			Operation:        "payments.charge",
+			Version:          "v1",
+			IdempotencyClass: class,
+			HTTP: v1alpha1.HTTPAdapter{
+				URL:      httpServer.URL + "/charges",
+				Timeout:  &metav1.Duration{Duration: time.Second},
+				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},
+				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"},
+			},
+			Retry: v1alpha1.RetryPolicy{
+				InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
+				MaxBackoff:     &metav1.Duration{Duration: 2 * time.Second},
+			},
+		},
+	})).To(Succeed())
+}
+
+func action(namespace, name string, amount int) *v1alpha1.ToolAction {
+	return &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: v1alpha1.ToolActionSpec{
+			ToolRef: v1alpha1.ToolReference{Name: "charge"},
+			Parameters: map[string]apiextensionsv1.JSON{
+				"amount":   {Raw: []byte(fmt.Sprint(amount))},
+				"currency": {Raw: []byte(`"EUR"`)},
+			},
+		},
+	}
+}
+
+func get(namespace, name string) *v1alpha1.ToolAction {
+	GinkgoHelper()
+	var a v1alpha1.ToolAction
+	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a)).To(Succeed())
+	return &a
+}
+
+func waitForPhase(namespace, name string, phase v1alpha1.Phase) *v1alpha1.ToolAction {
+	GinkgoHelper()
+	var a *v1alpha1.ToolAction
+	Eventually(func(g Gomega) {
+		var current v1alpha1.ToolAction
+		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &current)).To(Succeed())
+		g.Expect(current.Status.Phase).To(Equal(phase), "status: %+v", current.Status)
+		a = &current
+	}).Should(Succeed())
+	return a
+}
+
+// transitions summarises the history as "to/reason@executor" entries.
+func transitions(a *v1alpha1.ToolAction) []string {
+	out := make([]string, 0, len(a.Status.History))
+	for _, t := range a.Status.History {
+		out = append(out, fmt.Sprintf("%s/%s@%s", t.To, t.Reason, t.Executor))
+	}
+	return out
+}
+
+// claimConflicts reads toolledger_claim_conflicts_total by step from the
+// process's metrics registry, which all in-process managers share.
+func claimConflicts() map[string]float64 {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "toolledger_claim_conflicts_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "step" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
