@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,6 +136,55 @@ var _ = Describe("Several executors", func() {
 	})
 })
 
+var _ = Describe("The ledger's store", func() {
+	It("loses and doubles nothing when etcd restarts mid-flight", func() {
+		ctx := context.Background()
+		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
+		Expect(k8s.Create(ctx, tenant)).To(Succeed())
+		ns := tenant.Name
+		downstream.ClearFaults()
+		createTool(ns, v1alpha1.Compensatable)
+		// Hold the first requests downstream so that the restart finds them in flight.
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 1500 * time.Millisecond, Count: 10})
+		startManager("executor-a", nil)
+		startManager("executor-b", nil)
+
+		const actions = 40
+		for i := range actions {
+			Expect(k8s.Create(ctx, action(ns, fmt.Sprintf("order-%02d", i), i+1))).To(Succeed())
+		}
+		Eventually(func() int { return downstream.TotalRequests() }).Should(BeNumerically(">", 0))
+
+		etcd := testEnv.ControlPlane.Etcd
+		Expect(etcd.Stop()).To(Succeed())
+		time.Sleep(3 * time.Second)
+		Expect(etcd.Start()).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			var list v1alpha1.ToolActionList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(actions), "nothing lost")
+			for _, a := range list.Items {
+				g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded), "action %s: %+v", a.Name, a.Status.History)
+			}
+		}, 3*time.Minute, time.Second).Should(Succeed())
+
+		var list v1alpha1.ToolActionList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		paths := map[string]int{}
+		for _, a := range list.Items {
+			key := ns + "/" + a.Name
+			charged, ok := downstream.Charge(key)
+			Expect(ok).To(BeTrue())
+			Expect(downstream.Effects(key)).To(Equal(1), "effects for %s", key)
+			Expect(a.Status.ExternalRef).To(Equal(charged.ID), "the record names the one effect of %s", key)
+			Expect(downstream.Requests(key)).To(BeNumerically("<=", int(a.Status.Attempts)), "no request outside a claimed attempt for %s", key)
+			paths[strings.Join(reasons(&a), " > ")]++
+		}
+		AddReportEntry("paths taken through the restart", fmt.Sprint(paths))
+	})
+})
+
 // hold stops one dispatch, as if its executor died: before the request
 // leaves, or (send) after it left but before the answer is recorded.
 type hold struct {
@@ -233,6 +283,14 @@ func transitions(a *v1alpha1.ToolAction) []string {
 	out := make([]string, 0, len(a.Status.History))
 	for _, t := range a.Status.History {
 		out = append(out, fmt.Sprintf("%s/%s@%s", t.To, t.Reason, t.Executor))
+	}
+	return out
+}
+
+func reasons(a *v1alpha1.ToolAction) []string {
+	out := make([]string, 0, len(a.Status.History))
+	for _, t := range a.Status.History {
+		out = append(out, t.Reason)
 	}
 	return out
 }

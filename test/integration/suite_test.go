@@ -45,6 +45,8 @@ var _ = BeforeSuite(func() {
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: filepath.Join("..", "..", "bin"),
+		// A data directory of our own survives an etcd restart.
+		ControlPlane: envtest.ControlPlane{Etcd: &envtest.Etcd{DataDir: GinkgoT().TempDir()}},
 	}
 	var err error
 	cfg, err = testEnv.Start()
