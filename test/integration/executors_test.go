@@ -87,7 +87,7 @@ var _ = Describe("Several executors", func() {
 		AddReportEntry("compare-and-set conflicts (each a write that lost, dispatching nothing)", fmt.Sprint(conflicts))
 		AddReportEntry("actions dispatched per executor", fmt.Sprint(executors))
 		GinkgoWriter.Printf("conflicts by step: %v; dispatches by executor: %v\n", conflicts, executors)
-		Expect(conflicts["finalizer"] + conflicts["claim"]).To(BeNumerically(">", 0), "three managers raced for the same actions")
+		Expect(conflicts["finalizer"]+conflicts["claim"]).To(BeNumerically(">", 0), "three managers raced for the same actions")
 	})
 
 	It("lets the next manager settle an attempt whose executor stopped after the claim, before the request left", func() {
