@@ -5,15 +5,21 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
@@ -74,6 +80,10 @@ var _ = Describe("Unknown outcomes", func() {
 		out, err := kubectl("get", "ta", "order-dark", "-n", ns)
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`(?m)^order-dark\s+charge\s+Escalated\s+1\s`))
+		// The escalation queue is a field selector away.
+		out, err = kubectl("get", "ta", "-n", ns, "--field-selector", "status.phase=Escalated", "-o", "name")
+		Expect(err).NotTo(HaveOccurred(), out)
+		Expect(strings.TrimSpace(out)).To(Equal("toolaction.toolledger.dev/order-dark"))
 		out, err = kubectl("get", "events", "-n", ns, "--field-selector", "reason=Escalated", "-o", "name")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).NotTo(BeEmpty())
@@ -296,3 +306,50 @@ func get(namespace, name string) *v1alpha1.ToolAction {
 	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &action)).To(Succeed())
 	return &action
 }
+
+var _ = Describe("Who may resolve", func() {
+	It("is the shipped resolver role: it creates resolutions and cannot touch the ledger", func() {
+		ctx := context.Background()
+		ns := newTenant()
+		manifest, err := os.ReadFile(filepath.Join("..", "config", "rbac", "toolresolution_resolver_role.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		var role rbacv1.ClusterRole
+		Expect(yaml.UnmarshalStrict(manifest, &role)).To(Succeed())
+		role.Name = "resolver-" + ns
+		Expect(k8s.Create(ctx, &role)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), &role) })
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ops-resolvers"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "ops@example.com"}},
+		})).To(Succeed())
+		newTool(ns)
+		Expect(k8s.Create(ctx, newAction(ns, "order-rbac", "charge", charge(9)))).To(Succeed())
+		waitForPhase(ns, "order-rbac", v1alpha1.PhaseSucceeded)
+
+		as := func(user string) client.Client {
+			impersonated := rest.CopyConfig(cfg)
+			impersonated.Impersonate = rest.ImpersonationConfig{UserName: user}
+			c, err := client.New(impersonated, client.Options{Scheme: k8s.Scheme()})
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+		resolution := func(name string) *v1alpha1.ToolResolution {
+			return &v1alpha1.ToolResolution{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-rbac", Outcome: v1alpha1.ResolvedFailed, Reason: "checked"},
+			}
+		}
+
+		ops := as("ops@example.com")
+		Expect(ops.Create(ctx, resolution("by-ops"))).To(Succeed())
+		var action v1alpha1.ToolAction
+		Eventually(func() error { return ops.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-rbac"}, &action) }).Should(Succeed())
+		action.Status.Phase = v1alpha1.PhaseFailed
+		Expect(apierrors.IsForbidden(ops.Status().Update(ctx, &action))).To(BeTrue(), "a resolver cannot rewrite the ledger")
+		Expect(apierrors.IsForbidden(ops.Delete(ctx, &action))).To(BeTrue(), "a resolver cannot delete records")
+
+		Expect(apierrors.IsForbidden(as("agent@example.com").Create(ctx, resolution("by-agent")))).To(BeTrue(),
+			"resolving is not part of invoking tools")
+	})
+})

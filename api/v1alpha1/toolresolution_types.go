@@ -64,6 +64,7 @@ type ToolResolutionStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tres,categories=toolledger
+// +kubebuilder:selectablefield:JSONPath=`.spec.actionName`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.actionName`
 // +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.spec.outcome`
 // +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].status`
