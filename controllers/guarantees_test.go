@@ -155,12 +155,14 @@ var _ = Describe("Unknown outcomes", func() {
 	})
 
 	It("escalates a NonRepeatable tool's unknown outcome at once and never sends again", func() {
-		newTool(ns, short, func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.NonRepeatable })
+		// The tool's 5s timeout delays only lookups, never an escalation.
+		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.NonRepeatable })
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-once", "charge", charge(300)))).To(Succeed())
 
-		escalated := waitForPhase(ns, "order-once", v1alpha1.PhaseEscalated)
-		Expect(escalated.Status.Error.Message).To(ContainSubstring("a NonRepeatable tool without a safe way to check it is never repeated automatically"))
+		Eventually(func() v1alpha1.Phase { return get(ns, "order-once").Status.Phase }, 4*time.Second).Should(Equal(v1alpha1.PhaseEscalated))
+		escalated := get(ns, "order-once")
+		Expect(escalated.Status.Error.Message).To(Equal("the outcome of attempt 1 is unknown and a NonRepeatable tool is never repeated or settled automatically; resolve it with a ToolResolution"))
 		Expect(escalated.Status.Lookups).To(Equal(int32(0)))
 		key := keyOf(ns, "order-once")
 		Consistently(func() int { return downstream.Requests(key) }, 2*time.Second, 100*time.Millisecond).Should(Equal(1))
@@ -187,7 +189,8 @@ var _ = Describe("Unknown outcomes", func() {
 		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-nolookup", "charge", charge(450)))).To(Succeed())
-		waitForPhase(ns, "order-nolookup", v1alpha1.PhaseEscalated)
+		escalated := waitForPhase(ns, "order-nolookup", v1alpha1.PhaseEscalated)
+		Expect(escalated.Status.Error.Message).To(Equal("the outcome of attempt 1 is unknown and a Compensatable tool without a lookup call is never repeated automatically; resolve it with a ToolResolution"))
 		Expect(downstream.Requests(keyOf(ns, "order-nolookup"))).To(Equal(1))
 	})
 })

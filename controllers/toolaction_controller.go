@@ -135,9 +135,6 @@ func (r *ToolActionReconciler) reconcileExecuting(ctx context.Context, action *v
 // tell are repeated with backoff until the tool's deadline.
 func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1alpha1.ToolAction) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	if next := action.Status.NextAttemptTime; next != nil && next.After(now) {
-		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
-	}
 	tool, err := r.resolveTool(ctx, action)
 	if err != nil {
 		var invalid *invalidError
@@ -148,12 +145,19 @@ func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1a
 	}
 	deleting := !action.DeletionTimestamp.IsZero()
 	spent := action.Status.Attempts >= maxAttempts(tool)
+	policy := policyForUnknown(tool)
+	if next := action.Status.NextAttemptTime; policy != escalate && next != nil && next.After(now) {
+		return ctrl.Result{RequeueAfter: next.Sub(now)}, nil
+	}
 
-	switch policyForUnknown(tool) {
+	switch policy {
 	case escalate:
+		why := "a NonRepeatable tool is never repeated or settled automatically"
+		if tool.Spec.IdempotencyClass != v1alpha1.NonRepeatable {
+			why = fmt.Sprintf("a %s tool without a lookup call is never repeated automatically", tool.Spec.IdempotencyClass)
+		}
 		return ctrl.Result{}, r.escalate(ctx, action, ReasonOutcomeUnknown, fmt.Sprintf(
-			"the outcome of attempt %d is unknown and a %s tool without a safe way to check it is never repeated automatically; resolve it with a ToolResolution",
-			action.Status.Attempts, tool.Spec.IdempotencyClass))
+			"the outcome of attempt %d is unknown and %s; resolve it with a ToolResolution", action.Status.Attempts, why))
 	case redispatch:
 		if deleting || spent {
 			return ctrl.Result{}, r.escalate(ctx, action, ReasonOutcomeUnknown, fmt.Sprintf(
