@@ -8,7 +8,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -261,6 +263,34 @@ var _ = Describe("ToolAction", func() {
 			Expect(done.Status.Error.Message).To(ContainSubstring("amount"))
 			Expect(done.Status.Attempts).To(Equal(int32(1)))
 			Expect(downstream.Effects(keyOf(ns, "order-negative"))).To(Equal(0))
+		})
+	})
+
+	Context("with credentials", func() {
+		It("waits, without a dispatch, for the tool's Secret and then sends its header", func() {
+			newTool(ns, func(t *v1alpha1.Tool) {
+				t.Spec.HTTP.AuthHeader = &v1alpha1.SecretHeader{
+					SecretKeyRef: v1alpha1.SecretKeySelector{Name: "payments-api", Key: "token"},
+				}
+			})
+			Expect(k8s.Create(ctx, newAction(ns, "order-auth", "charge", charge(42)))).To(Succeed())
+
+			waiting := waitForPhase(ns, "order-auth", v1alpha1.PhaseAccepted)
+			reconciling := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionReconciling)
+			Expect(reconciling).NotTo(BeNil())
+			Expect(reconciling.Reason).To(Equal("ToolNotReady"))
+			Expect(reconciling.Message).To(ContainSubstring(`cannot read Secret ` + ns + `/payments-api`))
+			Expect(waiting.Finalizers).To(BeEmpty(), "nothing is in flight yet")
+			key := keyOf(ns, "order-auth")
+			Expect(downstream.Requests(key)).To(Equal(0))
+
+			Expect(k8s.Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-api"},
+				StringData: map[string]string{"token": "Bearer sk_test_42"},
+			})).To(Succeed())
+			waitForPhase(ns, "order-auth", v1alpha1.PhaseSucceeded)
+			Expect(downstream.Requests(key)).To(Equal(1))
+			Expect(downstream.LastAuthorization()).To(Equal("Bearer sk_test_42"))
 		})
 	})
 
