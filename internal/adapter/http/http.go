@@ -25,6 +25,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
 
 const (
@@ -304,8 +305,10 @@ func (e *executor) outcome(body []byte) adapter.Outcome {
 		out.ExternalRef = ref
 	}
 	if len(e.response.ResultPointers) > 0 {
-		result, warnings := project(doc, e.response.ResultPointers)
-		out.Warnings = append(out.Warnings, warnings...)
+		result, missing := jsonpointer.Project(doc, e.response.ResultPointers)
+		for _, pointer := range missing {
+			out.Warnings = append(out.Warnings, fmt.Sprintf("response has no result field at %s", pointer))
+		}
 		if result != nil {
 			encoded, _ := json.Marshal(result) // values came from json.Unmarshal
 			if len(encoded) > maxResultBytes {
@@ -319,7 +322,7 @@ func (e *executor) outcome(body []byte) adapter.Outcome {
 }
 
 func externalRef(doc any, pointer string) (string, error) {
-	v, ok := resolve(doc, pointer)
+	v, ok := jsonpointer.Get(doc, pointer)
 	if !ok {
 		return "", fmt.Errorf("response has no external id at %s", pointer)
 	}

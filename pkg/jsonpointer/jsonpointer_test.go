@@ -1,17 +1,20 @@
-package http
+package jsonpointer
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-// decode parses a JSON document the way the adapter does for responses.
+// decode parses a JSON document keeping numbers exact, as the adapter does.
 func decode(t *testing.T, doc string) any {
 	t.Helper()
-	v, err := decodeJSON([]byte(doc))
-	if err != nil {
+	dec := json.NewDecoder(strings.NewReader(doc))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		t.Fatalf("decode %s: %v", doc, err)
 	}
 	return v
@@ -64,12 +67,12 @@ func TestResolve(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.pointer, func(t *testing.T) {
 			t.Parallel()
-			got, ok := resolve(doc, tc.pointer)
+			got, ok := Get(doc, tc.pointer)
 			if ok != tc.found {
-				t.Fatalf("resolve(%q) found = %v, want %v (value %v)", tc.pointer, ok, tc.found, got)
+				t.Fatalf("Get(%q) found = %v, want %v (value %v)", tc.pointer, ok, tc.found, got)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("resolve(%q) mismatch (-want +got):\n%s", tc.pointer, diff)
+				t.Errorf("Get(%q) mismatch (-want +got):\n%s", tc.pointer, diff)
 			}
 		})
 	}
@@ -78,9 +81,9 @@ func TestResolve(t *testing.T) {
 func TestResolveEmptyPointerIsWholeDocument(t *testing.T) {
 	t.Parallel()
 	doc := decode(t, `{"a": 1}`)
-	got, ok := resolve(doc, "")
+	got, ok := Get(doc, "")
 	if !ok {
-		t.Fatal(`resolve(doc, "") not found`)
+		t.Fatal(`Get(doc, "") not found`)
 	}
 	if diff := cmp.Diff(doc, got); diff != "" {
 		t.Errorf("mismatch (-want +got):\n%s", diff)
@@ -90,14 +93,14 @@ func TestResolveEmptyPointerIsWholeDocument(t *testing.T) {
 func TestResolveTopLevelArrayAndScalar(t *testing.T) {
 	t.Parallel()
 	arr := decode(t, `[10, "x"]`)
-	if got, ok := resolve(arr, "/1"); !ok || got != "x" {
-		t.Errorf(`resolve([10,"x"], "/1") = %v, %v; want "x", true`, got, ok)
+	if got, ok := Get(arr, "/1"); !ok || got != "x" {
+		t.Errorf(`Get([10,"x"], "/1") = %v, %v; want "x", true`, got, ok)
 	}
-	if got, ok := resolve(arr, "/2"); ok {
-		t.Errorf(`resolve([10,"x"], "/2") = %v, true; want not found`, got)
+	if got, ok := Get(arr, "/2"); ok {
+		t.Errorf(`Get([10,"x"], "/2") = %v, true; want not found`, got)
 	}
-	if got, ok := resolve(decode(t, `"s"`), "/0"); ok {
-		t.Errorf(`resolve("s", "/0") = %v, true; want not found`, got)
+	if got, ok := Get(decode(t, `"s"`), "/0"); ok {
+		t.Errorf(`Get("s", "/0") = %v, true; want not found`, got)
 	}
 }
 
@@ -140,7 +143,7 @@ func TestProject(t *testing.T) {
 		name         string
 		pointers     []string
 		want         string // JSON of the projected document; "" means nil
-		wantWarnings []string
+		wantMissing []string
 	}{
 		{
 			name:     "scalars and a nested field",
@@ -168,15 +171,15 @@ func TestProject(t *testing.T) {
 			want:     `{"data":{"charge/id":"ch_2","a~b":"t"}}`,
 		},
 		{
-			name:         "missing pointers are warnings, present ones kept",
+			name:         "missing pointers are reported, present ones kept",
 			pointers:     []string{"/status", "/nope", "/card/cvc"},
 			want:         `{"status":"succeeded"}`,
-			wantWarnings: []string{"response has no result field at /nope", "response has no result field at /card/cvc"},
+			wantMissing: []string{"/nope", "/card/cvc"},
 		},
 		{
 			name:         "nothing found gives a nil result",
 			pointers:     []string{"/nope"},
-			wantWarnings: []string{"response has no result field at /nope"},
+			wantMissing: []string{"/nope"},
 		},
 		{
 			name: "no pointers",
@@ -186,9 +189,9 @@ func TestProject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			doc := decode(t, response)
-			got, warnings := project(doc, tc.pointers)
-			if diff := cmp.Diff(tc.wantWarnings, warnings); diff != "" {
-				t.Errorf("warnings mismatch (-want +got):\n%s", diff)
+			got, missing := Project(doc, tc.pointers)
+			if diff := cmp.Diff(tc.wantMissing, missing); diff != "" {
+				t.Errorf("missing pointers mismatch (-want +got):\n%s", diff)
 			}
 			if tc.want == "" {
 				if got != nil {
@@ -209,7 +212,7 @@ func TestProject(t *testing.T) {
 func TestProjectDoesNotAliasUnrequestedFields(t *testing.T) {
 	t.Parallel()
 	doc := decode(t, `{"card": {"last4": "4242", "number": "4242424242424242"}}`)
-	got, _ := project(doc, []string{"/card/last4"})
+	got, _ := Project(doc, []string{"/card/last4"})
 	encoded, err := json.Marshal(got)
 	if err != nil {
 		t.Fatal(err)

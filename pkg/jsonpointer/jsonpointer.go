@@ -1,13 +1,16 @@
-package http
+// Package jsonpointer reads RFC 6901 JSON Pointers in decoded JSON
+// documents. The HTTP adapter picks response fields with it, and the request
+// digest picks a tool's consequential parameters.
+package jsonpointer
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
 
-// resolve returns the value at an RFC 6901 JSON Pointer in a decoded document.
-func resolve(doc any, pointer string) (any, bool) {
+// Get returns the value at a JSON Pointer in a document decoded into any
+// (maps, slices and scalars), and whether it exists.
+func Get(doc any, pointer string) (any, bool) {
 	if pointer == "" {
 		return doc, true
 	}
@@ -33,15 +36,14 @@ func resolve(doc any, pointer string) (any, bool) {
 	return cur, true
 }
 
-// project copies the values at the pointers into a new document at the same
-// paths; array elements are keyed by their index. Missing pointers are reported.
-func project(doc any, pointers []string) (map[string]any, []string) {
-	var result map[string]any
-	var warnings []string
+// Project copies the values at the pointers into a new document at the same
+// paths; array elements are keyed by their index. It returns nil when no
+// pointer exists, and the pointers that do not.
+func Project(doc any, pointers []string) (result map[string]any, missing []string) {
 	for _, pointer := range pointers {
-		value, ok := resolve(doc, pointer)
+		value, ok := Get(doc, pointer)
 		if !ok {
-			warnings = append(warnings, fmt.Sprintf("response has no result field at %s", pointer))
+			missing = append(missing, pointer)
 			continue
 		}
 		if result == nil {
@@ -59,7 +61,7 @@ func project(doc any, pointers []string) (map[string]any, []string) {
 		}
 		node[path[len(path)-1]] = value
 	}
-	return result, warnings
+	return result, missing
 }
 
 func tokens(pointer string) []string {
