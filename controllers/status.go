@@ -30,6 +30,8 @@ const (
 	ReasonUnclassifiedError     = "UnclassifiedError"
 	ReasonToolNotFound          = "ToolNotFound"
 	ReasonToolNotReady          = "ToolNotReady"
+	ReasonToolNotAdmitted       = "ToolNotAdmitted"
+	ReasonInvalidToolContract   = "InvalidToolContract"
 	ReasonInvalidParameters     = "InvalidParameters"
 	ReasonRequestDigestMismatch = "RequestDigestMismatch"
 	ReasonRequestChanged        = "RequestChanged"

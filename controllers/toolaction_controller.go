@@ -15,6 +15,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/internal/catalog"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
@@ -57,13 +60,16 @@ type ToolActionReconciler struct {
 	LeaseGrace time.Duration
 	// MaxConcurrentReconciles is the number of actions handled in parallel.
 	MaxConcurrentReconciles int
+	// OperatorNamespace holds the Secrets of ClusterTools.
+	OperatorNamespace string
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/finalizers,verbs=update
-// +kubebuilder:rbac:groups=toolledger.dev,resources=tools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=tools;clustertools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile moves one action a step towards its outcome. The whole state
@@ -442,24 +448,75 @@ func holdsClaim(action *v1alpha1.ToolAction, claim *v1alpha1.ExecutorClaim) bool
 		current != nil && claim != nil && current.Executor == claim.Executor && current.Attempt == claim.Attempt
 }
 
-// resolveTool finds the referenced Tool. A miss in the cache is confirmed
-// with the API server, so that a Tool applied together with the action is not
-// mistaken for a missing one.
+// resolveTool finds the referenced Tool, or the ClusterTool if it admits
+// the action's namespace. A ClusterTool is returned as a Tool in the
+// operator's namespace, where its Secrets live. A miss in the cache is
+// confirmed with the API server, so that a tool applied together with the
+// action is not mistaken for a missing one.
 func (r *ToolActionReconciler) resolveTool(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.Tool, error) {
-	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.ToolRef.Name}
-	var tool v1alpha1.Tool
-	err := r.Client.Get(ctx, key, &tool)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, &tool)
+	ref := action.Spec.ToolRef
+	if ref.Kind == v1alpha1.KindClusterTool {
+		return r.resolveClusterTool(ctx, action)
 	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound,
-			message: fmt.Sprintf("tool %q not found in namespace %q", key.Name, key.Namespace)}
-	case err != nil:
+	key := types.NamespacedName{Namespace: action.Namespace, Name: ref.Name}
+	var tool v1alpha1.Tool
+	if err := r.getConfirmed(ctx, key, &tool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound,
+				message: fmt.Sprintf("tool %q not found in namespace %q", key.Name, key.Namespace)}
+		}
 		return nil, fmt.Errorf("cannot get tool %s: %w", key, err)
 	}
 	return &tool, nil
+}
+
+func (r *ToolActionReconciler) resolveClusterTool(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.Tool, error) {
+	name := action.Spec.ToolRef.Name
+	var clusterTool v1alpha1.ClusterTool
+	if err := r.getConfirmed(ctx, types.NamespacedName{Name: name}, &clusterTool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound,
+				message: fmt.Sprintf("clustertool %q not found", name)}
+		}
+		return nil, fmt.Errorf("cannot get clustertool %s: %w", name, err)
+	}
+	var namespace corev1.Namespace
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: action.Namespace}, &namespace); err != nil {
+		return nil, fmt.Errorf("cannot get namespace %s: %w", action.Namespace, err)
+	}
+	admitted, err := admits(clusterTool.Spec.NamespaceSelector, namespace.Labels)
+	if err != nil {
+		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotAdmitted,
+			message: fmt.Sprintf("clustertool %q has an invalid namespaceSelector: %v", name, err)}
+	}
+	if !admitted {
+		return nil, &invalidError{class: v1alpha1.ErrorClassDenied, reason: ReasonToolNotAdmitted,
+			message: fmt.Sprintf("clustertool %q does not admit namespace %q", name, action.Namespace)}
+	}
+	return &v1alpha1.Tool{
+		ObjectMeta: metav1.ObjectMeta{Name: clusterTool.Name, Namespace: r.OperatorNamespace},
+		Spec:       clusterTool.Spec.ToolSpec,
+	}, nil
+}
+
+func admits(selector *metav1.LabelSelector, namespaceLabels map[string]string) (bool, error) {
+	if selector == nil {
+		return false, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return false, err
+	}
+	return s.Matches(labels.Set(namespaceLabels)), nil
+}
+
+// getConfirmed reads from the cache and confirms a miss with the API server.
+func (r *ToolActionReconciler) getConfirmed(ctx context.Context, key types.NamespacedName, obj client.Object) error {
+	err := r.Client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, obj)
+	}
+	return err
 }
 
 // verifyRequest computes the request digest and checks it against the
@@ -475,12 +532,24 @@ func (r *ToolActionReconciler) verifyRequest(action *v1alpha1.ToolAction, tool *
 		}
 		parameters = encoded
 	}
+	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,
+			message: fmt.Sprintf("tool %q: %v", tool.Name, err)}
+	}
+	if err := schema.Validate(parameters); err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
+	}
+	consequential, err := catalog.Consequential(parameters, tool.Spec.ConsequentialFields)
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
+	}
 	requestDigest, err := digest.Compute(digest.Request{
 		Tenant:     action.Namespace,
 		Tool:       tool.Name,
 		Operation:  tool.Spec.Operation,
 		Version:    tool.Spec.Version,
-		Parameters: parameters,
+		Parameters: consequential,
 	})
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -193,13 +194,95 @@ type ToolSpec struct {
 	// +optional
 	// +kubebuilder:default="10m"
 	UnknownOutcomeDeadline *metav1.Duration `json:"unknownOutcomeDeadline,omitempty"`
+
+	// parametersSchema is the OpenAPI v3 schema (the subset Kubernetes CRDs
+	// use: type, properties, required, enum, minimum, maximum, minLength,
+	// maxLength, pattern, items, additionalProperties, ...) that an action's
+	// parameters must satisfy before anything is dispatched. A violation
+	// fails the action with InvalidInput, naming the field.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	ParametersSchema *apiextensionsv1.JSON `json:"parametersSchema,omitempty"`
+
+	// consequentialFields are the JSON Pointers (RFC 6901) of the parameters
+	// that make up the intent; only they enter the request digest, so a
+	// harmless field such as a memo does not make a different intent. Empty
+	// means every parameter is consequential. All parameters are still sent.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Pattern=`^(/[^/]*)+$`
+	// +kubebuilder:validation:items:MaxLength=256
+	ConsequentialFields []string `json:"consequentialFields,omitempty"`
+}
+
+// MCPHints are the Model Context Protocol tool annotations that follow from
+// a tool's idempotency class, so a gateway can publish them honestly.
+type MCPHints struct {
+	// readOnlyHint: the tool does not modify its environment.
+	ReadOnlyHint bool `json:"readOnlyHint"`
+	// destructiveHint: the tool may perform updates that cannot be undone.
+	DestructiveHint bool `json:"destructiveHint"`
+	// idempotentHint: calling it repeatedly with the same arguments has no additional effect.
+	IdempotentHint bool `json:"idempotentHint"`
+	// openWorldHint: the tool interacts with an external system.
+	OpenWorldHint bool `json:"openWorldHint"`
+}
+
+// Hints maps an idempotency class to MCP tool annotations:
+//
+//	class                readOnly destructive idempotent openWorld
+//	ReadOnly             true     false       true       true
+//	NaturallyIdempotent  false    false       true       true
+//	KeyProtected         false    false       true       true
+//	Compensatable        false    false       false      true
+//	NonRepeatable        false    true        false      true
+//
+// KeyProtected counts as idempotent because toolledger sends every repeat
+// under the same key; Compensatable is not destructive because a new action
+// can offset it.
+func (c IdempotencyClass) Hints() MCPHints {
+	return MCPHints{
+		ReadOnlyHint:    c == ReadOnly,
+		DestructiveHint: c == NonRepeatable,
+		IdempotentHint:  c == ReadOnly || c == NaturallyIdempotent || c == KeyProtected,
+		OpenWorldHint:   true,
+	}
+}
+
+// Condition type of a Tool.
+const (
+	// ConditionToolReady is True when the tool can be used: its schema
+	// compiles and its Secret and key exist.
+	ConditionToolReady = "Ready"
+)
+
+// ToolStatus says whether the tool can be used.
+type ToolStatus struct {
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions hold Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// mcpHints are the MCP tool annotations that follow from the idempotency class.
+	// +optional
+	MCPHints *MCPHints `json:"mcpHints,omitempty"`
 }
 
 // +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=toolledger
 // +kubebuilder:printcolumn:name="Operation",type=string,JSONPath=`.spec.operation`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
 // +kubebuilder:printcolumn:name="Class",type=string,JSONPath=`.spec.idempotencyClass`
+// +kubebuilder:printcolumn:name="Adapter",type=string,JSONPath=`.spec.http.url`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // Tool is a catalog entry: what an operation does, whether it may be
@@ -215,6 +298,10 @@ type Tool struct {
 	// spec is the tool contract.
 	// +required
 	Spec ToolSpec `json:"spec"`
+
+	// status says whether the tool can be used.
+	// +optional
+	Status ToolStatus `json:"status,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -8,16 +8,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// Kinds a ToolReference may name.
+const (
+	KindTool        = "Tool"
+	KindClusterTool = "ClusterTool"
+)
+
 // ToolReference names the tool that carries out an action.
 type ToolReference struct {
-	// kind is the kind of the referenced tool. Only Tool, in the action's own
-	// namespace, is supported.
+	// kind is Tool, for a tool in the action's own namespace, or
+	// ClusterTool, for a platform-wide tool whose selector admits the namespace.
 	// +optional
 	// +kubebuilder:default=Tool
-	// +kubebuilder:validation:Enum=Tool
+	// +kubebuilder:validation:Enum=Tool;ClusterTool
 	Kind string `json:"kind,omitempty"`
 
-	// name is the name of the Tool in the action's namespace.
+	// name is the name of the Tool or ClusterTool.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253

@@ -50,6 +50,9 @@ type Options struct {
 	// SkipNameValidation allows several managers in one process, as the
 	// multi-executor tests run them.
 	SkipNameValidation bool
+	// Namespace is the operator's own namespace, which holds the Secrets of
+	// ClusterTools; DefaultNamespace() when empty.
+	Namespace string
 	// WrapConnector, when set, wraps the HTTP connector; tests use it to
 	// stop an executor at a chosen point of a dispatch.
 	WrapConnector func(adapter.Connector) adapter.Connector
@@ -79,6 +82,15 @@ func DefaultExecutorID() string {
 	return name + "-" + hex.EncodeToString(suffix)
 }
 
+// DefaultNamespace is POD_NAMESPACE (from the downward API) when set, else
+// toolledger-system, where the manifests install the operator.
+func DefaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "toolledger-system"
+}
+
 // NewManager builds a manager with the ToolAction controller registered.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.ExecutorID == "" {
@@ -92,6 +104,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultNamespace()
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
@@ -121,6 +136,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		OperatorNamespace:       opts.Namespace,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
@@ -133,6 +149,15 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
+	}
+	tools := &controllers.ToolStatusReconciler{
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Clock:             opts.Clock,
+		OperatorNamespace: opts.Namespace,
+	}
+	if err := tools.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("cannot set up the Tool status controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("cannot add health check: %w", err)

@@ -140,9 +140,9 @@ func TestProject(t *testing.T) {
 		"data": {"charge/id": "ch_2", "a~b": "t"}
 	}`
 	tests := []struct {
-		name         string
-		pointers     []string
-		want         string // JSON of the projected document; "" means nil
+		name        string
+		pointers    []string
+		want        string // JSON of the projected document; "" means nil
 		wantMissing []string
 	}{
 		{
@@ -171,14 +171,14 @@ func TestProject(t *testing.T) {
 			want:     `{"data":{"charge/id":"ch_2","a~b":"t"}}`,
 		},
 		{
-			name:         "missing pointers are reported, present ones kept",
-			pointers:     []string{"/status", "/nope", "/card/cvc"},
-			want:         `{"status":"succeeded"}`,
+			name:        "missing pointers are reported, present ones kept",
+			pointers:    []string{"/status", "/nope", "/card/cvc"},
+			want:        `{"status":"succeeded"}`,
 			wantMissing: []string{"/nope", "/card/cvc"},
 		},
 		{
-			name:         "nothing found gives a nil result",
-			pointers:     []string{"/nope"},
+			name:        "nothing found gives a nil result",
+			pointers:    []string{"/nope"},
 			wantMissing: []string{"/nope"},
 		},
 		{
