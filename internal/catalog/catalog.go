@@ -33,6 +33,9 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	if err := dec.Decode(&v1); err != nil {
 		return nil, fmt.Errorf("parametersSchema is not an OpenAPI v3 schema: %w", err)
 	}
+	if err := checkTypes(field.NewPath("parametersSchema"), &v1); err != nil {
+		return nil, err
+	}
 	var internal apiextensions.JSONSchemaProps
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(&v1, &internal, nil); err != nil {
 		return nil, fmt.Errorf("parametersSchema cannot be converted: %w", err)
@@ -42,6 +45,30 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 		return nil, fmt.Errorf("parametersSchema does not compile: %w", err)
 	}
 	return &Schema{validator: validator}, nil
+}
+
+// checkTypes rejects type names outside OpenAPI v3, which the validator
+// would otherwise ignore.
+func checkTypes(path *field.Path, s *apiextensionsv1.JSONSchemaProps) error {
+	switch s.Type {
+	case "", "object", "array", "string", "integer", "number", "boolean":
+	default:
+		return fmt.Errorf("%s.type: %q is not an OpenAPI v3 type", path, s.Type)
+	}
+	for name, property := range s.Properties {
+		if err := checkTypes(path.Child("properties").Key(name), &property); err != nil {
+			return err
+		}
+	}
+	if s.Items != nil && s.Items.Schema != nil {
+		if err := checkTypes(path.Child("items"), s.Items.Schema); err != nil {
+			return err
+		}
+	}
+	if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+		return checkTypes(path.Child("additionalProperties"), s.AdditionalProperties.Schema)
+	}
+	return nil
 }
 
 // Validate returns nil when the parameters satisfy the schema, else an error
