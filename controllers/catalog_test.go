@@ -131,6 +131,28 @@ var _ = Describe("The tool contract", func() {
 		Expect(out).To(MatchRegexp(`(?m)^charge-locked\s+payments.charge\s+v1\s+NonRepeatable\s+http://\S+\s+False`))
 	})
 
+	It("holds every action of a tool that requires approval, without a dispatch", func() {
+		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.ApprovalRequired = true })
+		Expect(k8s.Create(ctx, newAction(ns, "order-approve", "charge", charge(5000)))).To(Succeed())
+		waiting := waitForPhase(ns, "order-approve", v1alpha1.PhaseAccepted)
+		approved := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionApproved)
+		Expect(approved).NotTo(BeNil())
+		Expect(approved.Status).To(Equal(metav1.ConditionFalse))
+		Expect(approved.Reason).To(Equal("AwaitingApproval"))
+		Expect(approved.Message).To(Equal(`tool "charge" requires an approval of request ` + waiting.Status.RequestDigest + ` before it is dispatched`))
+		Consistently(func() int { return downstream.Requests(keyOf(ns, "order-approve")) }, time.Second, 100*time.Millisecond).Should(BeZero())
+	})
+
+	It("deletes a finished action once its key retention has passed", func() {
+		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.KeyRetention = &metav1.Duration{Duration: 2 * time.Second} })
+		Expect(k8s.Create(ctx, newAction(ns, "order-ttl", "charge", charge(11)))).To(Succeed())
+		done := waitForPhase(ns, "order-ttl", v1alpha1.PhaseSucceeded)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(done), &v1alpha1.ToolAction{}))
+		}).Should(BeTrue())
+		Expect(downstream.Effects(keyOf(ns, "order-ttl"))).To(Equal(1))
+	})
+
 	It("sends the same key in two tenants as two intents with two Idempotency-Keys", func() {
 		other := newTenant()
 		newTool(ns)

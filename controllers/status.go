@@ -31,6 +31,7 @@ const (
 	ReasonToolNotFound          = "ToolNotFound"
 	ReasonToolNotReady          = "ToolNotReady"
 	ReasonToolNotAdmitted       = "ToolNotAdmitted"
+	ReasonAwaitingApproval      = "AwaitingApproval"
 	ReasonInvalidToolContract   = "InvalidToolContract"
 	ReasonInvalidParameters     = "InvalidParameters"
 	ReasonRequestDigestMismatch = "RequestDigestMismatch"

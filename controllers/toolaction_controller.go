@@ -64,7 +64,7 @@ type ToolActionReconciler struct {
 	OperatorNamespace string
 }
 
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/finalizers,verbs=update
 // +kubebuilder:rbac:groups=toolledger.dev,resources=tools;clustertools,verbs=get;list;watch
@@ -86,8 +86,13 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	switch action.Status.Phase {
 	case v1alpha1.PhaseSucceeded:
-		return ctrl.Result{}, r.linkCompensation(ctx, &action)
-	case v1alpha1.PhaseFailed, v1alpha1.PhaseEscalated:
+		if err := r.linkCompensation(ctx, &action); err != nil {
+			return ctrl.Result{}, err
+		}
+		return r.expire(ctx, &action)
+	case v1alpha1.PhaseFailed:
+		return r.expire(ctx, &action)
+	case v1alpha1.PhaseEscalated:
 		// Escalated actions wait for a ToolResolution.
 		return ctrl.Result{}, nil
 	case v1alpha1.PhaseUnknown:
@@ -263,6 +268,11 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 			}
 			return ctrl.Result{}, r.rejectIfInvalid(ctx, action, err)
 		}
+	}
+	if tool.Spec.ApprovalRequired {
+		// No approval can be granted yet (ToolApproval is not served), so
+		// the action waits, visibly, and is never dispatched.
+		return ctrl.Result{}, r.awaitApproval(ctx, action, requestDigest)
 	}
 	executor, err := r.Connector.Connect(ctx, tool)
 	if err != nil {
@@ -598,6 +608,44 @@ func (r *ToolActionReconciler) wait(ctx context.Context, action *v1alpha1.ToolAc
 		r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, reason, "Wait", message)
 	}
 	return errors.New(message)
+}
+
+// awaitApproval records that the action waits for an approval.
+func (r *ToolActionReconciler) awaitApproval(ctx context.Context, action *v1alpha1.ToolAction, requestDigest string) error {
+	next := action.DeepCopy()
+	now := r.Clock.Now()
+	message := fmt.Sprintf("tool %q requires an approval of request %s before it is dispatched", action.Spec.ToolRef.Name, requestDigest)
+	setWaiting(next, now, requestDigest, ReasonAwaitingApproval, message)
+	set(next, now, v1alpha1.ConditionApproved, metav1.ConditionFalse, ReasonAwaitingApproval, message)
+	if statusEqual(action, next) {
+		return nil
+	}
+	if err := r.Client.Status().Update(ctx, next); err != nil {
+		return ignoreConflict(err, "cannot record that %s awaits approval", action.Name)
+	}
+	r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonAwaitingApproval, "Approve", message)
+	return nil
+}
+
+// expire deletes a finished action once its tool's keyRetention has passed
+// since completion, freeing the key; it requeues until then.
+func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.ToolAction) (ctrl.Result, error) {
+	if action.Status.CompletionTime == nil {
+		return ctrl.Result{}, nil
+	}
+	tool, err := r.resolveTool(ctx, action)
+	if err != nil || tool.Spec.KeyRetention == nil {
+		// Without its tool there is no retention to apply: keep the record.
+		return ctrl.Result{}, nil
+	}
+	if wait := action.Status.CompletionTime.Add(tool.Spec.KeyRetention.Duration).Sub(r.Clock.Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	if err := r.Client.Delete(ctx, action, client.Preconditions{UID: &action.UID}); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("cannot delete expired %s: %w", action.Name, err))
+	}
+	log.FromContext(ctx).Info("Deleted a finished action whose key retention passed", "retention", tool.Spec.KeyRetention.Duration)
+	return ctrl.Result{}, nil
 }
 
 // release removes the finalizer from an action whose effect is settled or

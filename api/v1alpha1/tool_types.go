@@ -205,6 +205,20 @@ type ToolSpec struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	ParametersSchema *apiextensionsv1.JSON `json:"parametersSchema,omitempty"`
 
+	// approvalRequired holds every action of this tool before its dispatch
+	// until an approver approves it (Approved condition). Approvals are
+	// granted through a ToolApproval, which is not served yet: until it is,
+	// such actions wait in Accepted and are never dispatched.
+	// +optional
+	ApprovalRequired bool `json:"approvalRequired,omitempty"`
+
+	// keyRetention is how long a finished action (and so its key) is kept
+	// after completion; the record is then deleted and its name may be used
+	// again. Unset keeps records until someone deletes them. Keep it at
+	// least as long as callers may retry and as the downstream remembers keys.
+	// +optional
+	KeyRetention *metav1.Duration `json:"keyRetention,omitempty"`
+
 	// consequentialFields are the JSON Pointers (RFC 6901) of the parameters
 	// that make up the intent; only they enter the request digest, so a
 	// harmless field such as a memo does not make a different intent. Empty

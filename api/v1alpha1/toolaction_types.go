@@ -142,6 +142,9 @@ const (
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled is True when the action ended without success or was escalated.
 	ConditionStalled = "Stalled"
+	// ConditionApproved is False while an action of a tool that requires
+	// approval waits for one.
+	ConditionApproved = "Approved"
 	// ConditionCompensated is True once a compensating action succeeded.
 	ConditionCompensated = "Compensated"
 )

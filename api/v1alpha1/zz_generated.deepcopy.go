@@ -639,6 +639,11 @@ func (in *ToolSpec) DeepCopyInto(out *ToolSpec) {
 		*out = new(apiextensionsv1.JSON)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.KeyRetention != nil {
+		in, out := &in.KeyRetention, &out.KeyRetention
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.ConsequentialFields != nil {
 		in, out := &in.ConsequentialFields, &out.ConsequentialFields
 		*out = make([]string, len(*in))
