@@ -634,8 +634,14 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 		return ctrl.Result{}, nil
 	}
 	tool, err := r.resolveTool(ctx, action)
-	if err != nil || tool.Spec.KeyRetention == nil {
+	var invalid *invalidError
+	switch {
+	case errors.As(err, &invalid):
 		// Without its tool there is no retention to apply: keep the record.
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, err
+	case tool.Spec.KeyRetention == nil:
 		return ctrl.Result{}, nil
 	}
 	if wait := action.Status.CompletionTime.Add(tool.Spec.KeyRetention.Duration).Sub(r.Clock.Now()); wait > 0 {
