@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Prefix starts every digest, naming the hash function.
@@ -30,6 +31,15 @@ type Request struct {
 
 // Compute returns "sha256:" and the hex SHA-256 of the canonical form of r.
 func Compute(r Request) (string, error) {
+	// json.Marshal would replace invalid UTF-8 with U+FFFD, merging names
+	// that differ; Canonicalize rejects such parameters for the same reason.
+	for _, field := range [...]struct{ name, value string }{
+		{"tenant", r.Tenant}, {"tool", r.Tool}, {"operation", r.Operation}, {"version", r.Version},
+	} {
+		if !utf8.ValidString(field.value) {
+			return "", fmt.Errorf("%s %q is not valid UTF-8", field.name, field.value)
+		}
+	}
 	if len(r.Parameters) == 0 {
 		r.Parameters = json.RawMessage("{}")
 	}

@@ -2,6 +2,7 @@ package digest
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -90,6 +91,28 @@ func TestComputeRejectsAmbiguousParameters(t *testing.T) {
 	if d, err := Compute(r); err == nil {
 		t.Fatalf("Compute with duplicate members = %s, want an error", d)
 	}
+}
+
+func TestComputeRejectsInvalidUTF8Names(t *testing.T) {
+	// json.Marshal would turn "\xff" into U+FFFD: "shop\xff" and
+	// "shop\ufffd" must not share a digest.
+	base := Request{Tenant: "shop", Tool: "charge", Operation: "payments.charge", Version: "v1"}
+	changes := map[string]func(*Request){
+		"tenant":    func(r *Request) { r.Tenant = "shop\xff" },
+		"tool":      func(r *Request) { r.Tool = "charge\xff" },
+		"operation": func(r *Request) { r.Operation = "payments.\xffcharge" },
+		"version":   func(r *Request) { r.Version = "v1\xed\xa0\x80" },
+	}
+	for name, change := range changes {
+		r := base
+		change(&r)
+		if d, err := Compute(r); err == nil || !strings.Contains(err.Error(), name+" ") {
+			t.Errorf("Compute with invalid UTF-8 in the %s = %s, %v; want an error naming it", name, d, err)
+		}
+	}
+	r := base
+	r.Tenant = "shop\ufffd" // valid UTF-8, only unusual
+	mustCompute(t, r)
 }
 
 func mustCompute(t *testing.T, r Request) string {

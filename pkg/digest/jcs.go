@@ -20,11 +20,18 @@ import (
 // and strings with only the escapes the RFC requires.
 //
 // Beyond the RFC it refuses input whose meaning would be lost silently:
-// duplicate member names, and integer literals beyond 2^53, which a double
-// cannot hold exactly (two such ids or amounts could canonicalize alike).
-// Send those as strings. Other numbers are read as doubles, as the RFC says.
+// duplicate member names; escapes of unpaired UTF-16 surrogates such as
+// "\ud800", which are not Unicode (so not I-JSON) and would decode as U+FFFD;
+// and integer literals beyond 2^53 that are not the canonical spelling of a
+// double, such as 9007199254740993, which reads as 9007199254740992 (two ids
+// or amounts could canonicalize alike). Send those as strings. Other numbers
+// are read as doubles, as the RFC says. The output is always accepted again
+// and canonicalizes to itself.
 func Canonicalize(data []byte) ([]byte, error) {
 	if err := validUTF8(data); err != nil {
+		return nil, err
+	}
+	if err := pairedSurrogates(data); err != nil {
 		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -172,14 +179,17 @@ func formatNumber(n json.Number) (string, error) {
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		return "", fmt.Errorf("number %s is out of the range of an IEEE-754 double", n)
 	}
-	if isIntegerLiteral(string(n)) && math.Abs(f) > maxExactInteger {
-		return "", fmt.Errorf("integer %s is beyond 2^53 and would lose digits as an IEEE-754 double; send it as a string", n)
+	s := esNumber(f)
+	// Up to 2^53 every integer literal is its own canonical spelling (or
+	// -0). Beyond, a double holds only some integers and several literals
+	// read as the same one: 9007199254740993 as 9007199254740992. Comparing
+	// the literal, not the double, catches those and still accepts the
+	// canonical spelling of large doubles such as 1e20.
+	if isIntegerLiteral(string(n)) && s != string(n) && string(n) != "-0" {
+		return "", fmt.Errorf("integer %s is beyond 2^53 and would read as %s as an IEEE-754 double; send it as a string", n, s)
 	}
-	return esNumber(f), nil
+	return s, nil
 }
-
-// maxExactInteger is 2^53: every integer up to it is exact in a double.
-const maxExactInteger = 1 << 53
 
 func isIntegerLiteral(n string) bool {
 	return !strings.ContainsAny(n, ".eE")
@@ -207,6 +217,47 @@ func exponentTooLarge(n string) bool {
 	}
 	exp, err := strconv.Atoi(n[i+1:])
 	return err != nil || exp > 400 || exp < -400
+}
+
+// pairedSurrogates rejects \u escapes of UTF-16 surrogates that do not form
+// a high-low pair. encoding/json would decode each as U+FFFD, so "\ud800"
+// and "\ufffd" would canonicalize alike. In valid JSON a backslash only
+// starts an escape inside a string, so scanning escapes from the start stays
+// aligned with them; invalid JSON is left to the decoder to report.
+func pairedSurrogates(data []byte) error {
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		r, ok := unicodeEscape(data[i:])
+		switch {
+		case !ok:
+			i++ // skip the escaped character, which may be a backslash
+		case utf16.IsSurrogate(r) && r < 0xdc00:
+			if low, ok := unicodeEscape(data[i+6:]); ok && low >= 0xdc00 && low <= 0xdfff {
+				i += 11
+				continue
+			}
+			return fmt.Errorf("string escape %s is an unpaired UTF-16 surrogate, not Unicode", data[i:i+6])
+		case utf16.IsSurrogate(r):
+			return fmt.Errorf("string escape %s is an unpaired UTF-16 surrogate, not Unicode", data[i:i+6])
+		default:
+			i += 5
+		}
+	}
+	return nil
+}
+
+// unicodeEscape decodes a \uXXXX escape at the start of b.
+func unicodeEscape(b []byte) (rune, bool) {
+	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
+		return 0, false
+	}
+	r, err := strconv.ParseUint(string(b[2:6]), 16, 16)
+	if err != nil {
+		return 0, false
+	}
+	return rune(r), true
 }
 
 // validUTF8 is checked up front so that invalid bytes are reported rather
