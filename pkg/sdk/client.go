@@ -1,0 +1,144 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// DefaultFieldManager is the server-side apply field manager of the SDK.
+const DefaultFieldManager = "toolledger-sdk"
+
+const toolActions = "toolactions"
+
+// Client invokes tools through ToolActions. It is safe for concurrent use.
+type Client struct {
+	rest         *rest.RESTClient
+	params       runtime.ParameterCodec
+	fieldManager string
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithFieldManager sets the server-side apply field manager. Every invoker
+// of a key should use the same one (the default does). Server-side apply
+// compares an apply with what the same manager applied before, so under one
+// manager a duplicate writes nothing and any difference, an omitted
+// parameter included, is refused. Under another manager, a duplicate is
+// still deduplicated but costs one write (the API server records the
+// co-ownership); a differing value is refused (409, as a
+// *DuplicateConflictError); but a field the caller omits is left as the
+// other manager recorded it, so a request that leaves out a recorded
+// parameter is taken as a duplicate.
+func WithFieldManager(name string) Option {
+	return func(c *Client) { c.fieldManager = name }
+}
+
+// NewClient returns a Client that talks to the API server of cfg. The
+// config's rate limits (client-go's default is 5 requests per second, burst
+// 10) apply to every apply, list and watch the Client sends.
+func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("cannot register the toolledger API: %w", err)
+	}
+	restConfig := rest.CopyConfig(cfg)
+	restConfig.APIPath = "/apis"
+	restConfig.GroupVersion = &v1alpha1.GroupVersion
+	// JSON only: the toolledger types have no protobuf encoding, whatever
+	// the caller's config prefers for built-in types.
+	restConfig.ContentType = runtime.ContentTypeJSON
+	restConfig.AcceptContentTypes = runtime.ContentTypeJSON
+	restConfig.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if restConfig.UserAgent == "" {
+		restConfig.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	restClient, err := rest.RESTClientFor(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a REST client for %s: %w", v1alpha1.GroupVersion, err)
+	}
+	c := &Client{rest: restClient, params: runtime.NewParameterCodec(scheme), fieldManager: DefaultFieldManager}
+	for _, opt := range opts {
+		opt(c)
+	}
+	if c.fieldManager == "" {
+		return nil, errors.New("the field manager must not be empty")
+	}
+	return c, nil
+}
+
+// Invoke records the intent req, unless its key already records it, and
+// waits for its outcome.
+//
+// It sends one server-side apply: the API server creates the ToolAction
+// (Outcome.Deduplicated false), or finds it recorded with the same request
+// and writes nothing (Deduplicated true), or finds it recorded with a
+// different request and refuses (a *DuplicateConflictError, nothing written
+// or executed). If the action has already settled, that one request is all.
+// Otherwise Invoke watches the action until it is Succeeded, Failed or
+// Escalated and returns the Outcome with a nil error: an Escalated (or, at a
+// deadline, Unknown) outcome is a state to report, not an error to retry
+// under a new key. Invoke waits through Unknown, which the controller settles
+// by looking the key up.
+//
+// When ctx ends first, Invoke returns the last outcome it saw together with
+// an error wrapping ctx.Err(), so errors.Is(err, context.DeadlineExceeded)
+// holds. The intent stays recorded and goes on; calling Invoke again with
+// the same Request costs one request if it settled meanwhile. When the
+// apply itself fails, the Outcome is nil. An error wrapping ErrDeleted means
+// the action was deleted while Invoke waited.
+func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
+	body, err := applyBody(req)
+	if err != nil {
+		return nil, err
+	}
+	action, deduplicated, err := c.apply(ctx, req.Namespace, req.Key, body)
+	if err != nil {
+		return nil, err
+	}
+	outcome := newOutcome(action, deduplicated)
+	if settled(outcome.Phase) {
+		return outcome, nil
+	}
+	f := &follower{client: c, outcome: outcome, uid: action.UID, resourceVersion: action.ResourceVersion}
+	return f.await(ctx)
+}
+
+// apply sends the apply body and reports whether the API server found the
+// action already recorded (200) rather than creating it (201); that status
+// code is the only place the difference shows.
+func (c *Client) apply(ctx context.Context, namespace, key string, body []byte) (*v1alpha1.ToolAction, bool, error) {
+	result := c.rest.Patch(types.ApplyPatchType).
+		Namespace(namespace).
+		Resource(toolActions).
+		Name(key).
+		Param("fieldManager", c.fieldManager).
+		Body(body).
+		Do(ctx)
+	var status int
+	result.StatusCode(&status)
+	var action v1alpha1.ToolAction
+	if err := result.Into(&action); err != nil {
+		if isDifferentRequest(err) {
+			return nil, false, &DuplicateConflictError{Namespace: namespace, Key: key, Err: err}
+		}
+		return nil, false, fmt.Errorf("cannot apply toolaction %s/%s: %w", namespace, key, err)
+	}
+	switch status {
+	case http.StatusCreated:
+		return &action, false, nil
+	case http.StatusOK:
+		return &action, true, nil
+	default:
+		return nil, false, fmt.Errorf("applying toolaction %s/%s: unexpected HTTP status %d", namespace, key, status)
+	}
+}
