@@ -1,0 +1,25 @@
+// Command kubectl-toolledger is the toolledger operator console as a kubectl
+// plugin: `kubectl toolledger status|queue|resolve`. It reads ToolActions and
+// creates ToolResolutions with the caller's kubeconfig, and never edits a
+// ToolAction. See `kubectl toolledger --help`.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/toolledger/toolledger/internal/console"
+)
+
+func main() {
+	// Ctrl-C stops a --wait (or a slow request) through the context, so the
+	// command still reports what it did before it was interrupted.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := console.Run(ctx, genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,197 @@
+package console
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// queuePhases are the phases in which an action waits for something other
+// than its executor's next step, in lifecycle order: accepted but not
+// claimed, outcome unknown and being looked up, escalated to a human.
+var queuePhases = []v1alpha1.Phase{v1alpha1.PhaseAccepted, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated}
+
+// queueMessageWidth bounds the MESSAGE column of the table.
+const queueMessageWidth = 160
+
+// Queue is what `queue -o json|yaml` prints: the actions that need
+// attention, oldest first.
+type Queue struct {
+	Items []QueueItem `json:"items"`
+}
+
+// QueueItem is one action of the queue.
+type QueueItem struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Tool is the tool's name, prefixed with its kind when that is not Tool.
+	Tool  string         `json:"tool"`
+	Phase v1alpha1.Phase `json:"phase"`
+	// Since is when the action started waiting: status.unknownSince when
+	// set, else its creation.
+	Since metav1.Time `json:"since"`
+	// AgeSeconds is how long it has waited, when the queue was read.
+	AgeSeconds int64 `json:"ageSeconds"`
+	Attempts   int32 `json:"attempts"`
+	Lookups    int32 `json:"lookups"`
+	// Reason and Message say why it waits: status.error when set, else the
+	// Reconciling condition (an accepted action's reason not to run yet).
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+func newQueueCommand(c *console) *cobra.Command {
+	var (
+		format        output
+		allNamespaces bool
+	)
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "List the actions that need attention, oldest first",
+		Long: `List the ToolActions that wait for something other than their executor's next
+step, oldest first:
+
+  Escalated  nobody could prove the outcome; a human resolves it (kubectl toolledger resolve)
+  Unknown    the outcome may have happened; the controller is settling it by key
+  Accepted   validated but not claimed by an executor yet (for example waiting for
+             the action it compensates)
+
+AGE counts from status.unknownSince when set, else from the action's creation.
+The table shortens long messages; -o json|yaml prints them in full as a list of
+{namespace, name, tool, phase, since, ageSeconds, attempts, lookups, reason,
+message} under "items".
+
+The actions are read with the field selector status.phase=<phase>, one list per
+phase, so the server returns only the actions in the queue (this needs CRD
+selectable fields, Kubernetes 1.31 or later).`,
+		Example: `  kubectl toolledger queue -n shop
+  kubectl toolledger queue -A -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			namespace := ""
+			if !allNamespaces {
+				var err error
+				if namespace, err = c.namespace(); err != nil {
+					return err
+				}
+			}
+			ledger, err := c.ledger()
+			if err != nil {
+				return err
+			}
+			// Listed in lifecycle order, so that an action advancing while the
+			// lists are read (Unknown to Escalated) is seen in its newer phase
+			// rather than missed; buildQueue keeps the last sighting.
+			var actions []v1alpha1.ToolAction
+			for _, phase := range queuePhases {
+				selector := fields.OneTermEqualSelector("status.phase", string(phase)).String()
+				listed, err := ledger.listActions(cmd.Context(), namespace, selector)
+				if err != nil {
+					return err
+				}
+				actions = append(actions, listed...)
+			}
+			queue := buildQueue(actions, c.now())
+			if format != outputText {
+				return printStructured(c.streams.Out, format, queue)
+			}
+			if len(queue.Items) == 0 {
+				fmt.Fprintf(c.streams.ErrOut, "No ToolActions need attention in %s.\n", scope(namespace))
+				return nil
+			}
+			return writeQueue(c.streams.Out, queue, allNamespaces)
+		},
+	}
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List the queue across all namespaces.")
+	addOutputFlag(cmd, &format, "a summary of each action")
+	return cmd
+}
+
+// buildQueue summarises the actions, oldest first. An action listed twice
+// (it changed phase between two lists) appears once, as last listed.
+func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
+	index := map[string]int{}
+	queue := Queue{Items: []QueueItem{}}
+	for i := range actions {
+		a := &actions[i]
+		since := a.CreationTimestamp
+		if a.Status.UnknownSince != nil {
+			since = *a.Status.UnknownSince
+		}
+		reason, message := waitingFor(a)
+		item := QueueItem{
+			Namespace:  a.Namespace,
+			Name:       a.Name,
+			Tool:       toolName(a.Spec.ToolRef),
+			Phase:      a.Status.Phase,
+			Since:      since,
+			AgeSeconds: int64(now.Sub(since.Time) / time.Second),
+			Attempts:   a.Status.Attempts,
+			Lookups:    a.Status.Lookups,
+			Reason:     reason,
+			Message:    message,
+		}
+		key := a.Namespace + "/" + a.Name
+		if at, seen := index[key]; seen {
+			queue.Items[at] = item
+			continue
+		}
+		index[key] = len(queue.Items)
+		queue.Items = append(queue.Items, item)
+	}
+	slices.SortStableFunc(queue.Items, func(a, b QueueItem) int {
+		if c := a.Since.Compare(b.Since.Time); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return queue
+}
+
+// waitingFor says why an action is in the queue.
+func waitingFor(a *v1alpha1.ToolAction) (reason, message string) {
+	if a.Status.Error != nil {
+		return a.Status.Error.Reason, a.Status.Error.Message
+	}
+	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReconciling); c != nil {
+		return c.Reason, c.Message
+	}
+	return "", ""
+}
+
+func writeQueue(w io.Writer, queue Queue, withNamespace bool) error {
+	tw := printers.GetNewTabWriter(w)
+	columns := []string{"NAME", "PHASE", "AGE", "TOOL", "ATTEMPTS", "LOOKUPS", "REASON", "MESSAGE"}
+	if withNamespace {
+		columns = append([]string{"NAMESPACE"}, columns...)
+	}
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	for _, item := range queue.Items {
+		row := []string{
+			item.Name, string(item.Phase), duration.HumanDuration(time.Duration(item.AgeSeconds) * time.Second),
+			item.Tool, fmt.Sprint(item.Attempts), fmt.Sprint(item.Lookups), cell(item.Reason), cell(shorten(item.Message, queueMessageWidth)),
+		}
+		if withNamespace {
+			row = append([]string{item.Namespace}, row...)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("cannot write the queue: %w", err)
+	}
+	return nil
+}

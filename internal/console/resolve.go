@@ -1,0 +1,255 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// Limits of ToolResolutionSpec, checked before anything is sent so that a
+// mistake costs no request and leaves no object behind.
+const (
+	maxReasonLength      = 1024
+	maxExternalRefLength = 512
+)
+
+// resolutionPollInterval is how often --wait reads the resolution back.
+const resolutionPollInterval = 250 * time.Millisecond
+
+// resolveOptions are the flags of `resolve`.
+type resolveOptions struct {
+	outcome     string
+	reason      string
+	externalRef string
+	name        string
+	wait        bool
+	timeout     time.Duration
+	format      output
+}
+
+func newResolveCommand(c *console) *cobra.Command {
+	opts := resolveOptions{timeout: time.Minute}
+	cmd := &cobra.Command{
+		Use:   "resolve KEY --outcome Succeeded|Failed|RetrySafe --reason TEXT [--external-ref REF] [--name NAME] [--wait] [flags]",
+		Short: "Record what really happened to an Unknown or Escalated action",
+		Long: `Create a ToolResolution for the ToolAction named KEY: an operator's finding about
+an action whose outcome nobody could prove. The controller applies it to the
+action and appends it to the action's history; the console itself never edits
+the action.
+
+  --outcome Succeeded  the effect happened; --external-ref names it downstream
+  --outcome Failed     the effect did not happen and must not be attempted again
+  --outcome RetrySafe  the effect did not happen; attempt it again under the same key
+
+The action must exist and be Unknown or Escalated; otherwise nothing is
+created. The resolution is named <KEY>-resolution-<random suffix> unless --name
+is given (the API server shortens a long KEY in the generated name).
+
+With --wait the command waits for the resolution's Applied condition and exits
+1 when it is False or does not appear within --timeout. With -o json|yaml it
+prints the ToolResolution (as last read, when waiting).`,
+		Example: `  kubectl toolledger resolve order-1003-charge -n shop --outcome Succeeded \
+      --external-ref ch_0123456789abcdef01234567 --reason "charge found in the provider's dashboard" --wait
+  kubectl toolledger resolve order-1004-charge --outcome RetrySafe --reason "provider confirmed no charge exists"`,
+		Args: keyArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.resolve(cmd.Context(), args[0], opts)
+		},
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&opts.outcome, "outcome", "", "What you established downstream: Succeeded, Failed or RetrySafe (required).")
+	flags.StringVar(&opts.reason, "reason", "", "How you know, for the record (required).")
+	flags.StringVar(&opts.externalRef, "external-ref", "", "The downstream's identifier of the effect (required with --outcome Succeeded, refused otherwise).")
+	flags.StringVar(&opts.name, "name", "", "Name of the ToolResolution (default <KEY>-resolution-<random suffix>).")
+	flags.BoolVar(&opts.wait, "wait", false, "Wait until the controller sets the resolution's Applied condition; exit 1 when it is False.")
+	flags.DurationVar(&opts.timeout, "timeout", opts.timeout, "How long --wait waits for the Applied condition.")
+	addOutputFlag(cmd, &opts.format, "the ToolResolution")
+	return cmd
+}
+
+// validate checks the flags against the API's rules and reports every
+// problem at once.
+func (o resolveOptions) validate() error {
+	var problems []string
+	switch v1alpha1.ResolutionOutcome(o.outcome) {
+	case v1alpha1.ResolvedSucceeded:
+		if strings.TrimSpace(o.externalRef) == "" {
+			problems = append(problems, "--outcome Succeeded needs --external-ref, the downstream's identifier of the effect")
+		}
+	case v1alpha1.ResolvedFailed, v1alpha1.ResolvedRetrySafe:
+		if o.externalRef != "" {
+			problems = append(problems, fmt.Sprintf("--external-ref goes only with --outcome Succeeded; a %s outcome records no effect downstream", o.outcome))
+		}
+	case "":
+		problems = append(problems, "--outcome is required: Succeeded, Failed or RetrySafe")
+	default:
+		problems = append(problems, fmt.Sprintf("--outcome must be Succeeded, Failed or RetrySafe, not %q", o.outcome))
+	}
+	switch {
+	case strings.TrimSpace(o.reason) == "":
+		problems = append(problems, "--reason is required: say how you know, for the record")
+	case len(o.reason) > maxReasonLength:
+		problems = append(problems, fmt.Sprintf("--reason is %d bytes long; at most %d are recorded", len(o.reason), maxReasonLength))
+	}
+	if len(o.externalRef) > maxExternalRefLength {
+		problems = append(problems, fmt.Sprintf("--external-ref is %d bytes long; at most %d are allowed", len(o.externalRef), maxExternalRefLength))
+	}
+	if o.name != "" {
+		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
+			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolResolution: %s", o.name, strings.Join(invalid, "; ")))
+		}
+	}
+	if o.wait && o.timeout <= 0 {
+		problems = append(problems, "--timeout must be positive")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid resolution, nothing was created:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// resolution is the object `resolve` creates.
+func (o resolveOptions) resolution(namespace, key string) *v1alpha1.ToolResolution {
+	r := &v1alpha1.ToolResolution{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolResolution"},
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      o.name,
+		},
+		Spec: v1alpha1.ToolResolutionSpec{
+			ActionName:  key,
+			Outcome:     v1alpha1.ResolutionOutcome(o.outcome),
+			ExternalRef: o.externalRef,
+			Reason:      o.reason,
+		},
+	}
+	if o.name == "" {
+		// The API server adds the random suffix and retries a name that is
+		// taken; it also shortens a prefix too long for it.
+		r.GenerateName = key + "-resolution-"
+	}
+	return r
+}
+
+func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	namespace, err := c.namespace()
+	if err != nil {
+		return err
+	}
+	ledger, err := c.ledger()
+	if err != nil {
+		return err
+	}
+	// The controller refuses a resolution for an action in any other phase,
+	// but the refused resolution would stay in the record (resolutions are
+	// immutable); checking first keeps the record free of mistakes. The
+	// phase may still change before the resolution arrives, which the
+	// controller then reports in the Applied condition.
+	action, err := ledger.getAction(ctx, namespace, key)
+	if err != nil {
+		return fmt.Errorf("%w; nothing was created", err)
+	}
+	if phase := phaseOf(action); phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
+		return fmt.Errorf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution; nothing was created", key, phase)
+	}
+
+	created, err := ledger.createResolution(ctx, opts.resolution(namespace, key))
+	if err != nil {
+		return err
+	}
+	if opts.format == outputText {
+		writeCreated(c.streams.Out, created)
+	}
+	if !opts.wait {
+		if opts.format != outputText {
+			return printStructured(c.streams.Out, opts.format, resolutionForOutput(created))
+		}
+		return nil
+	}
+
+	latest, applied, err := waitApplied(ctx, ledger, created, opts.timeout)
+	if err != nil {
+		return err
+	}
+	if opts.format != outputText {
+		if err := printStructured(c.streams.Out, opts.format, resolutionForOutput(latest)); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, applied.Message)
+	}
+	if applied.Status != metav1.ConditionTrue {
+		return fmt.Errorf("ToolResolution %q was not applied: %s", latest.Name, applied.Message)
+	}
+	if opts.format == outputText {
+		// The controller records the action before it marks the resolution,
+		// so the action already shows the outcome.
+		after, err := ledger.getAction(ctx, namespace, key)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, phaseOf(after))
+	}
+	return nil
+}
+
+func writeCreated(w io.Writer, r *v1alpha1.ToolResolution) {
+	fmt.Fprintf(w, "toolresolution.%s/%s created\n", v1alpha1.GroupVersion.Group, r.Name)
+	fmt.Fprintf(w, "  action:       %s\n", r.Spec.ActionName)
+	fmt.Fprintf(w, "  outcome:      %s\n", r.Spec.Outcome)
+	if r.Spec.ExternalRef != "" {
+		fmt.Fprintf(w, "  external ref: %s\n", r.Spec.ExternalRef)
+	}
+	fmt.Fprintf(w, "  reason:       %s\n", r.Spec.Reason)
+}
+
+// waitApplied reads the resolution back until its Applied condition is set,
+// for at most timeout.
+func waitApplied(ctx context.Context, l *ledger, r *v1alpha1.ToolResolution, timeout time.Duration) (*v1alpha1.ToolResolution, *metav1.Condition, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ticker := time.NewTicker(resolutionPollInterval)
+	defer ticker.Stop()
+	for {
+		latest, err := l.getResolution(waitCtx, r.Namespace, r.Name)
+		switch {
+		case err == nil:
+			if applied := meta.FindStatusCondition(latest.Status.Conditions, v1alpha1.ConditionApplied); applied != nil {
+				return latest, applied, nil
+			}
+		case waitCtx.Err() == nil:
+			return nil, nil, fmt.Errorf("cannot wait for ToolResolution %q: %w", r.Name, err)
+		}
+		select {
+		case <-ticker.C:
+		case <-waitCtx.Done():
+			if ctx.Err() != nil {
+				return nil, nil, fmt.Errorf("stopped waiting for ToolResolution %q: %w", r.Name, ctx.Err())
+			}
+			return nil, nil, fmt.Errorf("ToolResolution %q has no Applied condition after %s; is the toolledger controller running? (kubectl get tres %s -n %s)",
+				r.Name, timeout, r.Name, r.Namespace)
+		}
+	}
+}
+
+// resolutionForOutput is the resolution as -o json|yaml prints it: with its
+// kind, which the decoder leaves empty, and without managedFields.
+func resolutionForOutput(r *v1alpha1.ToolResolution) *v1alpha1.ToolResolution {
+	out := r.DeepCopy()
+	out.APIVersion = v1alpha1.GroupVersion.String()
+	out.Kind = "ToolResolution"
+	out.ManagedFields = nil
+	return out
+}

@@ -1,0 +1,202 @@
+package console
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+func newStatusCommand(c *console) *cobra.Command {
+	var format output
+	cmd := &cobra.Command{
+		Use:   "status KEY",
+		Short: "Show an action's ledger record and its history as a timeline",
+		Long: `Show the ledger record of the ToolAction named KEY in the namespace: phase,
+conditions, attempts, the executor claim, the external reference, the request
+digest and idempotency key, the error, compensations, and the history as a
+timeline, one line per transition, oldest first.
+
+With -o json or -o yaml it prints the ToolAction itself (without managedFields).`,
+		Example: `  kubectl toolledger status order-1002-charge -n shop
+  kubectl toolledger status order-1002-charge -o yaml`,
+		Args: keyArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			namespace, err := c.namespace()
+			if err != nil {
+				return err
+			}
+			ledger, err := c.ledger()
+			if err != nil {
+				return err
+			}
+			action, err := ledger.getAction(cmd.Context(), namespace, args[0])
+			if err != nil {
+				return err
+			}
+			if format != outputText {
+				return printStructured(c.streams.Out, format, actionForOutput(action))
+			}
+			return writeStatus(c.streams.Out, action, c.now())
+		},
+	}
+	addOutputFlag(cmd, &format, "the ToolAction")
+	return cmd
+}
+
+// keyArg accepts exactly one argument that can name a ToolAction, so that a
+// mistyped key fails with a reason instead of a confusing API error.
+func keyArg(cmd *cobra.Command, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%s takes exactly one KEY, the ToolAction's name; got %d arguments; see '%s --help'",
+			cmd.Name(), len(args), cmd.CommandPath())
+	}
+	if problems := validation.IsDNS1123Subdomain(args[0]); len(problems) > 0 {
+		return fmt.Errorf("%q cannot name a ToolAction: %s", args[0], strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// actionForOutput is the action as -o json|yaml prints it: with its kind,
+// which the decoder leaves empty, and without managedFields, as kubectl
+// prints objects by default.
+func actionForOutput(action *v1alpha1.ToolAction) *v1alpha1.ToolAction {
+	out := action.DeepCopy()
+	out.APIVersion = v1alpha1.GroupVersion.String()
+	out.Kind = "ToolAction"
+	out.ManagedFields = nil
+	return out
+}
+
+// writeStatus prints the record in sections: the summary fields, the
+// conditions, the history. The fields an operator looks for on every record
+// are always printed ("<none>" when empty), so that their absence is visible;
+// the others only when the record has them, which is also where further
+// facts (an approval, say) belong once the API records them. Each section is
+// aligned on its own, so that a long label does not widen a table.
+func writeStatus(w io.Writer, action *v1alpha1.ToolAction, now time.Time) error {
+	sections := []func(io.Writer){
+		func(tw io.Writer) { writeFields(tw, action, now) },
+		func(tw io.Writer) { writeConditions(tw, action.Status.Conditions) },
+		func(tw io.Writer) { writeHistory(tw, &action.Status) },
+	}
+	for _, section := range sections {
+		tw := printers.GetNewTabWriter(w)
+		section(tw)
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("cannot write the status: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
+	s := &action.Status
+	field := func(label, value string) {
+		fmt.Fprintf(w, "%s:\t%s\n", label, value)
+	}
+	orNone := func(value string) string {
+		if value == "" {
+			return "<none>"
+		}
+		return value
+	}
+
+	field("Name", action.Name)
+	field("Namespace", action.Namespace)
+	field("Tool", toolName(action.Spec.ToolRef))
+	field("Phase", string(phaseOf(action)))
+	field("Created", timestamp(action.CreationTimestamp)+" ("+age(now, action.CreationTimestamp)+" ago)")
+	if action.DeletionTimestamp != nil {
+		field("Deletion requested", timestamp(*action.DeletionTimestamp)+"; the record stays until its outcome is known")
+	}
+	field("Idempotency key", orNone(s.IdempotencyKey))
+	field("Request digest", orNone(s.RequestDigest))
+	field("Attempts", strconv.Itoa(int(s.Attempts)))
+	claim := "<none>"
+	if s.Claim != nil {
+		claim = fmt.Sprintf("executor %s, attempt %d, lease expiry %s (%s)",
+			s.Claim.Executor, s.Claim.Attempt, timestamp(s.Claim.LeaseExpiry), relative(now, s.Claim.LeaseExpiry))
+	}
+	field("Claim", claim)
+	if s.NextAttemptTime != nil {
+		field("Next attempt", timestamp(*s.NextAttemptTime)+" ("+relative(now, *s.NextAttemptTime)+")")
+	}
+	if s.UnknownSince != nil {
+		field("Unknown since", timestamp(*s.UnknownSince)+" ("+age(now, *s.UnknownSince)+" ago)")
+		field("Lookups", strconv.Itoa(int(s.Lookups)))
+	}
+	field("External ref", orNone(s.ExternalRef))
+	errorText := "<none>"
+	if s.Error != nil {
+		errorText = fmt.Sprintf("%s (%s): %s", s.Error.Class, s.Error.Reason, cell(s.Error.Message))
+	}
+	field("Error", errorText)
+	if s.CompletionTime != nil {
+		field("Completed", timestamp(*s.CompletionTime))
+	}
+	if action.Spec.Compensates != "" {
+		field("Compensates", action.Spec.Compensates)
+	}
+	field("Compensated by", orNone(strings.Join(s.CompensatedBy, ", ")))
+}
+
+func writeConditions(w io.Writer, conditions []metav1.Condition) {
+	fmt.Fprintln(w, "Conditions:")
+	if len(conditions) == 0 {
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tMESSAGE")
+	for _, c := range conditions {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, cell(c.Reason), cell(c.Message))
+	}
+}
+
+// writeHistory prints the timeline, one line per transition, oldest first.
+func writeHistory(w io.Writer, s *v1alpha1.ToolActionStatus) {
+	heading := "History (oldest first):"
+	if s.DroppedTransitions > 0 {
+		heading = fmt.Sprintf("History (oldest first; %d older transitions dropped):", s.DroppedTransitions)
+	}
+	fmt.Fprintln(w, heading)
+	if len(s.History) == 0 {
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	fmt.Fprintln(w, "  TIME\tTRANSITION\tREASON\tATTEMPT\tEXECUTOR\tMESSAGE")
+	for _, t := range s.History {
+		from := string(t.From)
+		if from == "" {
+			from = "(new)"
+		}
+		fmt.Fprintf(w, "  %s\t%s → %s\t%s\t%d\t%s\t%s\n",
+			timestamp(t.Time), from, t.To, cell(t.Reason), t.Attempt, cell(t.Executor), cell(t.Message))
+	}
+}
+
+// toolName names the tool an action refers to: its name, prefixed with its
+// kind ("ClusterTool/charge") when that is not the default, Tool.
+func toolName(ref v1alpha1.ToolReference) string {
+	if ref.Kind == "" || ref.Kind == "Tool" {
+		return ref.Name
+	}
+	return ref.Kind + "/" + ref.Name
+}
+
+// phaseOf names the phase of an action the controller has not seen yet as
+// Pending, as the controller itself does.
+func phaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
+	if action.Status.Phase == "" {
+		return v1alpha1.PhasePending
+	}
+	return action.Status.Phase
+}
