@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 const chargeSchema = `{
@@ -240,6 +241,22 @@ var _ = Describe("Tenancy", func() {
 			return agent.Create(ctx, newAction(home, "order-home", "charge", charge(2)))
 		}).Should(Succeed(), "the binding takes effect")
 		waitForPhase(home, "order-home", v1alpha1.PhaseSucceeded)
+
+		// The role is enough for the SDK's one-request invoke.
+		agentConfig := rest.CopyConfig(cfg)
+		agentConfig.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + home + ":billing-agent"}
+		invoker, err := sdk.NewClient(agentConfig)
+		Expect(err).NotTo(HaveOccurred())
+		invokeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		outcome, err := invoker.Invoke(invokeCtx, sdk.Request{Namespace: home, Key: "order-sdk", Tool: "charge",
+			Parameters: map[string]any{"amount": 12, "currency": "EUR"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		_, err = invoker.Invoke(invokeCtx, sdk.Request{Namespace: away, Key: "order-sdk", Tool: "charge",
+			Parameters: map[string]any{"amount": 12, "currency": "EUR"}})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "SDK invoke in another namespace: %v", err)
+
 		var own v1alpha1.ToolAction
 		Expect(agent.Get(ctx, client.ObjectKey{Namespace: home, Name: "order-home"}, &own)).To(Succeed())
 		Expect(agent.List(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(home))).To(Succeed())
@@ -251,7 +268,7 @@ var _ = Describe("Tenancy", func() {
 		forbidden(agent.Get(ctx, client.ObjectKey{Namespace: away, Name: "order-away"}, &v1alpha1.ToolAction{}), "get in another namespace")
 		forbidden(agent.List(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(away)), "list in another namespace")
 		forbidden(agent.Create(ctx, newAction(away, "order-sneaky", "charge", charge(1))), "create in another namespace")
-		_, err := agent.Watch(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(away))
+		_, err = agent.Watch(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(away))
 		forbidden(err, "watch in another namespace")
 		forbidden(agent.Create(ctx, &v1alpha1.Tool{
 			ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "my-own-url"},
