@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -11,13 +10,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // The suite runs the operator against a real kube-apiserver and etcd
@@ -30,8 +28,6 @@ var (
 	downstream *demo.Server
 	httpServer *httptest.Server
 	kubeconfig string
-	stopMgr    context.CancelFunc
-	mgrDone    chan struct{}
 )
 
 const executorID = "suite-executor"
@@ -42,22 +38,14 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		// KUBEBUILDER_ASSETS wins when set; `make test` sets it to bin/.
-		BinaryAssetsDirectory: filepath.Join("..", "bin"),
-	}
-	var err error
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "cannot start the control plane; run `make controlplane` to build bin/kube-apiserver and bin/etcd")
-
-	k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	plane, err := testenv.StartControlPlane("")
 	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
+	testEnv, cfg, k8s = plane.Env, plane.Config, plane.Client
 
 	admin, err := testEnv.AddUser(envtest.User{Name: "suite-admin", Groups: []string{"system:masters"}}, nil)
 	Expect(err).NotTo(HaveOccurred())
@@ -66,35 +54,10 @@ var _ = BeforeSuite(func() {
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(kubeconfig, kubeconfigBytes, 0o600)).To(Succeed())
 
-	downstream = demo.NewServer()
-	httpServer = httptest.NewServer(downstream)
+	downstream, httpServer = testenv.StartDownstream()
+	DeferCleanup(httpServer.Close)
 
-	mgr, err := operator.NewManager(cfg, operator.Options{
-		MetricsAddr: "0",
-		ProbeAddr:   "0",
-		ExecutorID:  executorID,
-		LeaseGrace:  5 * time.Second,
-	})
+	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second})
 	Expect(err).NotTo(HaveOccurred())
-	var ctx context.Context
-	ctx, stopMgr = context.WithCancel(context.Background())
-	mgrDone = make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(mgrDone)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-})
-
-var _ = AfterSuite(func() {
-	if stopMgr != nil {
-		stopMgr()
-		Eventually(mgrDone).Should(BeClosed())
-	}
-	if httpServer != nil {
-		httpServer.Close()
-	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
-	}
+	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })

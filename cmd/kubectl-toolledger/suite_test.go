@@ -18,13 +18,12 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 var (
@@ -61,53 +60,32 @@ func TestKubectlToolledger(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	pluginBinary = buildPlugin()
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		// KUBEBUILDER_ASSETS wins when set; `make test` sets it to bin/.
-		BinaryAssetsDirectory: filepath.Join("..", "..", "bin"),
-	}
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "cannot start the control plane; run `make controlplane` to build bin/kube-apiserver and bin/etcd")
+	plane, err := testenv.StartControlPlane("")
+	Expect(err).NotTo(HaveOccurred())
 	// Cleanups run last-registered first: the manager and the downstream
 	// stop before the control plane does.
-	DeferCleanup(func() { Expect(testEnv.Stop()).To(Succeed()) })
-	k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
+	testEnv, k8s = plane.Env, plane.Client
 
 	writeKubeconfigs()
 
-	downstream = demo.NewServer()
-	httpServer = httptest.NewServer(downstream)
+	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
 
 	grace := 5 * time.Second
-	mgr, err := operator.NewManager(cfg, operator.Options{
-		MetricsAddr:             "0",
-		ProbeAddr:               "0",
+	stopManager, err := testenv.StartManager(plane.Config, operator.Options{
 		ExecutorID:              "plugin-suite",
 		LeaseGrace:              time.Second,
 		GracefulShutdownTimeout: &grace,
-		SkipNameValidation:      true,
 	})
 	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done).Should(BeClosed())
-	})
+	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })
 
 // buildPlugin builds the plugin from this package, as `go install` would.

@@ -1,11 +1,9 @@
 package sdk_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,13 +11,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -27,7 +23,6 @@ import (
 // one toolledger manager and the demo downstream, which counts requests and
 // effects per idempotency key.
 var (
-	testEnv    *envtest.Environment
 	cfg        *rest.Config
 	k8s        client.Client
 	downstream *demo.Server
@@ -40,51 +35,23 @@ func TestSDK(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		// KUBEBUILDER_ASSETS wins when set; `make test` sets it to bin/.
-		BinaryAssetsDirectory: filepath.Join("..", "..", "bin"),
-	}
-	var err error
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "cannot start the control plane; run `make controlplane` to build bin/kube-apiserver and bin/etcd")
-	DeferCleanup(func() { Expect(testEnv.Stop()).To(Succeed()) })
-	// 64 callers each apply and watch at once; client-go's default of 5
-	// requests per second would make the test measure the rate limiter.
-	cfg.QPS, cfg.Burst = 500, 1000
-	k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	// The control plane's client has no rate limit worth measuring: 64
+	// callers each apply and watch at once.
+	plane, err := testenv.StartControlPlane("")
 	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
+	cfg, k8s = plane.Config, plane.Client
 
-	downstream = demo.NewServer()
-	httpServer = httptest.NewServer(downstream) // listens on 127.0.0.1
+	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
 
-	grace := time.Second
-	mgr, err := operator.NewManager(rest.CopyConfig(cfg), operator.Options{
-		MetricsAddr:             "0",
-		ProbeAddr:               "0",
-		ExecutorID:              "sdk-suite",
-		LeaseGrace:              5 * time.Second,
-		GracefulShutdownTimeout: &grace,
-		SkipNameValidation:      true,
-	})
+	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: "sdk-suite", LeaseGrace: 5 * time.Second})
 	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
-	}()
-	DeferCleanup(func() {
-		cancel()
-		Eventually(done).Should(BeClosed())
-	})
+	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })
 
 // countingClient is an SDK client whose HTTP requests to the API server are

@@ -4,23 +4,20 @@
 package integration
 
 import (
-	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/internal/adapter"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 var (
@@ -37,67 +34,32 @@ func TestIntegration(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(60 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: filepath.Join("..", "..", "bin"),
-		// A data directory of our own survives an etcd restart.
-		ControlPlane: envtest.ControlPlane{Etcd: &envtest.Etcd{DataDir: GinkgoT().TempDir()}},
-	}
-	var err error
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "cannot start the control plane; run `make controlplane` to build bin/kube-apiserver and bin/etcd")
-	cfg.QPS, cfg.Burst = 500, 1000
-	k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	// A data directory of our own survives an etcd restart.
+	plane, err := testenv.StartControlPlane(GinkgoT().TempDir())
 	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
+	testEnv, cfg, k8s = plane.Env, plane.Config, plane.Client
 
-	downstream = demo.NewServer()
-	httpServer = httptest.NewServer(downstream)
+	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
-})
-
-var _ = AfterSuite(func() {
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
-	}
 })
 
 // startManager runs a manager with its own executor identity until the
 // returned function stops it. wrap, when set, intercepts its dispatches.
 func startManager(executor string, wrap func(adapter.Connector) adapter.Connector) (stop func()) {
-	grace := time.Second
-	mgr, err := operator.NewManager(rest.CopyConfig(cfg), operator.Options{
-		MetricsAddr:             "0",
-		ProbeAddr:               "0",
-		ExecutorID:              executor,
-		LeaseGrace:              time.Second,
-		GracefulShutdownTimeout: &grace,
-		SkipNameValidation:      true,
-		WrapConnector:           wrap,
+	stopManager, err := testenv.StartManager(cfg, operator.Options{
+		ExecutorID:    executor,
+		LeaseGrace:    time.Second,
+		WrapConnector: wrap,
 	})
 	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		// A manager stopped with a dispatch still blocked (a simulated
-		// crash) reports that its runnables outlived the grace period.
-		_ = mgr.Start(ctx)
-	}()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		Eventually(done).Should(BeClosed())
-	}
+	// A manager stopped with a dispatch still blocked (a simulated crash)
+	// reports that its runnables outlived the grace period: not a failure.
+	stop = func() { _ = stopManager() }
 	DeferCleanup(stop)
 	return stop
 }
