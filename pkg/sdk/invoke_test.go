@@ -1,6 +1,7 @@
 package sdk_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,10 +13,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -167,6 +171,17 @@ var _ = Describe("Invoke", func() {
 		AddReportEntry("API requests of a first invocation", fmt.Sprintf("%d: %v", len(created), created))
 		AddReportEntry("API requests of a duplicate invocation of a Succeeded action", fmt.Sprintf("%d: %v", len(repeated), repeated))
 		AddReportEntry("etcd writes of that duplicate", fmt.Sprintf("0 (resourceVersion %s before and %s after)", before.ResourceVersion, after.ResourceVersion))
+	})
+
+	It("costs three writes from invocation to success: create, claim, outcome", func() {
+		before := toolActionWrites()
+		out, err := invoker.Invoke(ctx, charge("order-1004-charge", 1000))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(get(ns, "order-1004-charge").Finalizers).To(Equal([]string{v1alpha1.Finalizer}), "protected from the start")
+		writes := toolActionWrites() - before
+		AddReportEntry("write requests on toolactions for one invocation (the API server's apiserver_request_total)", writes)
+		Expect(writes).To(Equal(3))
 	})
 
 	It("costs one write, still deduplicated, when another field manager applies the same request; refuses its different values", func() {
@@ -476,4 +491,32 @@ func get(namespace, name string) *v1alpha1.ToolAction {
 	var a v1alpha1.ToolAction
 	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a)).To(Succeed())
 	return &a
+}
+
+// toolActionWrites sums the API server's own count of write requests on
+// toolactions and their status, read from its /metrics.
+func toolActionWrites() int {
+	GinkgoHelper()
+	clientset, err := kubernetes.NewForConfig(cfg)
+	Expect(err).NotTo(HaveOccurred())
+	raw, err := clientset.RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	Expect(err).NotTo(HaveOccurred())
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "GET", "LIST", "WATCH":
+			continue
+		}
+		if labels["resource"] == "toolactions" {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return int(total)
 }

@@ -135,9 +135,14 @@ type applyConfiguration struct {
 	Spec       v1alpha1.ToolActionSpec `json:"spec"`
 }
 
+// applyMetadata carries the controller's finalizer from the start: the
+// action is then protected while in flight without the controller's own
+// metadata write, so an invocation costs three writes (create, claim,
+// outcome) instead of four.
 type applyMetadata struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
+	Name       string   `json:"name"`
+	Namespace  string   `json:"namespace"`
+	Finalizers []string `json:"finalizers"`
 }
 
 // applyBody validates req and encodes it deterministically.
@@ -152,7 +157,7 @@ func applyBody(req Request) ([]byte, error) {
 	body := applyConfiguration{
 		APIVersion: v1alpha1.GroupVersion.String(),
 		Kind:       "ToolAction",
-		Metadata:   applyMetadata{Name: req.Key, Namespace: req.Namespace},
+		Metadata:   applyMetadata{Name: req.Key, Namespace: req.Namespace, Finalizers: []string{v1alpha1.Finalizer}},
 		Spec: v1alpha1.ToolActionSpec{
 			ToolRef:       v1alpha1.ToolReference{Name: req.Tool},
 			Parameters:    parameters,

@@ -12,7 +12,7 @@ import (
 // must not depend on how the caller spelled or typed the same values.
 func TestApplyBodyIsTheSameBytesForTheSameValues(t *testing.T) {
 	const want = `{"apiVersion":"toolledger.dev/v1alpha1","kind":"ToolAction",` +
-		`"metadata":{"name":"order-1001-charge","namespace":"shop"},` +
+		`"metadata":{"name":"order-1001-charge","namespace":"shop","finalizers":["toolledger.dev/outcome"]},` +
 		`"spec":{"toolRef":{"name":"charge"},` +
 		`"parameters":{"amount":1000,"currency":"EUR","meta":{"a":"<b>","z":[1.5,2]}},` +
 		`"provenance":{"runID":"run-42","principals":["user:alice"]}}}` + "\n"
