@@ -660,9 +660,12 @@ func (r *ToolActionReconciler) release(ctx context.Context, action *v1alpha1.Too
 	if !controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
 		return nil
 	}
+	// A patch, guarded by the resourceVersion: the cached copy of a finished
+	// action is slimmed (SlimTerminalActions) and must not be written back whole.
 	next := action.DeepCopy()
 	controllerutil.RemoveFinalizer(next, v1alpha1.Finalizer)
-	return ignoreConflict(r.Client.Update(ctx, next), "cannot remove the finalizer of %s", action.Name)
+	patch := client.MergeFromWithOptions(action, client.MergeFromWithOptimisticLock{})
+	return ignoreConflict(r.Client.Patch(ctx, next, patch), "cannot remove the finalizer of %s", action.Name)
 }
 
 // checkCompensationTarget requires the action being compensated to exist and

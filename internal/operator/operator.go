@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -116,6 +118,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionID:        "toolledger.toolledger.dev",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&v1alpha1.ToolAction{}: {Transform: controllers.SlimTerminalActions},
+		}},
 		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
