@@ -121,7 +121,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.ToolAction{}: {Transform: controllers.SlimTerminalActions},
 		}},
-		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
+		Controller: config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create manager: %w", err)
