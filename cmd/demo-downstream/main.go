@@ -1,8 +1,9 @@
 // Command demo-downstream runs the demo payments service (package
 // internal/demo) that the samples, the README walkthrough and the end-to-end
 // tests call through toolledger. It keeps charges in memory, honors
-// Idempotency-Key, and exposes unauthenticated /_admin endpoints to inject
-// faults and read effect counters. It is a demo, not for production.
+// Idempotency-Key (unless --naive), and exposes unauthenticated /_admin
+// endpoints to inject faults and read effect counters. It is a demo, not for
+// production.
 package main
 
 import (
@@ -25,15 +26,20 @@ const shutdownTimeout = 5 * time.Second
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8089", "address to listen on")
+	naive := flag.Bool("naive", false, "commit every request, ignoring Idempotency-Key, so that a repeated request counts as a second effect (for the end-to-end tests)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*listen, log); err != nil {
+	var opts []demo.Option
+	if *naive {
+		opts = append(opts, demo.WithNaive())
+	}
+	if err := run(*listen, opts, log); err != nil {
 		log.Error("demo-downstream failed", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr string, log *slog.Logger) error {
+func run(addr string, opts []demo.Option, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -44,12 +50,12 @@ func run(addr string, log *slog.Logger) error {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
 	srv := &http.Server{
-		Handler:           demo.LogRequests(demo.NewServer(), log),
+		Handler:           demo.LogRequests(demo.NewServer(opts...), log),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("demo downstream listening", "addr", ln.Addr().String())
+	log.Info("demo downstream listening", "addr", ln.Addr().String(), "naive", len(opts) > 0)
 
 	select {
 	case err := <-served:

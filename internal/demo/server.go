@@ -2,7 +2,9 @@
 // honors the Idempotency-Key header (IETF httpapi draft) and can be told to
 // fail in the ways that make exactly-once hard (lost answers, errors after
 // commit, slow requests). Samples, the README walkthrough and tests run
-// toolledger against it and count the effects. It is not for production.
+// toolledger against it and count the effects. WithNaive turns the
+// deduplication off, so that a request sent twice shows as two effects. It is
+// not for production.
 package demo
 
 import (
@@ -54,13 +56,15 @@ type Charge struct {
 // implements http.Handler. All state sits under one mutex: the service is
 // tiny, and one lock makes the per-key decisions trivially atomic.
 type Server struct {
-	mux *http.ServeMux
+	mux   *http.ServeMux
+	naive bool
 
 	mu            sync.Mutex
 	chargeFaults  []Fault
 	lookupFaults  []Fault
 	byKey         map[string]*entry
-	keyByID       map[string]string
+	byID          map[string]Charge
+	inFlight      map[string]int // naive mode: requests for a key not yet committed
 	requests      map[string]int
 	effects       map[string]int
 	totalRequests int
@@ -69,7 +73,8 @@ type Server struct {
 }
 
 // entry is what the server remembers of a key, from the request that
-// claimed it. charge is nil while that request is still being processed.
+// claimed it. charge is nil while that request is still being processed; in
+// naive mode it is the key's first charge.
 type entry struct {
 	body       []byte // canonical JSON, to tell a replay from a reuse
 	provenance http.Header
@@ -86,14 +91,31 @@ const (
 	outcomeInProgress
 )
 
+// Option configures a Server.
+type Option func(*Server)
+
+// WithNaive makes the server a provider that does not deduplicate: every
+// accepted POST /charges commits a new charge, whatever its Idempotency-Key,
+// so Effects counts every request that applied. Lookup by key still answers
+// the key's first charge, and 409 while a request for the key is in
+// progress. The end-to-end suite runs against it, so that any request
+// toolledger sends twice shows as a second effect.
+func WithNaive() Option {
+	return func(s *Server) { s.naive = true }
+}
+
 // NewServer returns an empty server with no faults queued.
-func NewServer() *Server {
+func NewServer(opts ...Option) *Server {
 	s := &Server{
 		mux:      http.NewServeMux(),
 		byKey:    map[string]*entry{},
-		keyByID:  map[string]string{},
+		byID:     map[string]Charge{},
+		inFlight: map[string]int{},
 		requests: map[string]int{},
 		effects:  map[string]int{},
+	}
+	for _, opt := range opts {
+		opt(s)
 	}
 	s.mux.HandleFunc("POST /charges", s.createCharge)
 	// {key...} takes the rest of the path, so a key with "/" works whether
@@ -254,11 +276,19 @@ func (s *Server) countRequest(key, authorization string) {
 }
 
 // claim decides what a request for key amounts to and, for a new key,
-// marks it in progress so that concurrent requests get 409 until commit.
+// marks it in progress so that concurrent requests get 409 until commit. In
+// naive mode every request is new, and in progress until it commits.
 func (s *Server) claim(key string, body []byte, h http.Header) (outcome, Charge) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byKey[key]
+	if s.naive {
+		if !ok {
+			s.byKey[key] = &entry{body: body, provenance: provenance(h)}
+		}
+		s.inFlight[key]++
+		return outcomeNew, Charge{}
+	}
 	switch {
 	case !ok:
 		s.byKey[key] = &entry{body: body, provenance: provenance(h)}
@@ -279,8 +309,15 @@ func (s *Server) commit(key string, c Charge) Charge {
 	c.IdempotencyKey = key
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byKey[key].charge = &c
-	s.keyByID[c.ID] = key
+	if e := s.byKey[key]; e.charge == nil {
+		e.charge = &c
+	}
+	if s.naive {
+		if s.inFlight[key]--; s.inFlight[key] == 0 {
+			delete(s.inFlight, key)
+		}
+	}
+	s.byID[c.ID] = c
 	s.effects[key]++
 	s.totalEffects++
 	return c
@@ -337,19 +374,21 @@ func (s *Server) chargeByKey(w http.ResponseWriter, r *http.Request) {
 func (s *Server) inProgress(key string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.naive {
+		return s.inFlight[key] > 0
+	}
 	e, ok := s.byKey[key]
 	return ok && e.charge == nil
 }
 
 func (s *Server) chargeByID(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	key, ok := s.keyByID[r.PathValue("id")]
+	c, ok := s.byID[r.PathValue("id")]
 	s.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, "no charge with this id")
 		return
 	}
-	c, _ := s.Charge(key) // ids are indexed only once committed
 	writeJSON(w, http.StatusOK, c)
 }
 
@@ -388,7 +427,8 @@ func (s *Server) Requests(key string) int {
 }
 
 // Effects is the number of charges committed for key. The server never
-// commits twice for a key; the counter is there so tests assert it.
+// commits twice for a key unless it is naive (WithNaive); the counter is
+// there so tests assert it.
 func (s *Server) Effects(key string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -410,7 +450,7 @@ func (s *Server) TotalEffects() int {
 	return s.totalEffects
 }
 
-// Charge returns the charge committed for key.
+// Charge returns the charge committed for key; in naive mode, the first.
 func (s *Server) Charge(key string) (Charge, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -28,9 +28,9 @@ type testServer struct {
 	client *http.Client
 }
 
-func newTestServer(t *testing.T) *testServer {
+func newTestServer(t *testing.T, opts ...Option) *testServer {
 	t.Helper()
-	s := NewServer()
+	s := NewServer(opts...)
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	// Without keep-alives: net/http silently resends a request that carries
@@ -453,6 +453,58 @@ func TestConcurrentRequestsCommitOnce(t *testing.T) {
 		t.Errorf("statuses = %v, want one 201 and the rest 200 or 409", counts)
 	}
 	wantCounts(t, ts.Server, "k", n, 1)
+}
+
+func TestNaiveServerCommitsEveryRequest(t *testing.T) {
+	ts := newTestServer(t, WithNaive())
+	first := ts.charge(t, "k", chargeBody)
+	wantStatus(t, first, http.StatusCreated)
+	// The same request again, and even a different one, under the same key.
+	second := ts.charge(t, "k", chargeBody)
+	wantStatus(t, second, http.StatusCreated)
+	wantStatus(t, ts.charge(t, "k", `{"amount":1,"currency":"USD"}`), http.StatusCreated)
+	wantCounts(t, ts.Server, "k", 3, 3)
+	if ts.TotalEffects() != 3 {
+		t.Errorf("TotalEffects = %d, want 3", ts.TotalEffects())
+	}
+	firstID, secondID := first.charge(t).ID, second.charge(t).ID
+	if firstID == secondID {
+		t.Fatalf("both requests answered charge %s, want two charges", firstID)
+	}
+
+	// Lookup by key names the first charge; each charge keeps its own id.
+	if got := ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil).charge(t).ID; got != firstID {
+		t.Errorf("lookup by key = %s, want the first charge %s", got, firstID)
+	}
+	if got := ts.do(t, http.MethodGet, "/charges/"+secondID, "", nil).charge(t).ID; got != secondID {
+		t.Errorf("GET /charges/%s = %s", secondID, got)
+	}
+	if c, _ := ts.Charge("k"); c.ID != firstID {
+		t.Errorf("Charge(k) = %s, want the first charge %s", c.ID, firstID)
+	}
+
+	// A request in progress makes the lookup answer 409, charged key or not.
+	ts.InjectFault(Fault{Mode: FaultDelay, Delay: time.Second})
+	held := make(chan response, 1)
+	go func() {
+		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
+		if err != nil {
+			t.Errorf("held request: %v", err)
+		}
+		held <- r
+	}()
+	waitFor(t, "the held request is in progress", func() bool { return ts.inProgress("k") })
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusConflict)
+	// Naive means no in-progress conflict for a concurrent request either.
+	wantStatus(t, ts.charge(t, "k", chargeBody), http.StatusCreated)
+	wantStatus(t, <-held, http.StatusCreated)
+	wantCounts(t, ts.Server, "k", 5, 5)
+	lookup := ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil)
+	wantStatus(t, lookup, http.StatusOK)
+	if got := lookup.charge(t).ID; got != firstID {
+		t.Errorf("lookup by key after more charges = %s, want the first charge %s", got, firstID)
+	}
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/other", "", nil), http.StatusNotFound)
 }
 
 func TestLookupFaultIsSeparateFromChargeFaults(t *testing.T) {

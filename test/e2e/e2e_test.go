@@ -1,0 +1,495 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// suite is what every scenario shares: one control plane, the admin
+// clients, the processes, the seed and the results.
+type suite struct {
+	t       *testing.T
+	ctx     context.Context
+	dir     string
+	seed    uint64
+	trials  int
+	cluster *cluster
+	sdk     *sdk.Client
+	procs   *processes
+	began   time.Time
+
+	mu       sync.Mutex
+	rows     []Row
+	managers int
+	steady   [2]*manager
+}
+
+// scenario is one row of the table; name is its subtest's name.
+type scenario struct {
+	name  string
+	title string
+	run   func(s *suite, sc *run) error
+}
+
+// run is a scenario being run: its row and its trials.
+type run struct {
+	name   string
+	row    Row
+	trials []*trial
+	began  time.Time
+}
+
+// trial is one trial's intents and what the driver saw of them.
+type trial struct {
+	ns      string
+	d       *downstream
+	mu      sync.Mutex
+	keys    []string
+	amounts map[string]int64
+	extra   []Violation
+}
+
+func (tr *trial) add(key string, amount int64) string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	full := tr.ns + "/" + key
+	tr.keys = append(tr.keys, full)
+	if tr.amounts == nil {
+		tr.amounts = map[string]int64{}
+	}
+	tr.amounts[full] = amount
+	return key
+}
+
+// violation records what the driver itself saw go wrong.
+func (tr *trial) violation(key, format string, args ...any) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.extra = append(tr.extra, Violation{Kind: DriverObserved, Key: tr.ns + "/" + key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// rngFor is a trial's own randomness, derived from the seed, so that the
+// choices of trials running in parallel do not depend on their timing.
+func (s *suite) rngFor(scenario string, n int) *rand.Rand {
+	h := fnv.New64a()
+	_, _ = fmt.Fprintf(h, "%s/%d", scenario, n)
+	return rand.New(rand.NewPCG(s.seed, h.Sum64()))
+}
+
+// between returns a random duration in [lo, hi).
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// intRange returns a random int in [lo, hi].
+func intRange(rng *rand.Rand, lo, hi int) int { return lo + rng.IntN(hi-lo+1) }
+
+func (s *suite) logf(format string, args ...any) {
+	s.t.Helper()
+	s.t.Logf("[%6.1fs] "+format, append([]any{time.Since(s.began).Seconds()}, args...)...)
+}
+
+// newTrial creates a tenant whose tool calls d.
+func (s *suite) newTrial(sc *run, d *downstream, opts toolOptions) (*trial, error) {
+	ns, err := newTenant(s.ctx, s.cluster.client, sc.name, d, opts)
+	if err != nil {
+		return nil, err
+	}
+	tr := &trial{ns: ns, d: d}
+	s.mu.Lock()
+	sc.trials = append(sc.trials, tr)
+	s.mu.Unlock()
+	return tr, nil
+}
+
+// request is the intent to charge amount under key in the trial's tenant.
+func (tr *trial) request(key string, amount int64) sdk.Request {
+	return sdk.Request{
+		Namespace: tr.ns, Key: key, Tool: "charge",
+		Parameters: map[string]any{"amount": amount, "currency": "EUR", "customer": "cus_e2e"},
+	}
+}
+
+// invoke is an agent: it calls Invoke until it returns an outcome, as the
+// SDK says is safe — the API server may be down or restarting — or until
+// ctx ends. A DuplicateConflictError is returned at once.
+func (s *suite) invoke(ctx context.Context, req sdk.Request) (*sdk.Outcome, error) {
+	out, _, err := s.invokeCounting(ctx, req)
+	return out, err
+}
+
+// invokeCounting is invoke that also says how often it called again after
+// an error.
+func (s *suite) invokeCounting(ctx context.Context, req sdk.Request) (*sdk.Outcome, int, error) {
+	delay := 100 * time.Millisecond
+	for again := 0; ; again++ {
+		out, err := s.sdk.Invoke(ctx, req)
+		var conflict *sdk.DuplicateConflictError
+		if err == nil || errors.As(err, &conflict) || ctx.Err() != nil {
+			return out, again, err
+		}
+		if sleep(ctx, delay) != nil {
+			return out, again, err
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// invokeAll invokes every intent of keys concurrently, each as its own
+// agent, adding them to wg. An agent that gets no settled outcome is a
+// violation the driver saw.
+func (s *suite) invokeAll(ctx context.Context, tr *trial, keys []string, wg *sync.WaitGroup) {
+	for _, key := range keys {
+		wg.Go(func() {
+			tr.mu.Lock()
+			amount := tr.amounts[tr.ns+"/"+key]
+			tr.mu.Unlock()
+			out, err := s.invoke(ctx, tr.request(key, amount))
+			if err != nil {
+				tr.violation(key, "the agent got no outcome: %v", err)
+				return
+			}
+			if out.Phase != v1alpha1.PhaseSucceeded && out.Phase != v1alpha1.PhaseFailed && out.Phase != v1alpha1.PhaseEscalated {
+				tr.violation(key, "Invoke returned unsettled phase %q", out.Phase)
+			}
+		})
+	}
+}
+
+// settled reports whether a phase ends the automatic handling of an action.
+func settled(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseEscalated
+}
+
+// settleTimeout bounds the wait, after a scenario's load, for every intent
+// to settle; what has not settled by then is lost.
+const settleTimeout = time.Minute
+
+// waitSettled waits until every intent of every trial is settled in the
+// ledger, or timeout passes.
+func (s *suite) waitSettled(trials []*trial, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	pending := slices.Clone(trials)
+	for len(pending) > 0 && time.Now().Before(deadline) && s.ctx.Err() == nil {
+		pending = slices.DeleteFunc(pending, func(tr *trial) bool {
+			var list v1alpha1.ToolActionList
+			if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+				return false
+			}
+			phases := map[string]v1alpha1.Phase{}
+			for _, a := range list.Items {
+				phases[a.Namespace+"/"+a.Name] = a.Status.Phase
+			}
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			for _, key := range tr.keys {
+				if !settled(phases[key]) {
+					return false
+				}
+			}
+			return true
+		})
+		if len(pending) > 0 {
+			_ = sleep(s.ctx, 300*time.Millisecond)
+		}
+	}
+}
+
+// verify checks every trial of a scenario once everything settled: the
+// ledger from the API server, the downstream's first charge per key (a
+// lookup, which also waits out requests still in progress) and then its
+// effect counts.
+func (s *suite) verify(sc *run) error {
+	s.waitSettled(sc.trials, settleTimeout)
+	byDownstream := map[*downstream][]*trial{}
+	for _, tr := range sc.trials {
+		byDownstream[tr.d] = append(byDownstream[tr.d], tr)
+	}
+	for d, trials := range byDownstream {
+		charges := map[string]Charge{}
+		actions := map[*trial]map[string]Action{}
+		for _, tr := range trials {
+			var list v1alpha1.ToolActionList
+			if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+				return fmt.Errorf("cannot list the actions of %s: %w", tr.ns, err)
+			}
+			actions[tr] = map[string]Action{}
+			for i := range list.Items {
+				a := toAction(&list.Items[i])
+				actions[tr][a.Key] = a
+			}
+			for _, key := range tr.keys {
+				c, found, err := s.firstCharge(d, key)
+				if err != nil {
+					return err
+				}
+				if found {
+					charges[key] = c
+				}
+			}
+		}
+		st, err := d.stats(s.ctx)
+		if err != nil {
+			return fmt.Errorf("cannot read the stats of downstream %s: %w", d.name, err)
+		}
+		for _, tr := range trials {
+			tr.mu.Lock()
+			r := Check(Trial{
+				Name: tr.ns, Prefix: tr.ns + "/", Keys: tr.keys, Amounts: tr.amounts,
+				Actions: actions[tr], Effects: st.Effects, Charges: charges, Extra: tr.extra,
+			})
+			tr.mu.Unlock()
+			sc.row.Add(r)
+			for _, v := range r.Violations {
+				s.t.Errorf("%s: trial %s: %s%s", sc.name, tr.ns, v, s.history(v.Key))
+			}
+		}
+	}
+	return nil
+}
+
+// firstCharge looks the key up downstream, waiting (bounded) while a
+// request for it is still in progress.
+func (s *suite) firstCharge(d *downstream, key string) (Charge, bool, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		status, c, err := d.lookup(s.ctx, key)
+		switch {
+		case err != nil:
+			return c, false, fmt.Errorf("cannot look %s up: %w", key, err)
+		case status == http.StatusOK:
+			return c, true, nil
+		case status == http.StatusNotFound:
+			return c, false, nil
+		case time.Now().After(deadline):
+			return c, false, fmt.Errorf("lookup of %s still answers %d", key, status)
+		}
+		if err := sleep(s.ctx, 100*time.Millisecond); err != nil {
+			return c, false, err
+		}
+	}
+}
+
+// history describes an action's record for a violation report.
+func (s *suite) history(key string) string {
+	ns, name, _ := strings.Cut(key, "/")
+	var a v1alpha1.ToolAction
+	if err := s.cluster.client.Get(s.ctx, client.ObjectKey{Namespace: ns, Name: name}, &a); err != nil {
+		return fmt.Sprintf(" (no record: %v)", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n    phase %s, attempts %d, externalRef %q", a.Status.Phase, a.Status.Attempts, a.Status.ExternalRef)
+	for _, h := range a.Status.History {
+		fmt.Fprintf(&b, "\n    %s %s→%s %s attempt %d by %s: %s", h.Time.Format("15:04:05.000"), h.From, h.To, h.Reason, h.Attempt, h.Executor, h.Message)
+	}
+	return b.String()
+}
+
+// toAction reads what the checker needs from a ToolAction.
+func toAction(a *v1alpha1.ToolAction) Action {
+	out := Action{
+		Key:         a.Namespace + "/" + a.Name,
+		Phase:       string(a.Status.Phase),
+		ExternalRef: a.Status.ExternalRef,
+	}
+	if out.Phase == "" {
+		out.Phase = string(v1alpha1.PhasePending)
+	}
+	if e := a.Status.Error; e != nil {
+		out.ErrorClass, out.Reason, out.Message = string(e.Class), e.Reason, e.Message
+	}
+	if raw, ok := a.Spec.Parameters["amount"]; ok {
+		var n json.Number
+		if json.Unmarshal(raw.Raw, &n) == nil {
+			out.Amount, _ = n.Int64()
+		}
+	}
+	return out
+}
+
+// TestE2E runs every scenario against real processes and prints the table.
+func TestE2E(t *testing.T) {
+	s := newSuite(t)
+	scenarios := allScenarios()
+	t.Run("naive-downstream-self-check", func(t *testing.T) {
+		parent := s.t
+		s.t = t
+		defer func() { s.t = parent }()
+		if err := s.selfCheck(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ran := 0
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			ran++
+			if s.ctx.Err() != nil {
+				t.Fatalf("not run: the suite was interrupted or ran out of time (%v)", s.ctx.Err())
+			}
+			r := &run{name: sc.name, row: Row{Scenario: sc.title}, began: time.Now()}
+			parent := s.t
+			s.t = t
+			defer func() { s.t = parent }()
+			s.logf("scenario %s: start", sc.name)
+			if err := sc.run(s, r); err != nil {
+				t.Errorf("%s: %v", sc.name, err)
+			}
+			r.row.Trials = len(r.trials)
+			r.row.Wall = time.Since(r.began)
+			s.mu.Lock()
+			s.rows = append(s.rows, r.row)
+			s.mu.Unlock()
+			s.logf("scenario %s: %d trials, %d actions, %d effects, %d duplicates, %d lost, %d escalated, %d failed, %d other violations in %s",
+				sc.name, r.row.Trials, r.row.Actions, r.row.Effects, r.row.Duplicates, r.row.Lost, r.row.Escalated, r.row.Failed, r.row.Other(), r.row.Wall.Round(100*time.Millisecond))
+		})
+	}
+	table := Table(s.rows)
+	t.Logf("seed %d, %d trials per scenario, %s in all\n\n%s", s.seed, s.trials, time.Since(s.began).Round(time.Second), table)
+	if ran == len(scenarios) {
+		if err := s.writeResults(table); err != nil {
+			t.Errorf("cannot write the results: %v", err)
+		}
+	}
+}
+
+func newSuite(t *testing.T) *suite {
+	s := &suite{t: t, began: time.Now(), trials: 50, seed: uint64(time.Now().UnixNano())}
+	if v := os.Getenv("E2E_TRIALS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("E2E_TRIALS=%q is not a positive number", v)
+		}
+		s.trials = n
+	}
+	if v := os.Getenv("E2E_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("E2E_SEED=%q is not a number", v)
+		}
+		s.seed = n
+	}
+	t.Logf("seed %d (E2E_SEED=%d reproduces the choices), %d trials per scenario (E2E_TRIALS)", s.seed, s.seed, s.trials)
+
+	// The suite stops a minute before go test's deadline, so that it cleans up.
+	ctx, cancel := context.WithCancel(context.Background())
+	if deadline, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), deadline.Add(-time.Minute))
+	}
+	t.Cleanup(cancel)
+	s.ctx = ctx
+
+	dir, err := os.MkdirTemp("", "toolledger-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dir = dir
+	s.procs = &processes{ctx: ctx, dir: filepath.Join(dir, "logs")}
+	if err := os.MkdirAll(s.procs.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("logs in %s (kept when the suite fails)", dir)
+	// Ctrl-C (or SIGTERM) ends the scenarios early and lets the cleanup
+	// stop every process; a second one kills the suite's children at once
+	// (the watchdog then kills the control plane).
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	t.Cleanup(func() { signal.Stop(signals) })
+	go func() {
+		select {
+		case <-signals:
+		case <-ctx.Done():
+			return
+		}
+		fmt.Fprintln(os.Stderr, "e2e: interrupted; stopping the scenarios and cleaning up (interrupt again to kill everything now)")
+		cancel()
+		<-signals
+		s.procs.killAll()
+		os.Exit(2)
+	}()
+	t.Cleanup(func() {
+		s.procs.killAll()
+		if s.cluster != nil {
+			if err := s.cluster.stop(); err != nil {
+				t.Logf("stopping the control plane: %v", err)
+			}
+		}
+		if !t.Failed() && os.Getenv("E2E_KEEP_LOGS") == "" {
+			_ = os.RemoveAll(dir)
+		}
+	})
+
+	for _, name := range []string{"manager", "demo-downstream"} {
+		if _, err := binary(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	s.cluster, err = startCluster(filepath.Join(dir, "controlplane"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sdk, err = sdk.NewClient(s.cluster.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.logf("control plane up in %s (kube-apiserver %s, etcd %s)", time.Since(began).Round(100*time.Millisecond),
+		s.cluster.env.ControlPlane.APIServer.SecureServing.URL("https", "").Host, s.cluster.env.ControlPlane.Etcd.URL.Host)
+	return s
+}
+
+// nextManagerID names managers in start order.
+func (s *suite) nextManagerID(prefix string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.managers++
+	return fmt.Sprintf("%s-%03d", prefix, s.managers)
+}
+
+// startManager starts a manager and waits for its workers.
+func (s *suite) startManager(prefix string, leaseGrace time.Duration) (*manager, error) {
+	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix), leaseGrace)
+	if err != nil {
+		return nil, err
+	}
+	return m, m.waitReady(s.ctx)
+}
+
+// writeResults writes the table to results.md next to this file.
+func (s *suite) writeResults(table string) error {
+	var b strings.Builder
+	b.WriteString("# End-to-end results\n\n")
+	b.WriteString("Written by `make test-e2e` (`test/e2e`, build tag `e2e`): real kube-apiserver, etcd, manager and demo downstream processes.\n")
+	fmt.Fprintf(&b, "Seed %d, %d trials per scenario (`E2E_TRIALS`), %s, GOMAXPROCS %d, %s in all.\n\n",
+		s.seed, s.trials, runtime.Version(), runtime.GOMAXPROCS(0), time.Since(s.began).Round(time.Second))
+	b.WriteString("A trial is a tenant (namespace) with its own Tool and a handful of intents; every key of every trial is checked: ")
+	b.WriteString("at most one downstream effect, exactly one for Succeeded (the one the record names), none for Failed, ")
+	b.WriteString("and every intent Succeeded, Failed or Escalated with a reason. `duplicates` and `lost` must be 0; ")
+	b.WriteString("`other violations` counts missing, phantom, stray or misattributed effects, changed requests taken and driver observations.\n\n")
+	b.WriteString(table)
+	b.WriteString(scenarioNotes)
+	_, file, _, _ := runtime.Caller(0)
+	return os.WriteFile(filepath.Join(filepath.Dir(file), "results.md"), []byte(b.String()), 0o644)
+}

@@ -1,0 +1,1011 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// leaseGrace is every manager's --lease-grace: with the tools' 1s timeout,
+// a claim whose executor died lapses 2s after it was written.
+const leaseGrace = time.Second
+
+func allScenarios() []scenario {
+	compensatable := toolOptions{class: v1alpha1.Compensatable, lookup: true}
+	return []scenario{
+		{"crash-1", "1 manager, SIGKILLed mid-dispatch and replaced", crashScenario(1, allStages)},
+		{"crash-2", "2 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(2, victimStages)},
+		{"crash-3", "3 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(3, victimStages)},
+		{"apiserver-restart", "kube-apiserver restarted mid-flight", restartScenario("kube-apiserver", (*cluster).restartAPIServer)},
+		{"etcd-restart", "etcd restarted mid-flight (data kept)", restartScenario("etcd", (*cluster).restartEtcd)},
+		{"drop-after-commit", "downstream: response dropped after commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
+			return []demo.Fault{{Mode: demo.FaultDropAfterCommit, Count: intRange(rng, 1, n)}}
+		})},
+		{"500-after-commit", "downstream: 500 after commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
+			return []demo.Fault{{Mode: demo.FaultErrorAfterCommit, Count: intRange(rng, 1, n)}}
+		})},
+		{"slow", "downstream: slower than the 1s tool timeout (held 1.1–3s)", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
+			faults := make([]demo.Fault, intRange(rng, 1, n))
+			for i := range faults {
+				faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, 1100*time.Millisecond, 3*time.Second)}
+			}
+			return faults
+		})},
+		{"reset-before-commit", "downstream: connection reset before commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
+			return []demo.Fault{{Mode: demo.FaultDropBeforeCommit, Count: intRange(rng, 1, n)}}
+		})},
+		{"503-storm", "downstream: 503 storms (Retry-After 0–1s)", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
+			return []demo.Fault{{Mode: demo.FaultUnavailable, Count: intRange(rng, n, 5*n), RetryAfter: rng.IntN(2)}}
+		})},
+		{"lookup-down", "downstream: lookup endpoint down for a while (4s unknown-outcome deadline)",
+			faultScenario(true, toolOptions{class: v1alpha1.Compensatable, lookup: true, deadline: 4 * time.Second}, func(rng *rand.Rand, n int) []demo.Fault {
+				return []demo.Fault{
+					{Mode: demo.FaultDropAfterCommit, Count: intRange(rng, 1, n)},
+					{Mode: demo.FaultLookupUnavailable, Count: intRange(rng, 2*n, 12*n)},
+				}
+			})},
+		{"keyprotected-resend", "KeyProtected re-sent under the same key (deduplicating downstream, no lookup)",
+			faultScenario(false, toolOptions{class: v1alpha1.KeyProtected}, func(rng *rand.Rand, n int) []demo.Fault {
+				hold := keyProtectedHold()
+				faults := make([]demo.Fault, intRange(rng, 1, n))
+				for i := range faults {
+					switch rng.IntN(3) {
+					case 0:
+						faults[i] = demo.Fault{Mode: demo.FaultDropAfterCommit}
+					case 1:
+						faults[i] = demo.Fault{Mode: demo.FaultErrorAfterCommit}
+					default:
+						faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, hold, hold+900*time.Millisecond)}
+					}
+				}
+				return faults
+			})},
+		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
+		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
+	}
+}
+
+// scenarioNotes explains, for results.md, what a trial is in each scenario.
+const scenarioNotes = `
+## What a trial is
+
+Every scenario but the KeyProtected one runs against the demo downstream in **naive mode**
+(` + "`demo-downstream --naive`" + `): it commits every request it accepts, so any request the
+controller sent twice for an applied intent would count as a second effect. Those tools are
+` + "`Compensatable`" + ` with the downstream's lookup by key, so the controller settles every
+ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s, managers run with
+` + "`--lease-grace=1s`" + ` and no leader election.
+
+* **1 manager SIGKILLed** — one trial is one tenant of 5–10 intents and one SIGKILL of
+  the only manager, then a new manager. Each trial aims at a kill point (not yet claimed; claimed
+  but the request not sent; request held downstream by a 1.5–3.5s delay; committed downstream but
+  the outcome not recorded; a random moment): the suite freezes the manager (SIGSTOP) at random
+  moments, reads the ledger and the downstream, and kills it (SIGKILL) when the aimed-at point is
+  reached or after 3s. The notes count the points reached. Trials follow each other without waiting
+  for the previous one to settle, so an intent may live through several kills.
+* **2 or 3 managers** — as above with 2 (or 3) managers running at once: the suite freezes them
+  all to look, kills one whose own claim stands at the aimed-at point (a random one at a random
+  moment otherwise), thaws the others and starts a replacement.
+* **kube-apiserver / etcd restarted** — one restart per round of 10 trials (tenants of 3–6
+  intents each): the intents are created at random moments over 1.5s, some held downstream by
+  1–2.5s delays, and the process is stopped at a random moment 0.3–1.2s into the round, kept down
+  0.5–2.5s and started again (same port, certificates and data). Each trial thus meets the restart
+  at a different point of its dispatch; the number of restarts is trials/10. Neither process
+  finishes its graceful shutdown while clients hold watches open, so each stop is a SIGTERM
+  followed by a SIGKILL 2s later. How long the round took to settle after the API was back is
+  latency, not correctness: actions whose writes failed during the outage wait out the
+  controller's per-item exponential retry (capped at 1 minute) and client-go's re-list backoff.
+* **downstream faults** — one trial is one tenant of 5–10 intents, with the faults injected just
+  before its intents; 10 trials run at a time against one downstream, so a fault may hit a
+  neighbouring trial's request instead.
+* **KeyProtected re-send** — a deduplicating downstream and a KeyProtected tool without lookup:
+  ambiguous outcomes are re-sent under the same key, and the downstream answers the replay.
+  Requests are held 1.1–2s. Known gap, not in the default run: a first attempt held downstream
+  for longer than the whole retry budget (every re-send answered 409 "in progress") ends
+  ` + "`Failed`/`RetriesExhausted`" + ` although it then applies — ` + "`E2E_KEYPROTECTED_HOLD=10s`" + ` shows the check
+  reporting it as a phantom effect.
+* **duplicate storm** — one trial is one tenant (5 at a time): 200 concurrent SDK callers over 20
+  intents (10 each, released at once) while ` + "`kubectl apply -f`" + ` applies a manifest of 5 more
+  intents 3 times; 0–3 responses are dropped after commit. Every caller of an intent must be told
+  the same outcome, and exactly one of them that it created it.
+* **changed payload** — one trial is one tenant (4 at a time) of 5–10 intents being dispatched (some held
+  200–800ms downstream) while 2–4 changed requests per key (another amount or currency, a member
+  omitted or added) are sent through the SDK and one changed manifest through ` + "`kubectl apply`" + `:
+  every one must be refused, and the ledger and the charge must hold the original amount.
+`
+
+// keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
+// the tool's timeout, or E2E_KEYPROTECTED_HOLD. A hold longer than the whole
+// retry budget (8 attempts, each re-send answered 409 while the first is in
+// progress) ends the action Failed with RetriesExhausted although the held
+// request then applies: the check reports it as a phantom effect.
+func keyProtectedHold() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("E2E_KEYPROTECTED_HOLD")); err == nil && d > 0 {
+		return d
+	}
+	return 1100 * time.Millisecond
+}
+
+// --- shared pieces ---------------------------------------------------------------
+
+// steadyManagers are two managers that run from the restart scenarios on.
+func (s *suite) steadyManagers() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.steady {
+		if s.steady[i] != nil && !s.steady[i].proc.exited() {
+			continue
+		}
+		if s.steady[i] != nil {
+			s.t.Logf("steady manager %s had exited (%v); starting another", s.steady[i].id, s.steady[i].proc.err)
+		}
+		s.managers++
+		m, err := s.procs.startManager(s.cluster.kubeconfig, fmt.Sprintf("steady-%03d", s.managers), leaseGrace)
+		if err != nil {
+			return err
+		}
+		if err := m.waitReady(s.ctx); err != nil {
+			return err
+		}
+		s.steady[i] = m
+	}
+	return nil
+}
+
+// intents adds n intents named prefix-NN with random amounts to the trial.
+func intents(tr *trial, rng *rand.Rand, prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = tr.add(fmt.Sprintf("%s-%02d", prefix, i), int64(intRange(rng, 100, 99999)))
+	}
+	return keys
+}
+
+// parallelTrials runs s.trials trials of fn, parallel at a time, each with
+// its own randomness.
+func (s *suite) parallelTrials(sc *run, parallel int, fn func(i int, rng *rand.Rand) error) error {
+	sem := make(chan struct{}, parallel)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i := range s.trials {
+		if s.ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(i, s.rngFor(sc.name, i)); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("trial %d: %w", i, err))
+				mu.Unlock()
+			}
+		})
+		if (i+1)%10 == 0 {
+			s.logf("%s: %d/%d trials started", sc.name, i+1, s.trials)
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// kubectl runs kubectl as the admin user, in its own process group,
+// bounded by ctx.
+func (s *suite) kubectl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig=" + s.cluster.kubeconfig}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// manifest writes ToolActions as a multi-document YAML file.
+func (s *suite) manifest(name string, tr *trial, keys []string, amount func(key string) int64) (string, error) {
+	var b strings.Builder
+	for _, key := range keys {
+		fmt.Fprintf(&b, `---
+apiVersion: toolledger.dev/v1alpha1
+kind: ToolAction
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  toolRef:
+    name: charge
+  parameters:
+    amount: %d
+    currency: EUR
+    customer: cus_e2e
+`, key, tr.ns, amount(key))
+	}
+	dir := filepath.Join(s.dir, "manifests")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, tr.ns+"-"+name+".yaml")
+	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+}
+
+// tally counts named events of a scenario for its notes.
+type tally struct {
+	mu     sync.Mutex
+	counts map[string]int
+	order  []string
+}
+
+func (t *tally) add(name string, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = map[string]int{}
+	}
+	if _, ok := t.counts[name]; !ok {
+		t.order = append(t.order, name)
+	}
+	t.counts[name] += n
+}
+
+func (t *tally) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	parts := make([]string, 0, len(t.order))
+	for _, name := range t.order {
+		parts = append(parts, fmt.Sprintf("%s %d", name, t.counts[name]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// --- the naive downstream's self-check --------------------------------------
+
+// selfCheck proves on the real processes that the check is not vacuous: the
+// naive downstream counts a request sent twice as two effects, and Check
+// reports it, while the deduplicating one would have hidden it.
+func (s *suite) selfCheck() error {
+	for _, naive := range []bool{true, false} {
+		d, err := s.procs.startDownstream(fmt.Sprintf("selfcheck-naive-%t", naive), naive)
+		if err != nil {
+			return err
+		}
+		key := "selfcheck/order-1"
+		var statuses []int
+		for range 2 {
+			status, err := d.charge(s.ctx, key, 1000)
+			if err != nil {
+				return err
+			}
+			statuses = append(statuses, status)
+		}
+		st, err := d.stats(s.ctx)
+		if err != nil {
+			return err
+		}
+		_, c, err := d.lookup(s.ctx, key)
+		if err != nil {
+			return err
+		}
+		d.proc.stop(5 * time.Second)
+		r := Check(Trial{
+			Name: "selfcheck", Prefix: "selfcheck/", Keys: []string{key},
+			Actions: map[string]Action{key: {Key: key, Phase: PhaseSucceeded, ExternalRef: c.ID}},
+			Effects: st.Effects, Charges: map[string]Charge{key: c},
+		})
+		s.logf("self-check, naive=%t: the same request twice answered %v, %d effects; the check reports %d duplicates %v",
+			naive, statuses, st.Effects[key], r.Duplicates, r.Violations)
+		switch {
+		case naive && (st.Effects[key] != 2 || r.Duplicates != 1):
+			return fmt.Errorf("the naive downstream counted %d effects and the check %d duplicates; want 2 and 1", st.Effects[key], r.Duplicates)
+		case !naive && (st.Effects[key] != 1 || !r.OK()):
+			return fmt.Errorf("the deduplicating downstream counted %d effects; want 1", st.Effects[key])
+		}
+	}
+	return nil
+}
+
+// --- downstream faults -------------------------------------------------------------
+
+// faultParallel is how many trials of a downstream-fault scenario run at once.
+const faultParallel = 10
+
+// faultScenario runs trials of 5–10 intents, faultParallel trials at a
+// time, each injecting its faults just before it invokes its intents.
+func faultScenario(naive bool, opts toolOptions, faults func(rng *rand.Rand, n int) []demo.Fault) func(s *suite, sc *run) error {
+	return func(s *suite, sc *run) error {
+		if err := s.steadyManagers(); err != nil {
+			return err
+		}
+		d, err := s.procs.startDownstream(sc.name, naive)
+		if err != nil {
+			return err
+		}
+		defer d.proc.stop(5 * time.Second)
+		var injected tally
+		err = s.parallelTrials(sc, faultParallel, func(_ int, rng *rand.Rand) error {
+			tr, err := s.newTrial(sc, d, opts)
+			if err != nil {
+				return err
+			}
+			n := intRange(rng, 5, 10)
+			keys := intents(tr, rng, "order", n)
+			fs := faults(rng, n)
+			for _, f := range fs {
+				injected.add(string(f.Mode), max(f.Count, 1))
+			}
+			if err := d.inject(s.ctx, fs...); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			s.invokeAll(ctx, tr, keys, &wg)
+			wg.Wait()
+			return nil
+		})
+		verifyErr := s.verify(sc)
+		st, statsErr := d.stats(s.ctx)
+		if statsErr == nil {
+			sc.row.Notes = append(sc.row.Notes, fmt.Sprintf("faults injected: %s; downstream requests %d for %d effects", injected.String(), st.TotalRequests, st.TotalEffects))
+		}
+		sc.row.Notes = append(sc.row.Notes, s.paths(sc))
+		return errors.Join(err, verifyErr, statsErr)
+	}
+}
+
+// paths summarises how the scenario's actions got to their end, by the
+// reasons of their history.
+func (s *suite) paths(sc *run) string {
+	counts := map[string]int{}
+	for _, tr := range sc.trials {
+		var list v1alpha1.ToolActionList
+		if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+			continue
+		}
+		for _, a := range list.Items {
+			steps := make([]string, 0, len(a.Status.History))
+			for _, h := range a.Status.History {
+				step := string(h.To)
+				if h.Reason != step {
+					step += "/" + h.Reason
+				}
+				steps = append(steps, step)
+			}
+			counts[strings.Join(steps, " > ")]++
+		}
+	}
+	type path struct {
+		name  string
+		count int
+	}
+	var all []path
+	for name, n := range counts {
+		all = append(all, path{name, n})
+	}
+	slices.SortFunc(all, func(a, b path) int { return b.count - a.count })
+	parts := make([]string, 0, 6)
+	for i, p := range all {
+		if i == 6 {
+			parts = append(parts, fmt.Sprintf("%d other paths", len(all)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("`%s` %d", p.name, p.count))
+	}
+	return "paths through the ledger (history: phase/reason): " + strings.Join(parts, ", ")
+}
+
+// --- SIGKILLed managers -----------------------------------------------------------------
+
+// stage is where an action stood when its executor was killed.
+type stage string
+
+const (
+	stageUnclaimed stage = "not yet claimed"
+	stageNotSent   stage = "claimed, request not sent"
+	stageInTransit stage = "claimed, request in transit"
+	stageHeld      stage = "request held downstream"
+	stageCommitted stage = "committed, outcome not recorded"
+	stageAnswered  stage = "answered (not applied), outcome not recorded"
+	stageRandom    stage = "a random moment"
+)
+
+var (
+	allStages    = []stage{stageUnclaimed, stageNotSent, stageHeld, stageCommitted, stageRandom}
+	victimStages = []stage{stageNotSent, stageHeld, stageCommitted, stageRandom}
+)
+
+// crashScenario runs managers at once and SIGKILLs one of them per trial at
+// an aimed-at point of the trial's dispatch, then starts a replacement.
+func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error {
+	return func(s *suite, sc *run) error {
+		d, err := s.procs.startDownstream(sc.name, true)
+		if err != nil {
+			return err
+		}
+		defer d.proc.stop(5 * time.Second)
+		var pool []*manager
+		defer func() {
+			for _, m := range pool {
+				m.proc.stop(10 * time.Second)
+			}
+		}()
+		var (
+			wg             sync.WaitGroup
+			aimed, reached tally
+			caught         tally
+			kills, started int
+		)
+		// Agents wait through every later trial of the scenario.
+		ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.trials)*5*time.Second+3*time.Minute)
+		defer cancel()
+		prefix := strings.TrimPrefix(sc.name, "crash-")
+		for i := range s.trials {
+			if s.ctx.Err() != nil {
+				break
+			}
+			rng := s.rngFor(sc.name, i)
+			for len(pool) < managers {
+				m, err := s.startManager("crash"+prefix, leaseGrace)
+				if err != nil {
+					return err
+				}
+				started++
+				pool = append(pool, m)
+			}
+			tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+			if err != nil {
+				return err
+			}
+			n := intRange(rng, 5, 10)
+			keys := intents(tr, rng, "order", n)
+			target := targets[rng.IntN(len(targets))]
+			if err := d.clearFaults(s.ctx); err != nil {
+				return err
+			}
+			if err := d.inject(s.ctx, crashFaults(rng, target, n)...); err != nil {
+				return err
+			}
+			s.invokeAll(ctx, tr, keys, &wg)
+			k, err := s.killAt(pool, tr, target, rng)
+			if err != nil {
+				return err
+			}
+			kills++
+			aimed.add(string(target), 1)
+			if k.hit {
+				reached.add(string(target), 1)
+			}
+			for _, st := range []stage{stageUnclaimed, stageNotSent, stageInTransit, stageHeld, stageCommitted, stageAnswered} {
+				if k.caught[st] > 0 {
+					caught.add(string(st), k.caught[st])
+				}
+			}
+			m, err := s.startManager("crash"+prefix, leaseGrace)
+			if err != nil {
+				return err
+			}
+			started++
+			pool[k.victim] = m
+			if (i+1)%10 == 0 {
+				s.logf("%s: %d/%d trials; kill points reached: %s", sc.name, i+1, s.trials, reached.String())
+			}
+		}
+		wg.Wait()
+		err = s.verify(sc)
+		sc.row.Notes = append(sc.row.Notes,
+			fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points aimed at: %s", kills, started, aimed.String()),
+			fmt.Sprintf("kill points reached: %s", reached.String()),
+			fmt.Sprintf("actions of the trial caught at the kill, by point: %s", caught.String()),
+			s.paths(sc))
+		return err
+	}
+}
+
+// crashFaults shapes the downstream so that the aimed-at point lasts long
+// enough to be caught.
+func crashFaults(rng *rand.Rand, target stage, n int) []demo.Fault {
+	switch target {
+	case stageNotSent:
+		// Many attempts, each with a window between claim and send.
+		return []demo.Fault{{Mode: demo.FaultUnavailable, Count: intRange(rng, n, 2*n)}}
+	case stageHeld:
+		faults := make([]demo.Fault, intRange(rng, (n+1)/2, n))
+		for i := range faults {
+			faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, 1500*time.Millisecond, 3500*time.Millisecond)}
+		}
+		return faults
+	case stageCommitted:
+		// Commits spread over time, each a window before its record.
+		faults := make([]demo.Fault, n)
+		for i := range faults {
+			faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, 50*time.Millisecond, 400*time.Millisecond)}
+		}
+		return faults
+	case stageRandom:
+		return crashFaults(rng, []stage{stageUnclaimed, stageNotSent, stageHeld, stageCommitted}[rng.IntN(4)], n)
+	}
+	return nil
+}
+
+type killReport struct {
+	victim int
+	hit    bool
+	probes int
+	caught map[stage]int
+}
+
+// killAt freezes every manager of the pool (SIGSTOP) at random moments,
+// reads the ledger and the downstream while nothing but the downstream can
+// move, and SIGKILLs a manager with an action of the trial standing at
+// target — or, after 3s or 200 probes, a random one; the others are thawed.
+// For stageRandom it kills a random manager at a random moment in the first
+// 1.5s. The report counts the victim's actions (and the unclaimed ones) by
+// the point they stood at.
+func (s *suite) killAt(pool []*manager, tr *trial, target stage, rng *rand.Rand) (killReport, error) {
+	var report killReport
+	signalAll := func(sig syscall.Signal, except *manager) error {
+		var errs []error
+		for _, m := range pool {
+			if m != except {
+				if err := m.proc.signal(sig); err != nil {
+					errs = append(errs, fmt.Errorf("cannot signal %s: %w\n%s", m.id, err, m.proc.tail(3000)))
+				}
+			}
+		}
+		return errors.Join(errs...)
+	}
+	began := time.Now()
+	randomAt := between(rng, 0, 1500*time.Millisecond)
+	for {
+		report.probes++
+		last := report.probes >= 200 || time.Since(began) > 3*time.Second
+		if target == stageRandom {
+			if err := sleep(s.ctx, time.Until(began.Add(randomAt))); err != nil {
+				return report, err
+			}
+			last = true
+		}
+		if err := signalAll(syscall.SIGSTOP, nil); err != nil {
+			return report, err
+		}
+		// Let writes the managers already sent reach the API server.
+		if err := sleep(s.ctx, 5*time.Millisecond); err != nil {
+			return report, err
+		}
+		byExecutor, err := s.snapshot(tr)
+		if err != nil {
+			_ = signalAll(syscall.SIGCONT, nil)
+			return report, err
+		}
+		var candidates []int
+		for i, m := range pool {
+			switch {
+			case target == stageUnclaimed && byExecutor[""][target] > 0:
+				// Nobody has claimed them: any manager may die now.
+				candidates = append(candidates, i)
+			case target != stageRandom && byExecutor[m.id][target] > 0:
+				candidates = append(candidates, i)
+			}
+		}
+		if len(candidates) > 0 || last {
+			report.hit = len(candidates) > 0 || target == stageRandom
+			report.victim = rng.IntN(len(pool))
+			if len(candidates) > 0 {
+				report.victim = candidates[rng.IntN(len(candidates))]
+			}
+			victim := pool[report.victim]
+			victim.proc.kill()
+			if err := signalAll(syscall.SIGCONT, victim); err != nil {
+				return report, err
+			}
+			report.caught = byExecutor[victim.id]
+			if report.caught == nil {
+				report.caught = map[stage]int{}
+			}
+			report.caught[stageUnclaimed] = byExecutor[""][stageUnclaimed]
+			// A request the victim had written may still arrive: then it was
+			// in transit rather than never sent.
+			if notSent := report.caught[stageNotSent]; notSent > 0 {
+				_ = sleep(s.ctx, 50*time.Millisecond)
+				if again, err := s.snapshot(tr); err == nil && again[victim.id][stageNotSent] < notSent {
+					report.caught[stageInTransit] += notSent - again[victim.id][stageNotSent]
+					report.caught[stageNotSent] = again[victim.id][stageNotSent]
+					if target == stageNotSent && report.caught[stageNotSent] == 0 {
+						report.hit = false
+					}
+				}
+			}
+			return report, nil
+		}
+		if err := signalAll(syscall.SIGCONT, nil); err != nil {
+			return report, err
+		}
+		if err := sleep(s.ctx, between(rng, time.Millisecond, 12*time.Millisecond)); err != nil {
+			return report, err
+		}
+	}
+}
+
+// snapshot classifies the trial's unsettled actions, by claiming executor
+// ("" for those not claimed), by where their dispatch stands; the managers
+// are frozen meanwhile.
+func (s *suite) snapshot(tr *trial) (map[string]map[stage]int, error) {
+	var list v1alpha1.ToolActionList
+	if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		return nil, err
+	}
+	st, err := tr.d.stats(s.ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[stage]int{}
+	count := func(executor string, at stage) {
+		if out[executor] == nil {
+			out[executor] = map[stage]int{}
+		}
+		out[executor][at]++
+	}
+	for _, a := range list.Items {
+		key := a.Namespace + "/" + a.Name
+		claim := a.Status.Claim
+		switch {
+		case claim == nil && !settled(a.Status.Phase):
+			count("", stageUnclaimed)
+		case a.Status.Phase != v1alpha1.PhaseExecuting || claim == nil:
+		case st.Requests[key] < int(a.Status.Attempts):
+			count(claim.Executor, stageNotSent)
+		default:
+			status, _, err := tr.d.lookup(s.ctx, key)
+			switch {
+			case err != nil:
+				return nil, err
+			case status == http.StatusConflict:
+				count(claim.Executor, stageHeld)
+			case st.Effects[key] > 0:
+				count(claim.Executor, stageCommitted)
+			default:
+				count(claim.Executor, stageAnswered)
+			}
+		}
+	}
+	return out, nil
+}
+
+// --- control-plane restarts -------------------------------------------------------
+
+// restartScenario restarts a control-plane process once per round of 10
+// trials, with the round's intents in flight.
+func restartScenario(what string, restartFn func(*cluster, context.Context, time.Duration) (restart, error)) func(s *suite, sc *run) error {
+	const perRound = 10
+	return func(s *suite, sc *run) error {
+		if err := s.steadyManagers(); err != nil {
+			return err
+		}
+		d, err := s.procs.startDownstream(sc.name, true)
+		if err != nil {
+			return err
+		}
+		defer d.proc.stop(5 * time.Second)
+		var (
+			outages, recoveries []time.Duration
+			killed              int
+		)
+		rounds := (s.trials + perRound - 1) / perRound
+		for round := range rounds {
+			if s.ctx.Err() != nil {
+				break
+			}
+			rng := s.rngFor(sc.name, 1000+round)
+			size := min(perRound, s.trials-round*perRound)
+			var trials []*trial
+			for range size {
+				tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+				if err != nil {
+					return err
+				}
+				trials = append(trials, tr)
+			}
+			faults := make([]demo.Fault, intRange(rng, 3, 10))
+			for i := range faults {
+				faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, time.Second, 2500*time.Millisecond)}
+			}
+			if err := d.inject(s.ctx, faults...); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
+			var wg sync.WaitGroup
+			for _, tr := range trials {
+				keys := intents(tr, rng, "order", intRange(rng, 3, 6))
+				startAt := between(rng, 0, 1500*time.Millisecond)
+				wg.Go(func() {
+					if sleep(ctx, startAt) != nil {
+						return
+					}
+					var inner sync.WaitGroup
+					s.invokeAll(ctx, tr, keys, &inner)
+					inner.Wait()
+				})
+			}
+			if err := sleep(s.ctx, between(rng, 300*time.Millisecond, 1200*time.Millisecond)); err != nil {
+				cancel()
+				return err
+			}
+			st, _ := d.stats(s.ctx)
+			r, err := restartFn(s.cluster, s.ctx, between(rng, 500*time.Millisecond, 2500*time.Millisecond))
+			if err != nil {
+				cancel()
+				return err
+			}
+			outages = append(outages, r.unavailable)
+			if r.killed {
+				killed++
+			}
+			back := time.Now()
+			wg.Wait()
+			cancel()
+			recovery := time.Since(back)
+			recoveries = append(recoveries, recovery)
+			s.logf("%s: round %d/%d: %s restarted (SIGKILLed after %s: %t) with %d downstream requests made so far, unavailable for %s; every intent settled %s later; the last to settle:%s",
+				sc.name, round+1, rounds, what, stopGrace, r.killed, st.TotalRequests, r.unavailable.Round(100*time.Millisecond), recovery.Round(100*time.Millisecond), s.lastSettled(trials))
+		}
+		err = s.verify(sc)
+		slices.Sort(outages)
+		if len(outages) > 0 {
+			slices.Sort(recoveries)
+			sc.row.Notes = append(sc.row.Notes, fmt.Sprintf("%d %s restarts (one per round of %d trials), unavailable %s–%s (median %s) each; "+
+				"%d of them SIGKILLed because they had not exited %s after SIGTERM; every intent of the round settled %s–%s (median %s) after the API was back",
+				len(outages), what, perRound, outages[0].Round(100*time.Millisecond), outages[len(outages)-1].Round(100*time.Millisecond),
+				outages[len(outages)/2].Round(100*time.Millisecond), killed, stopGrace,
+				recoveries[0].Round(100*time.Millisecond), recoveries[len(recoveries)-1].Round(100*time.Millisecond), recoveries[len(recoveries)/2].Round(100*time.Millisecond)))
+		}
+		sc.row.Notes = append(sc.row.Notes, s.paths(sc))
+		return err
+	}
+}
+
+// lastSettled describes the trials' action that completed last.
+func (s *suite) lastSettled(trials []*trial) string {
+	var last *v1alpha1.ToolAction
+	for _, tr := range trials {
+		var list v1alpha1.ToolActionList
+		if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			a := &list.Items[i]
+			if a.Status.CompletionTime != nil && (last == nil || a.Status.CompletionTime.After(last.Status.CompletionTime.Time)) {
+				last = a
+			}
+		}
+	}
+	if last == nil {
+		return " none"
+	}
+	return s.history(last.Namespace + "/" + last.Name)
+}
+
+// --- duplicate storm ------------------------------------------------------------------
+
+func duplicateStorm(s *suite, sc *run) error {
+	const intentsPerTrial, callersPerIntent, gitopsIntents, applies = 20, 10, 5, 3
+	if err := s.steadyManagers(); err != nil {
+		return err
+	}
+	d, err := s.procs.startDownstream(sc.name, true)
+	if err != nil {
+		return err
+	}
+	defer d.proc.stop(5 * time.Second)
+	var counts tally
+	err = s.parallelTrials(sc, 5, func(_ int, rng *rand.Rand) error {
+		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+		if err != nil {
+			return err
+		}
+		keys := intents(tr, rng, "intent", intentsPerTrial)
+		gitops := intents(tr, rng, "gitops", gitopsIntents)
+		path, err := s.manifest("gitops", tr, gitops, func(key string) int64 {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return tr.amounts[tr.ns+"/"+key]
+		})
+		if err != nil {
+			return err
+		}
+		if drops := rng.IntN(4); drops > 0 {
+			if err := d.inject(s.ctx, demo.Fault{Mode: demo.FaultDropAfterCommit, Count: drops}); err != nil {
+				return err
+			}
+			counts.add("responses dropped after commit", drops)
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+		defer cancel()
+		type answer struct {
+			out   *sdk.Outcome
+			again int
+			err   error
+		}
+		answers := make([][]answer, intentsPerTrial)
+		for i := range answers {
+			answers[i] = make([]answer, callersPerIntent)
+		}
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range intentsPerTrial * callersPerIntent {
+			intent, caller := i%intentsPerTrial, i/intentsPerTrial
+			wg.Go(func() {
+				<-release
+				tr.mu.Lock()
+				req := tr.request(keys[intent], tr.amounts[tr.ns+"/"+keys[intent]])
+				tr.mu.Unlock()
+				out, again, err := s.invokeCounting(ctx, req)
+				answers[intent][caller] = answer{out, again, err}
+			})
+		}
+		wg.Go(func() {
+			<-release
+			for range applies {
+				out, err := s.kubectl(ctx, "apply", "-f", path)
+				if err != nil {
+					tr.violation("gitops", "kubectl apply failed: %v: %s", err, out)
+					return
+				}
+				counts.add("kubectl applies", 1)
+				counts.add("ToolActions created by kubectl", strings.Count(out, " created"))
+				counts.add("found unchanged by kubectl", strings.Count(out, " unchanged"))
+				if sleep(ctx, between(rng, 50*time.Millisecond, 300*time.Millisecond)) != nil {
+					return
+				}
+			}
+		})
+		close(release)
+		wg.Wait()
+		for i, key := range keys {
+			creators, retried := 0, false
+			for _, a := range answers[i] {
+				if a.err != nil {
+					tr.violation(key, "a caller got no outcome: %v", a.err)
+					continue
+				}
+				if !a.out.Deduplicated {
+					creators++
+				}
+				// A caller that called again after an error may have lost
+				// the answer that it created the action.
+				retried = retried || a.again > 0
+				first := answers[i][0].out
+				if first != nil && (a.out.Phase != first.Phase || a.out.ExternalRef != first.ExternalRef) {
+					tr.violation(key, "callers were told different outcomes: %s %q and %s %q", first.Phase, first.ExternalRef, a.out.Phase, a.out.ExternalRef)
+				}
+			}
+			counts.add("SDK calls", callersPerIntent)
+			if creators > 1 || creators == 0 && !retried {
+				tr.violation(key, "%d of %d callers were told they created the action, want 1", creators, callersPerIntent)
+			}
+		}
+		return nil
+	})
+	verifyErr := s.verify(sc)
+	sc.row.Notes = append(sc.row.Notes, counts.String(), s.paths(sc))
+	return errors.Join(err, verifyErr)
+}
+
+// --- changed payload --------------------------------------------------------------------
+
+func changedPayload(s *suite, sc *run) error {
+	if err := s.steadyManagers(); err != nil {
+		return err
+	}
+	d, err := s.procs.startDownstream(sc.name, true)
+	if err != nil {
+		return err
+	}
+	defer d.proc.stop(5 * time.Second)
+	var counts tally
+	err = s.parallelTrials(sc, 4, func(_ int, rng *rand.Rand) error {
+		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+		if err != nil {
+			return err
+		}
+		n := intRange(rng, 5, 10)
+		keys := intents(tr, rng, "order", n)
+		faults := make([]demo.Fault, intRange(rng, 1, n))
+		for i := range faults {
+			faults[i] = demo.Fault{Mode: demo.FaultDelay, Delay: between(rng, 200*time.Millisecond, 800*time.Millisecond)}
+		}
+		if err := d.inject(s.ctx, faults...); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+		defer cancel()
+		var originals sync.WaitGroup
+		s.invokeAll(ctx, tr, keys, &originals)
+		if err := s.waitRecorded(ctx, tr, len(keys)); err != nil {
+			return err
+		}
+		amount := func(key string) int64 {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return tr.amounts[tr.ns+"/"+key]
+		}
+		var changes sync.WaitGroup
+		for _, key := range keys {
+			for c := range intRange(rng, 2, 4) {
+				req := tr.request(key, amount(key))
+				variant := (c + rng.IntN(4)) % 4
+				switch variant {
+				case 0:
+					req.Parameters["amount"] = amount(key) + int64(intRange(rng, 1, 1000))
+				case 1:
+					req.Parameters["currency"] = "USD"
+				case 2:
+					delete(req.Parameters, "customer")
+				default:
+					req.Parameters["memo"] = "changed"
+				}
+				changes.Go(func() {
+					out, err := s.invoke(ctx, req)
+					var conflict *sdk.DuplicateConflictError
+					switch {
+					case errors.As(err, &conflict):
+						counts.add("changed SDK requests refused", 1)
+					case err == nil:
+						tr.violation(key, "a changed request (variant %d) was accepted: %s", variant, out.Phase)
+					default:
+						tr.violation(key, "a changed request (variant %d) failed otherwise: %v", variant, err)
+					}
+				})
+			}
+		}
+		key := keys[rng.IntN(len(keys))]
+		path, err := s.manifest("changed", tr, []string{key}, func(key string) int64 { return amount(key) + 1 })
+		if err != nil {
+			return err
+		}
+		out, err := s.kubectl(ctx, "apply", "-f", path)
+		if err == nil || !strings.Contains(out, "spec is immutable") {
+			tr.violation(key, "kubectl apply of a changed manifest was not refused as immutable: %v: %s", err, out)
+		} else {
+			counts.add("changed kubectl applies refused", 1)
+		}
+		changes.Wait()
+		originals.Wait()
+		return nil
+	})
+	verifyErr := s.verify(sc)
+	sc.row.Notes = append(sc.row.Notes, counts.String(), s.paths(sc))
+	return errors.Join(err, verifyErr)
+}
+
+// waitRecorded waits until the trial's n actions exist.
+func (s *suite) waitRecorded(ctx context.Context, tr *trial, n int) error {
+	for {
+		var list v1alpha1.ToolActionList
+		if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err == nil && len(list.Items) >= n {
+			return nil
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("the %d intents of %s were not recorded: %w", n, tr.ns, err)
+		}
+	}
+}
