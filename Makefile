@@ -143,3 +143,28 @@ $(HELM):
 
 $(DOCKERFILELINT):
 	npm install --no-audit --no-fund --no-save --prefix $(BIN)/npm dockerfilelint@$(DOCKERFILELINT_VERSION)
+
+##@ End-to-end
+
+E2E_TIMEOUT ?= 30m
+
+.PHONY: e2e-binaries
+e2e-binaries: ## Build the manager and the demo downstream into bin/ for the end-to-end suite.
+	go build -o $(BIN)/manager ./cmd/manager
+	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
+
+.PHONY: test-e2e
+test-e2e: controlplane e2e-binaries ## Run the fault-injection suite on real processes; E2E_TRIALS=N for more trials, E2E_SEED to replay.
+	go test -tags e2e ./test/e2e/... -count=1 -v -timeout $(E2E_TIMEOUT)
+
+##@ Benchmarks
+
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: controlplane ## Measure throughput against a bare-client ceiling, latency, writes, duplicates, recovery and memory; writes docs/benchmarks.md and .png (~15 min).
+	go run ./test/bench $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: controlplane ## Run the benchmark harness with tiny counts (CI): fails on a harness error or a failed action, never on a number; writes bin/bench-smoke/.
+	go run ./test/bench -smoke $(BENCH_ARGS)
