@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// request is the SDK request of one benchmark action.
+func request(namespace, key string, amount int) sdk.Request {
+	return sdk.Request{
+		Namespace:  namespace,
+		Key:        key,
+		Tool:       toolName,
+		Parameters: parameters(amount),
+		Provenance: provenance.DeepCopy(),
+	}
+}
+
+// invokeSucceeded invokes through the SDK and requires Succeeded.
+func invokeSucceeded(ctx context.Context, c *sdk.Client, req sdk.Request) (*sdk.Outcome, error) {
+	out, err := c.Invoke(ctx, req)
+	if err != nil {
+		return out, err
+	}
+	if out.Phase != v1alpha1.PhaseSucceeded {
+		return out, fmt.Errorf("toolaction %s/%s settled as %s: %s %s", req.Namespace, req.Key, out.Phase, out.ErrorReason, out.Message)
+	}
+	return out, nil
+}
+
+// countingTransport counts the requests a client sends.
+type countingTransport struct {
+	next  http.RoundTripper
+	count *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.count.Add(1)
+	return t.next.RoundTrip(r)
+}
+
+// countingConfig copies cfg with every request counted in count.
+func countingConfig(cfg *rest.Config, count *atomic.Int64) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return countingTransport{next: rt, count: count}
+	}
+	return out
+}
+
+// manifestInvoker does what sdk.Client.Invoke does — one server-side apply,
+// then a watch of the one action until it settles — but applies the action
+// as a plain manifest would (`kubectl apply --server-side`): without the
+// controller's finalizer, which the SDK sets at creation. The controller
+// then adds the finalizer itself, with a fourth write before its claim.
+type manifestInvoker struct {
+	rest   *rest.RESTClient
+	params runtime.ParameterCodec
+}
+
+func newManifestInvoker(cfg *rest.Config) (*manifestInvoker, error) {
+	s := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	c := rest.CopyConfig(cfg)
+	c.APIPath = "/apis"
+	c.GroupVersion = &v1alpha1.GroupVersion
+	c.ContentType = runtime.ContentTypeJSON
+	c.AcceptContentTypes = runtime.ContentTypeJSON
+	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
+	rc, err := rest.RESTClientFor(c)
+	if err != nil {
+		return nil, err
+	}
+	return &manifestInvoker{rest: rc, params: runtime.NewParameterCodec(s)}, nil
+}
+
+type applyObject struct {
+	APIVersion string                  `json:"apiVersion"`
+	Kind       string                  `json:"kind"`
+	Metadata   applyMeta               `json:"metadata"`
+	Spec       v1alpha1.ToolActionSpec `json:"spec"`
+}
+
+type applyMeta struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// manifestFieldManager is kubectl's field manager for server-side apply.
+const manifestFieldManager = "kubectl"
+
+func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amount int) error {
+	body, err := json.Marshal(applyObject{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolAction",
+		Metadata: applyMeta{Name: key, Namespace: namespace},
+		Spec:     spec(amount),
+	})
+	if err != nil {
+		return err
+	}
+	var action v1alpha1.ToolAction
+	if err := f.rest.Patch(types.ApplyPatchType).Namespace(namespace).Resource("toolactions").Name(key).
+		Param("fieldManager", manifestFieldManager).Body(body).Do(ctx).Into(&action); err != nil {
+		return fmt.Errorf("cannot apply toolaction %s/%s: %w", namespace, key, err)
+	}
+	rv := action.ResourceVersion
+	for range 100 { // a watch the server ends is resumed; bounded anyway
+		if settledPhase(action.Status.Phase) {
+			break
+		}
+		w, err := f.rest.Get().Namespace(namespace).Resource("toolactions").
+			VersionedParams(&metav1.ListOptions{
+				Watch: true, FieldSelector: fields.OneTermEqualSelector("metadata.name", key).String(),
+				ResourceVersion: rv, AllowWatchBookmarks: true,
+			}, f.params).Watch(ctx)
+		if err != nil {
+			return fmt.Errorf("cannot watch toolaction %s/%s: %w", namespace, key, err)
+		}
+		for event := range w.ResultChan() {
+			if event.Type != watch.Added && event.Type != watch.Modified {
+				continue
+			}
+			if a, ok := event.Object.(*v1alpha1.ToolAction); ok {
+				action, rv = *a, a.ResourceVersion
+				if settledPhase(a.Status.Phase) {
+					break
+				}
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if action.Status.Phase != v1alpha1.PhaseSucceeded {
+		return fmt.Errorf("toolaction %s/%s settled as %q", namespace, key, action.Status.Phase)
+	}
+	return nil
+}
+
+func settledPhase(p v1alpha1.Phase) bool {
+	return p.IsTerminal() || p == v1alpha1.PhaseEscalated
+}

@@ -1,0 +1,447 @@
+// Command bench measures toolledger on one machine against one control plane
+// in one run, and writes docs/benchmarks.md and docs/benchmarks.png:
+//
+//   - the ceiling: a bare client doing create + two status writes per object
+//     on a plain CRD with the ToolAction schema (and, labelled apart, with a
+//     finalizer update as a fourth write), at each concurrency level;
+//   - toolledger: actions invoked through the SDK and driven to Succeeded by
+//     the operator (an in-process manager) against a fast local downstream,
+//     at the same levels, with the ratio to the ceiling, and the same for
+//     alternative configurations that need no operator change;
+//   - create→Succeeded latency at a fixed share of the maximum throughput;
+//   - the duplicate path: an SDK Invoke of a Succeeded key, its requests and
+//     whether anything was written;
+//   - writes per action, from the kube-apiserver's own metrics;
+//   - recovery: actions in flight against a slow downstream that does not
+//     deduplicate, the manager process SIGKILLed and restarted;
+//   - the manager process's memory with few and many finished actions.
+//
+// Run it with `make bench`, or `make bench-smoke` for a small run that only
+// proves it works. Every knob is a flag and an environment variable; see
+// `go run ./test/bench -h`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// knob is a setting with a flag, an environment variable and a default for
+// the full run and for the smoke run.
+type knob struct {
+	flag, env, full, smoke, help string
+	value                        *string
+}
+
+var knobs = []*knob{
+	{flag: "out", env: "BENCH_OUT", full: "docs", smoke: "bin/bench-smoke", help: "directory for benchmarks.md and benchmarks.png"},
+	{flag: "concurrency", env: "BENCH_CONCURRENCY", full: "1,8,32,128", smoke: "4", help: "concurrency levels: callers each keeping one object or action in flight"},
+	{flag: "warmup", env: "BENCH_WARMUP", full: "2s", smoke: "1s", help: "time at each level before measuring"},
+	{flag: "measure", env: "BENCH_MEASURE", full: "8s", smoke: "3s", help: "measured time at each level"},
+	{flag: "rounds", env: "BENCH_ROUNDS", full: "2", smoke: "1", help: "sweeps over all levels and configurations, pooled (every other one in reverse order within a level)"},
+	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
+	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
+	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest, without the finalizer the SDK sets (4 writes instead of 3)"},
+	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
+	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
+	{flag: "latency-load", env: "BENCH_LATENCY_LOAD", full: "0.5", smoke: "0.5", help: "share of the maximum measured throughput offered in the latency run"},
+	{flag: "latency-duration", env: "BENCH_LATENCY_DURATION", full: "15s", smoke: "3s", help: "length of the latency run"},
+	{flag: "writes-actions", env: "BENCH_WRITES_ACTIONS", full: "300", smoke: "30", help: "actions in the writes-per-action batch"},
+	{flag: "duplicates", env: "BENCH_DUPLICATES", full: "200", smoke: "20", help: "duplicate invokes (of keys from the writes batch)"},
+	{flag: "recovery-actions", env: "BENCH_RECOVERY_ACTIONS", full: "1000", smoke: "40", help: "actions in flight in the recovery run"},
+	{flag: "recovery-workers", env: "BENCH_RECOVERY_WORKERS", full: "64", smoke: "8", help: "--max-concurrent-reconciles of the recovery manager process"},
+	{flag: "recovery-delay", env: "BENCH_RECOVERY_DELAY", full: "2s", smoke: "500ms", help: "how long the recovery downstream holds each request"},
+	{flag: "recovery-lease-grace", env: "BENCH_RECOVERY_LEASE_GRACE", full: "30s", smoke: "2s", help: "--lease-grace of the recovery manager process (30s is the default)"},
+	{flag: "recovery-kill-at", env: "BENCH_RECOVERY_KILL_AT", full: "0.3", smoke: "0.3", help: "share of the recovery actions terminal when the manager is killed"},
+	{flag: "recovery-timeout", env: "BENCH_RECOVERY_TIMEOUT", full: "10m", smoke: "2m", help: "longest wait for every recovery action to be terminal after the restart"},
+	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
+	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions"},
+	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
+	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "etcd's data directory; empty uses a temporary directory under $TMPDIR"},
+	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "45m", smoke: "5m", help: "bound on the whole run"},
+}
+
+// settings are the parsed knobs.
+type settings struct {
+	Smoke                   bool
+	Out                     string
+	Concurrency             []int
+	Warmup, Measure         time.Duration
+	Rounds                  int
+	Workers                 int
+	TuneWorkers             []int
+	CompareManifest         bool
+	CompareSDKQPS           bool
+	TuneMinConcurrency      int
+	LatencyLoad             float64
+	LatencyDuration         time.Duration
+	WritesActions           int
+	Duplicates              int
+	RecoveryActions         int
+	RecoveryWorkers         int
+	RecoveryDelay           time.Duration
+	RecoveryLeaseGrace      time.Duration
+	RecoveryKillAt          float64
+	RecoveryTimeout         time.Duration
+	MemorySteps             []int
+	MemoryCreateConcurrency int
+	MemoryGCWait            time.Duration
+	EtcdDir                 string
+	ManagerBin              string
+	Timeout                 time.Duration
+}
+
+func parseSettings(args []string) (settings, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	smoke := fs.Bool("smoke", os.Getenv("BENCH_SMOKE") == "true", "tiny run that proves the harness works (BENCH_SMOKE=true); writes to bin/bench-smoke")
+	for _, k := range knobs {
+		k.value = fs.String(k.flag, "", fmt.Sprintf("%s (env %s; default %q, smoke %q)", k.help, k.env, k.full, k.smoke))
+	}
+	if err := fs.Parse(args); err != nil {
+		return settings{}, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	get := func(name string) string {
+		for _, k := range knobs {
+			if k.flag != name {
+				continue
+			}
+			env, inEnv := os.LookupEnv(k.env)
+			switch {
+			case set[k.flag]:
+				return *k.value
+			case inEnv:
+				return env
+			case *smoke:
+				return k.smoke
+			default:
+				return k.full
+			}
+		}
+		panic("unknown knob " + name)
+	}
+	var errs []error
+	dur := func(name string) time.Duration {
+		d, err := time.ParseDuration(get(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-%s: %w", name, err))
+		}
+		return d
+	}
+	num := func(name string) int {
+		n, err := strconv.Atoi(get(name))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-%s: %w", name, err))
+		}
+		return n
+	}
+	float := func(name string) float64 {
+		f, err := strconv.ParseFloat(get(name), 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-%s: %w", name, err))
+		}
+		return f
+	}
+	list := func(name string) []int {
+		var out []int
+		for part := range strings.SplitSeq(get(name), ",") {
+			if part = strings.TrimSpace(part); part == "" {
+				continue
+			}
+			n, err := strconv.Atoi(part)
+			if err != nil || n <= 0 {
+				errs = append(errs, fmt.Errorf("-%s: %q is not a positive integer", name, part))
+				continue
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	s := settings{
+		Smoke:                   *smoke,
+		Out:                     get("out"),
+		Concurrency:             list("concurrency"),
+		Warmup:                  dur("warmup"),
+		Measure:                 dur("measure"),
+		Rounds:                  num("rounds"),
+		Workers:                 num("workers"),
+		TuneWorkers:             list("tune-workers"),
+		CompareManifest:         get("compare-manifest") == "true",
+		CompareSDKQPS:           get("compare-sdk-qps") == "true",
+		TuneMinConcurrency:      num("tune-min-concurrency"),
+		LatencyLoad:             float("latency-load"),
+		LatencyDuration:         dur("latency-duration"),
+		WritesActions:           num("writes-actions"),
+		Duplicates:              num("duplicates"),
+		RecoveryActions:         num("recovery-actions"),
+		RecoveryWorkers:         num("recovery-workers"),
+		RecoveryDelay:           dur("recovery-delay"),
+		RecoveryLeaseGrace:      dur("recovery-lease-grace"),
+		RecoveryKillAt:          float("recovery-kill-at"),
+		RecoveryTimeout:         dur("recovery-timeout"),
+		MemorySteps:             list("memory-steps"),
+		MemoryCreateConcurrency: num("memory-create-concurrency"),
+		MemoryGCWait:            dur("memory-gc-wait"),
+		EtcdDir:                 get("etcd-dir"),
+		ManagerBin:              get("manager-bin"),
+		Timeout:                 dur("timeout"),
+	}
+	if len(s.Concurrency) == 0 {
+		errs = append(errs, errors.New("-concurrency: no level"))
+	}
+	if s.Measure <= 0 || s.Rounds <= 0 || s.Workers <= 0 || s.WritesActions <= 0 || s.RecoveryActions <= 0 {
+		errs = append(errs, errors.New("-measure, -rounds, -workers, -writes-actions and -recovery-actions must be positive"))
+	}
+	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
+		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
+	}
+	return s, errors.Join(errs...)
+}
+
+// bench is one run: its settings, shared clients and what it measured.
+type bench struct {
+	settings   settings
+	root, tmp  string
+	c          *cluster
+	ceiling    *ceilingClient
+	sdk        *sdk.Client
+	manifest   *manifestInvoker
+	mgr        *inProcess
+	managerBin string
+	kubeconfig string
+	variants   []variant
+
+	memoryCreated int
+	started       time.Time
+	results       results
+}
+
+// results is everything the report shows.
+type results struct {
+	Machine     machine
+	Levels      []levelResult
+	Latency     *latencyResult
+	Writes      *writesResult
+	Duplicate   *duplicateResult
+	Limiter     *limiterResult
+	Recovery    *recoveryResult
+	Memory      []memoryStep
+	SizesSDK    objectSizes
+	SizesMemory objectSizes
+	Failures    []string
+	Wall        time.Duration
+	SetupTime   time.Duration
+	// CPU seconds: the machine's busy time during the run, the part of it
+	// spent by this run's processes, and whether /proc told.
+	CPUBusy, CPUOurs float64
+	CPUKnown         bool
+	ManagerBuilt     bool
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Printf("%s bench: %s\n", time.Since(b.started).Round(time.Second), fmt.Sprintf(format, args...))
+}
+
+// fail records a measured failure: the run goes on, the report shows it,
+// and the harness exits non-zero at the end.
+func (b *bench) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.results.Failures = append(b.results.Failures, msg)
+	b.logf("FAILURE: %s", msg)
+}
+
+func (b *bench) baseline() variant { return b.variants[0] }
+
+func (b *bench) fastTool() v1alpha1.ToolSpec {
+	return chargeTool(b.c.demoHS.URL, "charges", v1alpha1.KeyProtected, 5*time.Second)
+}
+
+func main() {
+	s, err := parseSettings(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	b := &bench{settings: s, started: time.Now()}
+	err = b.run(ctx)
+	cancel()
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: error: %v (logs kept in %s)\n", err, b.tmp)
+		os.Exit(1)
+	}
+	if len(b.results.Failures) > 0 {
+		fmt.Fprintf(os.Stderr, "bench: %d failures (see the report; logs kept in %s):\n  %s\n", len(b.results.Failures), b.tmp, strings.Join(b.results.Failures, "\n  "))
+		os.Exit(1)
+	}
+	// Nothing to look into: drop etcd's data, the manager binary and the logs.
+	_ = os.RemoveAll(b.tmp)
+}
+
+func (b *bench) run(ctx context.Context) (err error) {
+	s := b.settings
+	if b.root, err = repoRoot(); err != nil {
+		return err
+	}
+	if b.tmp, err = os.MkdirTemp("", "toolledger-bench-"); err != nil {
+		return err
+	}
+	b.logf("working files (logs) in %s", b.tmp)
+	cpu := watchCPU(ctx)
+	inProcessLog, err := os.Create(filepath.Join(b.tmp, "inprocess-manager.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = inProcessLog.Close() }()
+	ctrl.SetLogger(zap.New(zap.WriteTo(inProcessLog), zap.Level(zapcore.InfoLevel)))
+
+	b.variants = []variant{{ID: "base", Workers: s.Workers, Baseline: true}}
+	for _, w := range s.TuneWorkers {
+		if w != s.Workers {
+			b.variants = append(b.variants, variant{ID: fmt.Sprintf("w%d", w), Workers: w})
+		}
+	}
+	if s.CompareManifest {
+		b.variants = append(b.variants, variant{ID: "manifest", Workers: s.Workers, Manifest: true})
+	}
+	// Group by worker count so that the in-process manager restarts least.
+	ordered := []variant{b.variants[0]}
+	for _, v := range b.variants[1:] {
+		if v.Workers == s.Workers {
+			ordered = append(ordered, v)
+		}
+	}
+	for _, v := range b.variants[1:] {
+		if v.Workers != s.Workers {
+			ordered = append(ordered, v)
+		}
+	}
+	b.variants = ordered
+
+	b.managerBin = s.ManagerBin
+	if b.managerBin == "" {
+		b.logf("building ./cmd/manager")
+		if b.managerBin, err = buildManager(ctx, b.root, b.tmp); err != nil {
+			return err
+		}
+		b.results.ManagerBuilt = true
+	}
+	b.logf("starting kube-apiserver and etcd from bin/")
+	etcdDir := s.EtcdDir
+	if etcdDir == "" {
+		etcdDir = filepath.Join(b.tmp, "etcd")
+	}
+	if b.c, err = startCluster(etcdDir); err != nil {
+		return err
+	}
+	defer func() {
+		b.stopManager()
+		if stopErr := b.c.stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	b.kubeconfig = filepath.Join(b.tmp, "kubeconfig")
+	if err := b.c.writeKubeconfig(b.kubeconfig); err != nil {
+		return err
+	}
+	if err := installBenchCRD(ctx, b.c.cfg, b.root); err != nil {
+		return err
+	}
+	if b.ceiling, err = newCeilingClient(b.c.cfg); err != nil {
+		return err
+	}
+	if b.sdk, err = sdk.NewClient(b.c.cfg); err != nil {
+		return err
+	}
+	if b.manifest, err = newManifestInvoker(b.c.cfg); err != nil {
+		return err
+	}
+	b.results.Machine = describeMachine(ctx, b.c, b.root)
+	b.results.SetupTime = time.Since(b.started)
+
+	steps := s.MemorySteps
+	if len(steps) > 0 {
+		if err := b.memory(ctx, steps[0]); err != nil {
+			return err
+		}
+	}
+	if err := b.throughput(ctx); err != nil {
+		return err
+	}
+	if err := b.latency(ctx); err != nil {
+		return err
+	}
+	if s.CompareSDKQPS {
+		if err := b.sdkLimiter(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.writes(ctx); err != nil {
+		return err
+	}
+	if err := b.duplicates(ctx); err != nil {
+		return err
+	}
+	if b.results.SizesSDK, err = b.sizes(ctx, "tl-writes"); err != nil {
+		return err
+	}
+	if err := b.recovery(ctx); err != nil {
+		return err
+	}
+	for i, target := range steps {
+		if i == 0 {
+			continue
+		}
+		if err := b.memory(ctx, target); err != nil {
+			return err
+		}
+	}
+	if b.results.SizesMemory, err = b.sizes(ctx, memoryNamespace); err != nil {
+		return err
+	}
+	b.results.Wall = time.Since(b.started)
+	b.results.CPUBusy, b.results.CPUOurs, _, b.results.CPUKnown = cpu.usage()
+	if r := b.results; r.CPUKnown {
+		b.logf("CPU: the machine was busy %.0f core-seconds, %.0f of them this run's processes", r.CPUBusy, r.CPUOurs)
+	}
+	out := s.Out
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(b.root, out)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	mdPath := filepath.Join(out, "benchmarks.md")
+	pngPath := filepath.Join(out, "benchmarks.png")
+	if err := b.plot(pngPath); err != nil {
+		return fmt.Errorf("cannot draw the plot: %w", err)
+	}
+	if err := os.WriteFile(mdPath, []byte(b.report()), 0o644); err != nil {
+		return err
+	}
+	b.logf("wrote %s and %s in %s", mdPath, pngPath, b.results.Wall.Round(time.Second))
+	return nil
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// inProcess is a toolledger manager running in the harness's process, as
+// the envtest suites run it (testenv.StartManager), with the options of a
+// load run.
+type inProcess struct {
+	stop    func() error
+	workers int
+}
+
+func startInProcess(c *cluster, workers int) (*inProcess, error) {
+	stop, err := testenv.StartManager(c.cfg, operator.Options{
+		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", workers),
+		MaxConcurrentReconciles: workers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &inProcess{stop: stop, workers: workers}, nil
+}
+
+// managerProcess is cmd/manager running as its own OS process, so that it
+// can be killed for real and its memory read apart from the harness's.
+type managerProcess struct {
+	cmd        *exec.Cmd
+	done       chan error
+	metricsURL string
+	logPath    string
+}
+
+// buildManager compiles ./cmd/manager into dir.
+func buildManager(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "manager")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/manager")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("cannot build ./cmd/manager: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// freeAddr returns a free 127.0.0.1 address.
+func freeAddr() (string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+// startManagerProcess runs bin against the kubeconfig with its metrics and
+// probes on free loopback ports; extra flags follow. Its output goes to
+// logPath. The process dies with the harness (Pdeathsig).
+func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, extra ...string) (*managerProcess, error) {
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	probeAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--metrics-bind-address=" + metricsAddr,
+		"--health-probe-bind-address=" + probeAddr,
+		"--operator-namespace=toolledger-system",
+	}, extra...)
+	// Not CommandContext: the harness decides when the process ends, by
+	// signal, and waits for it.
+	cmd := exec.Command(bin, args...) //nolint:noctx // ended explicitly by stop/kill
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("cannot start %s: %w", bin, err)
+	}
+	p := &managerProcess{cmd: cmd, done: make(chan error, 1), metricsURL: "http://" + metricsAddr + "/metrics", logPath: logPath}
+	go func() {
+		p.done <- cmd.Wait()
+		_ = logFile.Close()
+	}()
+	// Ready once its metrics answer.
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return nil, fmt.Errorf("the manager exited at start, see %s: %w", logPath, err)
+		case <-ctx.Done():
+			p.kill()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if _, err := scrapeHTTP(ctx, p.metricsURL); err == nil {
+			return p, nil
+		}
+	}
+	p.kill()
+	return nil, fmt.Errorf("the manager's metrics did not answer within a minute; see %s", logPath)
+}
+
+func (p *managerProcess) pid() string { return strconv.Itoa(p.cmd.Process.Pid) }
+
+// kill ends the process with SIGKILL, as a crash or an OOM kill would, and
+// waits for it.
+func (p *managerProcess) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-p.done
+	p.done <- err
+}
+
+// stop asks the process to shut down (SIGTERM) and kills it after 15s.
+func (p *managerProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(15 * time.Second):
+		p.kill()
+	}
+}
+
+func (p *managerProcess) metrics(ctx context.Context) (metrics, error) {
+	return scrapeHTTP(ctx, p.metricsURL)
+}

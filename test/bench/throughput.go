@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// variant is one configuration of toolledger under load.
+type variant struct {
+	ID string
+	// Workers is the manager's MaxConcurrentReconciles.
+	Workers int
+	// Manifest applies actions as a plain manifest would, without the
+	// finalizer the SDK sets (see manifestInvoker), instead of through the SDK.
+	Manifest bool
+	// Baseline marks the configuration as shipped.
+	Baseline bool
+}
+
+func (v variant) label() string {
+	s := fmt.Sprintf("%d workers", v.Workers)
+	if v.Manifest {
+		s += ", applied as a manifest (no finalizer)"
+	} else {
+		s += ", SDK Invoke"
+	}
+	if v.Baseline {
+		s += " (as shipped)"
+	}
+	return s
+}
+
+// runSummary is one load run as the report shows it.
+type runSummary struct {
+	Concurrency   int
+	Throughput    float64 // the mean over the rounds
+	ThroughputMin float64
+	ThroughputMax float64
+	Rounds        int
+	P50, P95, P99 time.Duration
+	Samples       int
+	Completed     int
+	Total         int
+	Errors        int
+	FirstError    string
+	// WritesPerOp counts the successful writes (create, update, patch,
+	// apply) to the run's resource, from the API server's metrics, per
+	// operation; RequestsPerOp counts every request to it (gets, lists,
+	// watches and failed writes included); EventWritesPerOp the event writes.
+	WritesPerOp      float64
+	RequestsPerOp    float64
+	ConflictsPerOp   float64
+	EventWritesPerOp float64
+}
+
+type levelResult struct {
+	Concurrency int
+	Ceiling3    runSummary
+	Ceiling4    runSummary
+	// Toolledger is keyed by variant ID.
+	Toolledger map[string]runSummary
+}
+
+// measured runs fn and reads the API server's request counters around it.
+// It returns the run's summary and its latencies.
+func (b *bench) measured(ctx context.Context, group, resource string, fn func() runResult) (runSummary, []time.Duration, error) {
+	before, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return runSummary{}, nil, err
+	}
+	r := fn()
+	after, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return runSummary{}, nil, err
+	}
+	s := runSummary{
+		Concurrency: r.Concurrency, Throughput: r.Throughput, ThroughputMin: r.Throughput, ThroughputMax: r.Throughput, Rounds: 1,
+		P50: r.percentile(50), P95: r.percentile(95), P99: r.percentile(99),
+		Samples: len(r.Latencies), Completed: r.Completed, Total: r.Total, Errors: r.Errors,
+	}
+	if r.FirstError != nil {
+		s.FirstError = r.FirstError.Error()
+	}
+	delta := after.requests().minus(before.requests())
+	var writes, requests, conflicts, events float64
+	for k, v := range delta {
+		switch {
+		case k.Group == group && k.Resource == resource:
+			requests += v
+			if mutating(k.Verb) && successful(k.Code) {
+				writes += v
+			}
+			if k.Code == "409" {
+				conflicts += v
+			}
+		case k.Resource == "events" && mutating(k.Verb) && successful(k.Code):
+			events += v
+		}
+	}
+	if r.Total > 0 {
+		n := float64(r.Total)
+		s.WritesPerOp, s.RequestsPerOp, s.ConflictsPerOp, s.EventWritesPerOp = writes/n, requests/n, conflicts/n, events/n
+	}
+	return s, r.Latencies, nil
+}
+
+// pooled gathers the rounds of one configuration at one level.
+type pooled struct {
+	runs      []runSummary
+	latencies []time.Duration
+}
+
+// summary is the mean throughput of the rounds (with their spread), the
+// percentiles of all their latencies together, and the per-operation
+// counts over all their operations.
+func (p *pooled) summary() runSummary {
+	if len(p.runs) == 0 {
+		return runSummary{}
+	}
+	out := runSummary{Concurrency: p.runs[0].Concurrency, Rounds: len(p.runs), ThroughputMin: math.Inf(1)}
+	var total float64
+	for _, r := range p.runs {
+		out.Throughput += r.Throughput / float64(len(p.runs))
+		out.ThroughputMin = math.Min(out.ThroughputMin, r.Throughput)
+		out.ThroughputMax = math.Max(out.ThroughputMax, r.Throughput)
+		out.Completed += r.Completed
+		out.Total += r.Total
+		out.Errors += r.Errors
+		if out.FirstError == "" {
+			out.FirstError = r.FirstError
+		}
+		n := float64(r.Total)
+		total += n
+		out.WritesPerOp += r.WritesPerOp * n
+		out.RequestsPerOp += r.RequestsPerOp * n
+		out.ConflictsPerOp += r.ConflictsPerOp * n
+		out.EventWritesPerOp += r.EventWritesPerOp * n
+	}
+	if total > 0 {
+		out.WritesPerOp /= total
+		out.RequestsPerOp /= total
+		out.ConflictsPerOp /= total
+		out.EventWritesPerOp /= total
+	}
+	out.Samples = len(p.latencies)
+	out.P50, out.P95, out.P99 = percentile(p.latencies, 50), percentile(p.latencies, 95), percentile(p.latencies, 99)
+	return out
+}
+
+// slot is one configuration measured at a level: a ceiling or a variant.
+type slot struct {
+	ceilingWrites int // 3 or 4 for a ceiling, 0 for a toolledger variant
+	variant       variant
+}
+
+// throughput measures, level by level, the ceiling (3 and 4 writes) and
+// every toolledger variant at the same concurrency, one after the other so
+// that the control plane's drift over the run touches all alike. With
+// several rounds the whole sweep is repeated, every other round in reverse
+// order within each level, and the rounds are pooled.
+func (b *bench) throughput(ctx context.Context) error {
+	s := b.settings
+	pools := map[int]map[string]*pooled{}
+	for _, c := range s.Concurrency {
+		pools[c] = map[string]*pooled{}
+	}
+	for round := range s.Rounds {
+		for _, c := range s.Concurrency {
+			slots := []slot{{ceilingWrites: 3}, {ceilingWrites: 4}}
+			for _, v := range b.variants {
+				if v.Baseline || c >= s.TuneMinConcurrency {
+					slots = append(slots, slot{variant: v})
+				}
+			}
+			if round%2 == 1 {
+				slices.Reverse(slots)
+			}
+			for _, sl := range slots {
+				if err := b.measureSlot(ctx, round, c, sl, pools[c]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, c := range s.Concurrency {
+		level := levelResult{Concurrency: c, Toolledger: map[string]runSummary{}}
+		level.Ceiling3, level.Ceiling4 = pools[c]["ceiling3"].summary(), pools[c]["ceiling4"].summary()
+		for _, v := range b.variants {
+			if p, ok := pools[c][v.ID]; ok {
+				level.Toolledger[v.ID] = p.summary()
+			}
+		}
+		b.results.Levels = append(b.results.Levels, level)
+	}
+	return nil
+}
+
+func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools map[string]*pooled) error {
+	s := b.settings
+	id, ns := sl.variant.ID, fmt.Sprintf("tl-%s-c%d-r%d", sl.variant.ID, c, round+1)
+	group, resource := v1alpha1.GroupVersion.Group, "toolactions"
+	label := "toolledger [" + sl.variant.label() + "]"
+	var fn op
+	if sl.ceilingWrites > 0 {
+		id, ns = fmt.Sprintf("ceiling%d", sl.ceilingWrites), fmt.Sprintf("ceiling%d-c%d-r%d", sl.ceilingWrites, c, round+1)
+		group, resource = benchGroup, benchResource
+		label = fmt.Sprintf("ceiling (%d writes)", sl.ceilingWrites)
+		finalizer := sl.ceilingWrites == 4
+		fn = func(ctx context.Context, w, seq int) error {
+			return b.ceiling.object(ctx, ns, objectName(w, seq), amount(w, seq), finalizer)
+		}
+	} else {
+		if err := b.useManager(ctx, sl.variant.Workers); err != nil {
+			return err
+		}
+		fn = func(ctx context.Context, w, seq int) error {
+			return b.invoke(ctx, sl.variant, ns, objectName(w, seq), amount(w, seq))
+		}
+	}
+	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+		return err
+	}
+	sum, latencies, err := b.measured(ctx, group, resource, func() runResult {
+		return closedLoop(ctx, c, s.Warmup, s.Measure, fn)
+	})
+	if err != nil {
+		return err
+	}
+	if pools[id] == nil {
+		pools[id] = &pooled{}
+	}
+	pools[id].runs = append(pools[id].runs, sum)
+	pools[id].latencies = append(pools[id].latencies, latencies...)
+	b.logf("round %d, concurrency %d, %s: %.1f/s, p50 %s ms, p99 %s ms, %.2f writes each, %d errors",
+		round+1, c, label, sum.Throughput, ms(sum.P50), ms(sum.P99), sum.WritesPerOp, sum.Errors)
+	if sum.Errors > 0 {
+		b.fail("%s at concurrency %d, round %d: %d errors, first: %s", label, c, round+1, sum.Errors, sum.FirstError)
+	}
+	if sl.ceilingWrites == 0 {
+		return b.waitQuiet(ctx)
+	}
+	return nil
+}
+
+// invoke runs one action of variant v to its outcome.
+func (b *bench) invoke(ctx context.Context, v variant, ns, key string, amount int) error {
+	if v.Manifest {
+		return b.manifest.invoke(ctx, ns, key, amount)
+	}
+	_, err := invokeSucceeded(ctx, b.sdk, request(ns, key, amount))
+	return err
+}
+
+func objectName(w, seq int) string { return fmt.Sprintf("w%03d-%06d", w, seq) }
+
+func amount(w, seq int) int { return seq*1000 + w + 1 }
+
+// useManager makes sure the in-process manager runs with workers, and
+// that a freshly started one has finished its first pass over the actions
+// already in the cluster before anything is measured.
+func (b *bench) useManager(ctx context.Context, workers int) error {
+	if b.mgr != nil && b.mgr.workers == workers {
+		return nil
+	}
+	b.stopManager()
+	existing, err := countToolActions(ctx, b.c.k8s)
+	if err != nil {
+		return err
+	}
+	before := inProcessReconciles()
+	m, err := startInProcess(b.c, workers)
+	if err != nil {
+		return err
+	}
+	b.mgr = m
+	deadline := time.Now().Add(5 * time.Minute)
+	for inProcessReconciles()-before < float64(existing) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the in-process manager did not reconcile the %d existing actions within 5 minutes", existing)
+		}
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return b.waitQuiet(ctx)
+}
+
+func (b *bench) stopManager() {
+	if b.mgr != nil {
+		_ = b.mgr.stop()
+		b.mgr = nil
+	}
+}
+
+// waitQuiet waits until the in-process manager has reconciled nothing for a
+// second (at most a minute). The queue-depth gauge is not used: a stopped
+// manager's queue may leave it behind.
+func (b *bench) waitQuiet(ctx context.Context) error {
+	last, quietSince := inProcessReconciles(), time.Now()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return err
+		}
+		now := inProcessReconciles()
+		if now != last {
+			last, quietSince = now, time.Now()
+			continue
+		}
+		if time.Since(quietSince) >= time.Second {
+			return nil
+		}
+	}
+	return nil // busy for a minute: measure anyway
+}
+
+// inProcessReconciles is controller_runtime_reconcile_total of the
+// ToolAction controllers in this process.
+func inProcessReconciles() float64 {
+	return gatherSum("controller_runtime_reconcile_total", "controller", "toolaction")
+}
+
+func gatherSum(name, label, value string) float64 {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// countToolActions counts the ToolActions in the cluster with one list of
+// one item (the API server reports how many remain).
+func countToolActions(ctx context.Context, k8s client.Client) (int, error) {
+	var list v1alpha1.ToolActionList
+	if err := k8s.List(ctx, &list, client.Limit(1)); err != nil {
+		return 0, err
+	}
+	n := len(list.Items)
+	if list.RemainingItemCount != nil {
+		n += int(*list.RemainingItemCount)
+	}
+	return n, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
