@@ -49,7 +49,7 @@ vet: ## Run go vet and check formatting.
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
 test: controlplane vet ## Run unit tests and the envtest suites (builds the control plane on first use).
