@@ -229,6 +229,10 @@ func (s *suite) verify(sc *run) error {
 		byDownstream[tr.d] = append(byDownstream[tr.d], tr)
 	}
 	for d, trials := range byDownstream {
+		// Faults left over from the load must not answer the evidence lookups.
+		if err := d.clearFaults(s.ctx); err != nil {
+			return fmt.Errorf("cannot clear the faults of downstream %s: %w", d.name, err)
+		}
 		charges := map[string]Charge{}
 		actions := map[*trial]map[string]Action{}
 		for _, tr := range trials {

@@ -114,7 +114,7 @@ ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s,
   latency, not correctness: actions whose writes failed during the outage wait out the
   controller's per-item exponential retry (capped at 1 minute) and client-go's re-list backoff.
 * **downstream faults** — one trial is one tenant of 5–10 intents, with the faults injected just
-  before its intents; 10 trials run at a time against one downstream, so a fault may hit a
+  before its intents; 8 trials run at a time against one downstream, so a fault may hit a
   neighbouring trial's request instead.
 * **KeyProtected re-send** — a deduplicating downstream and a KeyProtected tool without lookup:
   ambiguous outcomes are re-sent under the same key, and the downstream answers the replay.
@@ -122,7 +122,7 @@ ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s,
   for longer than the whole retry budget (every re-send answered 409 "in progress") ends
   ` + "`Failed`/`RetriesExhausted`" + ` although it then applies — ` + "`E2E_KEYPROTECTED_HOLD=10s`" + ` shows the check
   reporting it as a phantom effect.
-* **duplicate storm** — one trial is one tenant (5 at a time): 200 concurrent SDK callers over 20
+* **duplicate storm** — one trial is one tenant (3 at a time): 200 concurrent SDK callers over 20
   intents (10 each, released at once) while ` + "`kubectl apply -f`" + ` applies a manifest of 5 more
   intents 3 times; 0–3 responses are dropped after commit. Every caller of an intent must be told
   the same outcome, and exactly one of them that it created it.
@@ -327,7 +327,7 @@ func (s *suite) selfCheck() error {
 // --- downstream faults -------------------------------------------------------------
 
 // faultParallel is how many trials of a downstream-fault scenario run at once.
-const faultParallel = 10
+const faultParallel = 8
 
 // faultScenario runs trials of 5–10 intents, faultParallel trials at a
 // time, each injecting its faults just before it invokes its intents.
@@ -817,7 +817,7 @@ func duplicateStorm(s *suite, sc *run) error {
 	}
 	defer d.proc.stop(5 * time.Second)
 	var counts tally
-	err = s.parallelTrials(sc, 5, func(_ int, rng *rand.Rand) error {
+	err = s.parallelTrials(sc, 3, func(_ int, rng *rand.Rand) error {
 		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
 		if err != nil {
 			return err
