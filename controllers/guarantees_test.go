@@ -185,6 +185,25 @@ var _ = Describe("Unknown outcomes", func() {
 		Expect(downstream.Effects(key)).To(Equal(1))
 	})
 
+	It("escalates, never fails, when retries run out after an attempt whose outcome was unknown", func() {
+		// The downstream holds the first request past the tool's timeout and
+		// answers every re-send under the same key "409 in progress".
+		newTool(ns, func(t *v1alpha1.Tool) {
+			t.Spec.HTTP.Lookup = nil
+			t.Spec.HTTP.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond}
+			t.Spec.Retry.MaxAttempts = 2
+		})
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 3 * time.Second, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-held", "charge", charge(460)))).To(Succeed())
+
+		escalated := waitForPhase(ns, "order-held", v1alpha1.PhaseEscalated)
+		Expect(escalated.Status.Attempts).To(Equal(int32(2)))
+		Expect(escalated.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
+		Expect(escalated.Status.Error.Message).To(HavePrefix("all 2 attempts are used, but an earlier attempt's outcome was unknown and may have applied"))
+		key := keyOf(ns, "order-held")
+		Eventually(func() int { return downstream.Effects(key) }).Should(Equal(1), "the held request applies after all")
+	})
+
 	It("escalates a Compensatable tool's unknown outcome at once when it has no lookup", func() {
 		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})

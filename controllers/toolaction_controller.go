@@ -370,6 +370,15 @@ func (r *ToolActionReconciler) recordOutcome(ctx context.Context, claimed *v1alp
 	case errors.As(dispatchErr, &retryable):
 		reason, message = retryable.Reason, retryable.Error()
 		if claimed.Status.Attempts >= maxAttempts(tool) {
+			if hadUnknownOutcome(claimed) {
+				// An earlier attempt may have applied (and a 409 may mean it
+				// is still being applied): "failed" would be a guess.
+				reason = ReasonOutcomeUnknown
+				message = fmt.Sprintf("all %d attempts are used, but an earlier attempt's outcome was unknown and may have applied (last: %s); resolve it with a ToolResolution",
+					maxAttempts(tool), message)
+				mutate = func(a *v1alpha1.ToolAction) { setEscalated(a, now, r.Executor, reason, message) }
+				break
+			}
 			message = fmt.Sprintf("%d of %d attempts failed; last: %s", claimed.Status.Attempts, maxAttempts(tool), message)
 			mutate = func(a *v1alpha1.ToolAction) {
 				setFailed(a, now, r.Executor, v1alpha1.ErrorClassRetriesExhausted, reason, message)
@@ -446,6 +455,14 @@ func (r *ToolActionReconciler) writeOutcome(ctx context.Context, claimed *v1alph
 		log.FromContext(ctx).Info("Outcome not recorded: the record moved on", "attempt", claimed.Status.Attempts)
 	}
 	return next, nil
+}
+
+// hadUnknownOutcome reports whether an earlier attempt of the action ended
+// with an unknown outcome: it may have applied, whatever later attempts say.
+func hadUnknownOutcome(action *v1alpha1.ToolAction) bool {
+	return slices.ContainsFunc(action.Status.History, func(t v1alpha1.Transition) bool {
+		return t.To == v1alpha1.PhaseUnknown
+	})
 }
 
 // holdsClaim reports whether the record still belongs to this attempt: it is
