@@ -65,6 +65,18 @@ func (w *cpuWatcher) sample() {
 	}
 }
 
+// snapshot samples now and returns the machine's busy CPU seconds so far
+// and this run's, cumulative.
+func (w *cpuWatcher) snapshot() (busy, ours float64, at time.Time) {
+	w.sample()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.ours {
+		ours += s
+	}
+	return w.lastBusy, ours, time.Now()
+}
+
 // usage returns the CPU seconds the machine spent busy, the share of it
 // that was this run's processes, and the wall time.
 func (w *cpuWatcher) usage() (busy, ours float64, wall time.Duration, ok bool) {

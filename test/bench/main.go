@@ -53,8 +53,9 @@ var knobs = []*knob{
 	{flag: "out", env: "BENCH_OUT", full: "docs", smoke: "bin/bench-smoke", help: "directory for benchmarks.md and benchmarks.png"},
 	{flag: "concurrency", env: "BENCH_CONCURRENCY", full: "1,8,32,128", smoke: "4", help: "concurrency levels: callers each keeping one object or action in flight"},
 	{flag: "warmup", env: "BENCH_WARMUP", full: "2s", smoke: "1s", help: "time at each level before measuring"},
-	{flag: "measure", env: "BENCH_MEASURE", full: "8s", smoke: "3s", help: "measured time at each level"},
+	{flag: "measure", env: "BENCH_MEASURE", full: "6s", smoke: "3s", help: "measured time at each level"},
 	{flag: "rounds", env: "BENCH_ROUNDS", full: "2", smoke: "1", help: "sweeps over all levels and configurations, pooled (every other one in reverse order within a level)"},
+	{flag: "max-other-load", env: "BENCH_MAX_OTHER_LOAD", full: "0.2", smoke: "1", help: "repeat a timed run (up to 3 times) when processes outside this run took more than this share of the machine during it"},
 	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
 	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest, without the finalizer the SDK sets (4 writes instead of 3)"},
@@ -85,6 +86,7 @@ type settings struct {
 	Concurrency             []int
 	Warmup, Measure         time.Duration
 	Rounds                  int
+	MaxOtherLoad            float64
 	Workers                 int
 	TuneWorkers             []int
 	CompareManifest         bool
@@ -182,6 +184,7 @@ func parseSettings(args []string) (settings, error) {
 		Warmup:                  dur("warmup"),
 		Measure:                 dur("measure"),
 		Rounds:                  num("rounds"),
+		MaxOtherLoad:            float("max-other-load"),
 		Workers:                 num("workers"),
 		TuneWorkers:             list("tune-workers"),
 		CompareManifest:         get("compare-manifest") == "true",
@@ -224,6 +227,7 @@ type bench struct {
 	ceiling    *ceilingClient
 	sdk        *sdk.Client
 	manifest   *manifestInvoker
+	cpu        *cpuWatcher
 	mgr        *inProcess
 	managerBin string
 	kubeconfig string
@@ -253,7 +257,12 @@ type results struct {
 	// spent by this run's processes, and whether /proc told.
 	CPUBusy, CPUOurs float64
 	CPUKnown         bool
-	ManagerBuilt     bool
+	// OtherLoad is the share of the machine other processes took during
+	// each timed run kept; Repeated counts the runs repeated because it was
+	// too high, KeptBusy those kept after the last attempt anyway.
+	OtherLoad          []float64
+	Repeated, KeptBusy int
+	ManagerBuilt       bool
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -310,7 +319,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 		return err
 	}
 	b.logf("working files (logs) in %s", b.tmp)
-	cpu := watchCPU(ctx)
+	b.cpu = watchCPU(ctx)
 	inProcessLog, err := os.Create(filepath.Join(b.tmp, "inprocess-manager.log"))
 	if err != nil {
 		return err
@@ -423,7 +432,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 		return err
 	}
 	b.results.Wall = time.Since(b.started)
-	b.results.CPUBusy, b.results.CPUOurs, _, b.results.CPUKnown = cpu.usage()
+	b.results.CPUBusy, b.results.CPUOurs, _, b.results.CPUKnown = b.cpu.usage()
 	if r := b.results; r.CPUKnown {
 		b.logf("CPU: the machine was busy %.0f core-seconds, %.0f of them this run's processes", r.CPUBusy, r.CPUOurs)
 	}

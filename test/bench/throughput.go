@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -59,6 +60,9 @@ type runSummary struct {
 	RequestsPerOp    float64
 	ConflictsPerOp   float64
 	EventWritesPerOp float64
+	// ReconcilesPerOp is the in-process manager's reconciles per action,
+	// counted until it is idle again.
+	ReconcilesPerOp float64
 }
 
 type levelResult struct {
@@ -143,12 +147,14 @@ func (p *pooled) summary() runSummary {
 		out.RequestsPerOp += r.RequestsPerOp * n
 		out.ConflictsPerOp += r.ConflictsPerOp * n
 		out.EventWritesPerOp += r.EventWritesPerOp * n
+		out.ReconcilesPerOp += r.ReconcilesPerOp * n
 	}
 	if total > 0 {
 		out.WritesPerOp /= total
 		out.RequestsPerOp /= total
 		out.ConflictsPerOp /= total
 		out.EventWritesPerOp /= total
+		out.ReconcilesPerOp /= total
 	}
 	out.Samples = len(p.latencies)
 	out.P50, out.P95, out.P99 = percentile(p.latencies, 50), percentile(p.latencies, 95), percentile(p.latencies, 99)
@@ -205,34 +211,60 @@ func (b *bench) throughput(ctx context.Context) error {
 
 func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools map[string]*pooled) error {
 	s := b.settings
-	id, ns := sl.variant.ID, fmt.Sprintf("tl-%s-c%d-r%d", sl.variant.ID, c, round+1)
+	id := sl.variant.ID
 	group, resource := v1alpha1.GroupVersion.Group, "toolactions"
 	label := "toolledger [" + sl.variant.label() + "]"
-	var fn op
 	if sl.ceilingWrites > 0 {
-		id, ns = fmt.Sprintf("ceiling%d", sl.ceilingWrites), fmt.Sprintf("ceiling%d-c%d-r%d", sl.ceilingWrites, c, round+1)
+		id = fmt.Sprintf("ceiling%d", sl.ceilingWrites)
 		group, resource = benchGroup, benchResource
 		label = fmt.Sprintf("ceiling (%d writes)", sl.ceilingWrites)
-		finalizer := sl.ceilingWrites == 4
-		fn = func(ctx context.Context, w, seq int) error {
-			return b.ceiling.object(ctx, ns, objectName(w, seq), amount(w, seq), finalizer)
-		}
-	} else {
-		if err := b.useManager(ctx, sl.variant.Workers); err != nil {
-			return err
-		}
-		fn = func(ctx context.Context, w, seq int) error {
+	} else if err := b.useManager(ctx, sl.variant.Workers); err != nil {
+		return err
+	}
+	var (
+		sum       runSummary
+		latencies []time.Duration
+	)
+	for attempt := 1; ; attempt++ {
+		ns := fmt.Sprintf("tl-%s-c%d-r%d-a%d", sl.variant.ID, c, round+1, attempt)
+		fn := func(ctx context.Context, w, seq int) error {
 			return b.invoke(ctx, sl.variant, ns, objectName(w, seq), amount(w, seq))
 		}
-	}
-	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
-		return err
-	}
-	sum, latencies, err := b.measured(ctx, group, resource, func() runResult {
-		return closedLoop(ctx, c, s.Warmup, s.Measure, fn)
-	})
-	if err != nil {
-		return err
+		if sl.ceilingWrites > 0 {
+			ns = fmt.Sprintf("ceiling%d-c%d-r%d-a%d", sl.ceilingWrites, c, round+1, attempt)
+			finalizer := sl.ceilingWrites == 4
+			fn = func(ctx context.Context, w, seq int) error {
+				return b.ceiling.object(ctx, ns, objectName(w, seq), amount(w, seq), finalizer)
+			}
+		}
+		if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+			return err
+		}
+		reconciles := inProcessReconciles()
+		share, err := b.othersShare(func() error {
+			var err error
+			sum, latencies, err = b.measured(ctx, group, resource, func() runResult {
+				return closedLoop(ctx, c, s.Warmup, s.Measure, fn)
+			})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if sl.ceilingWrites == 0 {
+			if err := b.waitQuiet(ctx); err != nil {
+				return err
+			}
+			if sum.Total > 0 {
+				sum.ReconcilesPerOp = (inProcessReconciles() - reconciles) / float64(sum.Total)
+			}
+		}
+		if !b.tooBusy(share, attempt, fmt.Sprintf("round %d, concurrency %d, %s", round+1, c, label)) {
+			break
+		}
+		if err := sleep(ctx, 5*time.Second); err != nil {
+			return err
+		}
 	}
 	if pools[id] == nil {
 		pools[id] = &pooled{}
@@ -244,10 +276,42 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 	if sum.Errors > 0 {
 		b.fail("%s at concurrency %d, round %d: %d errors, first: %s", label, c, round+1, sum.Errors, sum.FirstError)
 	}
-	if sl.ceilingWrites == 0 {
-		return b.waitQuiet(ctx)
-	}
 	return nil
+}
+
+// maxAttempts bounds the repetitions of a run that other processes disturbed.
+const maxAttempts = 3
+
+// othersShare runs fn and returns the share of the machine's capacity that
+// processes other than this run's took meanwhile.
+func (b *bench) othersShare(fn func() error) (float64, error) {
+	busy0, ours0, at0 := b.cpu.snapshot()
+	err := fn()
+	busy1, ours1, at1 := b.cpu.snapshot()
+	capacity := float64(runtime.NumCPU()) * at1.Sub(at0).Seconds()
+	if capacity <= 0 || !b.cpu.ok {
+		return 0, err
+	}
+	return math.Max(0, (busy1-busy0)-(ours1-ours0)) / capacity, err
+}
+
+// tooBusy reports whether a timed run must be repeated because other
+// processes took more than -max-other-load of the machine during it; the
+// last attempt is kept whatever happened, and counted.
+func (b *bench) tooBusy(share float64, attempt int, what string) bool {
+	if share <= b.settings.MaxOtherLoad {
+		b.results.OtherLoad = append(b.results.OtherLoad, share)
+		return false
+	}
+	if attempt >= maxAttempts {
+		b.results.OtherLoad = append(b.results.OtherLoad, share)
+		b.results.KeptBusy++
+		b.logf("%s: other processes took %.0f%% of the machine; kept after %d attempts", what, share*100, attempt)
+		return false
+	}
+	b.results.Repeated++
+	b.logf("%s: other processes took %.0f%% of the machine; repeating the run", what, share*100)
+	return true
 }
 
 // invoke runs one action of variant v to its outcome.
