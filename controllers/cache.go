@@ -1,28 +1,31 @@
 package controllers
 
 import (
+	"k8s.io/apimachinery/pkg/fields"
+
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// SlimTerminalActions is a cache transform. A finished action is read by the
-// controller only to link a compensation, to expire its key and to release
-// its finalizer on deletion, so the cache keeps just what those need; the
-// parameters, result, history and conditions of the many finished actions
-// stay in etcd. Managed fields are dropped from every action.
-func SlimTerminalActions(obj any) (any, error) {
-	action, ok := obj.(*v1alpha1.ToolAction)
-	if !ok {
-		return obj, nil
+// ActiveActions selects the actions the manager caches: those not yet
+// Succeeded or Failed. The ledger's finished records can outnumber the active
+// ones by far, and the controller reads a finished one only to expire its key,
+// to link a compensation and to release its finalizer on deletion; those reads
+// go to the API server (see DeletionWatch and RetentionSweep), so the
+// manager's memory follows the work in flight, not the size of the ledger.
+// When an action finishes, the informer sees it leave the selection as a
+// deletion.
+func ActiveActions() fields.Selector {
+	return fields.AndSelectors(
+		fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
+	)
+}
+
+// DropManagedFields is a cache transform: the controller never reads managed
+// fields, which are often the largest part of an action's metadata.
+func DropManagedFields(obj any) (any, error) {
+	if action, ok := obj.(*v1alpha1.ToolAction); ok {
+		action.ManagedFields = nil
 	}
-	action.ManagedFields = nil
-	if !action.Status.Phase.IsTerminal() {
-		return action, nil
-	}
-	action.Spec = v1alpha1.ToolActionSpec{ToolRef: action.Spec.ToolRef, Compensates: action.Spec.Compensates}
-	action.Status = v1alpha1.ToolActionStatus{
-		Phase:          action.Status.Phase,
-		CompletionTime: action.Status.CompletionTime,
-		CompensatedBy:  action.Status.CompensatedBy,
-	}
-	return action, nil
+	return obj, nil
 }

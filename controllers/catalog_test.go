@@ -154,6 +154,22 @@ var _ = Describe("The tool contract", func() {
 		Expect(downstream.Effects(keyOf(ns, "order-ttl"))).To(Equal(1))
 	})
 
+	It("deletes an action rejected before any dispatch once its key retention has passed", func() {
+		// Only the retention sweep sees this one: no executor finished it
+		// after a dispatch, and finished actions are not cached.
+		newTool(ns, func(t *v1alpha1.Tool) {
+			t.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(chargeSchema)}
+			t.Spec.KeyRetention = &metav1.Duration{Duration: time.Second}
+		})
+		Expect(k8s.Create(ctx, newAction(ns, "order-bad-ttl", "charge", params(map[string]any{"amount": -1})))).To(Succeed())
+		rejected := waitForPhase(ns, "order-bad-ttl", v1alpha1.PhaseFailed)
+		Expect(rejected.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(rejected), &v1alpha1.ToolAction{}))
+		}).Should(BeTrue())
+		Expect(downstream.Requests(keyOf(ns, "order-bad-ttl"))).To(BeZero())
+	})
+
 	It("sends the same key in two tenants as two intents with two Idempotency-Keys", func() {
 		other := newTenant()
 		newTool(ns)

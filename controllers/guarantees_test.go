@@ -245,10 +245,17 @@ var _ = Describe("Deletion", func() {
 		newTool(ns)
 		Expect(k8s.Create(ctx, newAction(ns, "order-done", "charge", charge(601)))).To(Succeed())
 		done := waitForPhase(ns, "order-done", v1alpha1.PhaseSucceeded)
+		// The manager no longer caches it: its DeletionWatch sees the deletion
+		// and releases the finalizer. The bound is well under the suite's
+		// lease (10s), after which a requeue left from the claim could also
+		// come across it.
+		Expect(done.Finalizers).To(ContainElement(v1alpha1.Finalizer))
+		Consistently(func() v1alpha1.Phase { return get(ns, "order-done").Status.Phase }, time.Second, 100*time.Millisecond).
+			Should(Equal(v1alpha1.PhaseSucceeded))
 		Expect(k8s.Delete(ctx, done)).To(Succeed())
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(done), &v1alpha1.ToolAction{}))
-		}).Should(BeTrue())
+		}).WithTimeout(5 * time.Second).Should(BeTrue())
 	})
 })
 

@@ -57,7 +57,7 @@ var _ = BeforeSuite(func() {
 	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
 
-	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second})
+	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })

@@ -23,11 +23,16 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/adapter"
@@ -51,6 +56,12 @@ type ToolActionReconciler struct {
 	Connector adapter.Connector
 	// Recorder emits events on transitions.
 	Recorder events.EventRecorder
+	// SuccessEvents also records a Normal event for every dispatch that
+	// succeeds. Off by default: it is one more API write per action, and the
+	// action's status history already holds the transition.
+	SuccessEvents bool
+	// Deleting delivers finished actions being deleted (see DeletionWatch).
+	Deleting <-chan event.GenericEvent
 	// Clock is injected so that leases and backoff can be tested.
 	Clock clock.PassiveClock
 	// Executor identifies this reconciler in claims; unique per process.
@@ -78,7 +89,10 @@ type ToolActionReconciler struct {
 // allows, re-sent under the same key) and escalated when nothing proves it.
 func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var action v1alpha1.ToolAction
-	if err := r.Client.Get(ctx, req.NamespacedName, &action); err != nil {
+	// The cache holds active actions only (ActiveActions): a finished one,
+	// requeued for its key's expiry or reported by the DeletionWatch, is read
+	// from the API server.
+	if err := r.getConfirmed(ctx, req.NamespacedName, &action); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !action.DeletionTimestamp.IsZero() && !mayHaveApplied(action.Status.Phase) {
@@ -190,7 +204,7 @@ func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1a
 		outcomes.WithLabelValues(string(v1alpha1.PhaseSucceeded), "").Inc()
 		r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonFoundByLookup, "Lookup",
 			"the downstream has the request of key %s: external reference %s", next.Status.IdempotencyKey, outcome.ExternalRef)
-		return ctrl.Result{}, nil
+		return r.expire(ctx, next)
 	case errors.Is(lookupErr, adapter.ErrNotFound):
 		if deleting {
 			// Nothing applied and nobody wants it any more.
@@ -416,9 +430,16 @@ func (r *ToolActionReconciler) recordOutcome(ctx context.Context, claimed *v1alp
 		}
 	}
 	outcomes.WithLabelValues(string(recorded.Status.Phase), errorClass(recorded)).Inc()
-	r.Recorder.Eventf(recorded, nil, eventType, reason, "Dispatch", "attempt %d: %s", claimed.Status.Attempts, message)
+	if eventType == corev1.EventTypeWarning || r.SuccessEvents {
+		r.Recorder.Eventf(recorded, nil, eventType, reason, "Dispatch", "attempt %d: %s", claimed.Status.Attempts, message)
+	}
 	for _, warning := range outcome.Warnings {
 		r.Recorder.Eventf(recorded, nil, corev1.EventTypeWarning, ReasonIncompleteResponse, "Dispatch", warning)
+	}
+	if recorded.Status.Phase.IsTerminal() {
+		// The finished action leaves the cache; its key's expiry is
+		// scheduled here, by the executor that finished it.
+		return r.expire(ctx, recorded)
 	}
 	return result, nil
 }
@@ -677,8 +698,7 @@ func (r *ToolActionReconciler) release(ctx context.Context, action *v1alpha1.Too
 	if !controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
 		return nil
 	}
-	// A patch, guarded by the resourceVersion: the cached copy of a finished
-	// action is slimmed (SlimTerminalActions) and must not be written back whole.
+	// A patch, guarded by the resourceVersion: only the finalizer changes.
 	next := action.DeepCopy()
 	controllerutil.RemoveFinalizer(next, v1alpha1.Finalizer)
 	patch := client.MergeFromWithOptions(action, client.MergeFromWithOptimisticLock{})
@@ -760,7 +780,13 @@ func phaseOrPending(p v1alpha1.Phase) v1alpha1.Phase {
 // SetupWithManager registers the reconciler.
 func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.ToolAction{}).
+		// An action leaving the cache is finishing (its executor scheduled
+		// what follows) or gone: neither needs a reconcile. Deletions of
+		// finished actions arrive from the DeletionWatch.
+		For(&v1alpha1.ToolAction{}, builder.WithPredicates(predicate.Funcs{
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
+		WatchesRawSource(source.Channel(r.Deleting, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			// A missing Secret or an unreachable API is retried at least

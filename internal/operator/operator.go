@@ -13,12 +13,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -58,6 +60,12 @@ type Options struct {
 	// WrapConnector, when set, wraps the HTTP connector; tests use it to
 	// stop an executor at a chosen point of a dispatch.
 	WrapConnector func(adapter.Connector) adapter.Connector
+	// SuccessEvents records a Normal event for every successful dispatch
+	// too; by default only what needs attention makes an event.
+	SuccessEvents bool
+	// RetentionSweep is how often finished actions past their tool's
+	// keyRetention are looked for; a minute when zero.
+	RetentionSweep time.Duration
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -70,6 +78,15 @@ func Scheme() *runtime.Scheme {
 		panic(err)
 	}
 	return scheme
+}
+
+// CacheOptions keeps only active ToolActions in the manager's cache, without
+// their managed fields: its memory follows the work in flight, not the size of
+// the ledger (see controllers.ActiveActions).
+func CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.DropManagedFields},
+	}}
 }
 
 // DefaultExecutorID is the pod name when set (POD_NAME, from the downward
@@ -101,6 +118,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
+	if opts.RetentionSweep <= 0 {
+		opts.RetentionSweep = time.Minute
+	}
 	if opts.LeaseGrace <= 0 {
 		opts.LeaseGrace = 30 * time.Second
 	}
@@ -118,10 +138,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionID:        "toolledger.toolledger.dev",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&v1alpha1.ToolAction{}: {Transform: controllers.SlimTerminalActions},
-		}},
-		Controller: config.Controller{SkipNameValidation: &opts.SkipNameValidation},
+		Cache:                   CacheOptions(),
+		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create manager: %w", err)
@@ -132,11 +150,18 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.WrapConnector != nil {
 		connector = opts.WrapConnector(connector)
 	}
+	metadataClient, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("cannot create metadata client: %w", err)
+	}
+	deleting := make(chan event.GenericEvent)
 	reconciler := &controllers.ToolActionReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Connector:               connector,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
+		SuccessEvents:           opts.SuccessEvents,
+		Deleting:                deleting,
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
@@ -145,6 +170,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
+	}
+	if err := mgr.Add(&controllers.DeletionWatch{Client: metadataClient, Deleting: deleting, Retry: time.Second}); err != nil {
+		return nil, fmt.Errorf("cannot add the deletion watch: %w", err)
+	}
+	if err := mgr.Add(&controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}); err != nil {
+		return nil, fmt.Errorf("cannot add the retention sweep: %w", err)
 	}
 	resolutions := &controllers.ToolResolutionReconciler{
 		Client:    mgr.GetClient(),
