@@ -23,13 +23,16 @@ import (
 // memory at once.
 const listPage = 500
 
-// DeletionWatch reports actions being deleted while they carry the
+// DeletionWatch reports finished actions being deleted while they carry the
 // finalizer. The manager caches only active actions (ActiveActions), so the
 // deletion of a finished one would otherwise go unseen and the record would
-// hang in Terminating. It watches the metadata of every action and keeps
-// none of it: its memory does not grow with the ledger.
+// hang in Terminating. It watches the metadata of the actions in one final
+// phase, so it hears of each action once when it finishes and again if it
+// is deleted, and keeps none of it: its memory does not grow with the ledger.
 type DeletionWatch struct {
 	Client metadata.Interface
+	// Phase is the final phase watched, Succeeded or Failed.
+	Phase v1alpha1.Phase
 	// Deleting receives each action seen with a deletion timestamp and the
 	// finalizer; the ToolAction controller reconciles it.
 	Deleting chan<- event.GenericEvent
@@ -40,11 +43,15 @@ type DeletionWatch struct {
 // Start lists, then watches from the list's version, and lists again when
 // the watch can no longer resume (the version was compacted away).
 func (w *DeletionWatch) Start(ctx context.Context) error {
-	logger := log.FromContext(ctx).WithName("deletion-watch")
+	logger := log.FromContext(ctx).WithName("deletion-watch").WithValues("phase", w.Phase)
 	resource := w.Client.Resource(v1alpha1.GroupVersion.WithResource("toolactions"))
+	synced := deletionWatchSynced.WithLabelValues(string(w.Phase))
+	defer synced.Set(0)
 	for {
+		synced.Set(0)
 		version, err := w.list(ctx, resource)
 		if err == nil {
+			synced.Set(1)
 			err = w.watch(ctx, resource, version)
 		}
 		// An expired version only means listing again.
@@ -60,7 +67,7 @@ func (w *DeletionWatch) Start(ctx context.Context) error {
 }
 
 func (w *DeletionWatch) list(ctx context.Context, resource metadata.Getter) (string, error) {
-	opts := metav1.ListOptions{Limit: listPage}
+	opts := metav1.ListOptions{FieldSelector: w.selector(), Limit: listPage}
 	for {
 		page, err := resource.List(ctx, opts)
 		if err != nil {
@@ -82,7 +89,7 @@ func (w *DeletionWatch) list(ctx context.Context, resource metadata.Getter) (str
 // server closes (its request timeout) is resumed where it stopped.
 func (w *DeletionWatch) watch(ctx context.Context, resource metadata.Getter, version string) error {
 	for {
-		watcher, err := resource.Watch(ctx, metav1.ListOptions{ResourceVersion: version, AllowWatchBookmarks: true})
+		watcher, err := resource.Watch(ctx, metav1.ListOptions{FieldSelector: w.selector(), ResourceVersion: version, AllowWatchBookmarks: true})
 		if err != nil {
 			return fmt.Errorf("cannot watch ToolActions: %w", err)
 		}
@@ -91,6 +98,10 @@ func (w *DeletionWatch) watch(ctx context.Context, resource metadata.Getter, ver
 			return err
 		}
 	}
+}
+
+func (w *DeletionWatch) selector() string {
+	return fields.OneTermEqualSelector("status.phase", string(w.Phase)).String()
 }
 
 func (w *DeletionWatch) drain(ctx context.Context, watcher watch.Interface, version string) (string, error) {

@@ -14,8 +14,12 @@ var (
 		Name: "toolledger_action_transitions_total",
 		Help: "Recorded transitions to Succeeded, Failed, RetryScheduled or Unknown, by phase and error class.",
 	}, []string{"phase", "error_class"})
+	deletionWatchSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_deletion_watch_synced",
+		Help: "1 while the watch for deletions of finished actions in a phase runs on a complete list; 0 while it lists, or retries a failed list or watch.",
+	}, []string{"phase"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(claimConflicts, outcomes)
+	metrics.Registry.MustRegister(claimConflicts, outcomes, deletionWatchSynced)
 }

@@ -171,8 +171,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
 	}
-	if err := mgr.Add(&controllers.DeletionWatch{Client: metadataClient, Deleting: deleting, Retry: time.Second}); err != nil {
-		return nil, fmt.Errorf("cannot add the deletion watch: %w", err)
+	for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
+		watch := &controllers.DeletionWatch{Client: metadataClient, Phase: phase, Deleting: deleting, Retry: time.Second}
+		if err := mgr.Add(watch); err != nil {
+			return nil, fmt.Errorf("cannot add the deletion watch: %w", err)
+		}
 	}
 	if err := mgr.Add(&controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}); err != nil {
 		return nil, fmt.Errorf("cannot add the retention sweep: %w", err)

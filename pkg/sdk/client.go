@@ -44,8 +44,12 @@ func WithFieldManager(name string) Option {
 }
 
 // NewClient returns a Client that talks to the API server of cfg. The
-// config's rate limits (client-go's default is 5 requests per second, burst
-// 10) apply to every apply, list and watch the Client sends.
+// config's client-side rate limit paces the Client: on client-go's defaults
+// (5 requests per second, burst 10) an agent process completes about 5
+// invocations per second, whatever the cluster could do (see
+// docs/benchmarks.md). Set cfg.QPS and cfg.Burst to the invocation rate the
+// agent expects, or QPS to -1 where API Priority and Fairness protects the
+// API server.
 func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {

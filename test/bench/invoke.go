@@ -65,8 +65,9 @@ func countingConfig(cfg *rest.Config, count *atomic.Int64) *rest.Config {
 // manifestInvoker does what sdk.Client.Invoke does — one server-side apply,
 // then a watch of the one action until it settles — but applies the action
 // as a plain manifest would (`kubectl apply --server-side`): without the
-// controller's finalizer, which the SDK sets at creation. The controller
-// then adds the finalizer itself, with a fourth write before its claim.
+// controller's finalizer, which the SDK sets at creation. The admission
+// policy of config/admission sets it at creation; without the policy the
+// controller adds it itself, with a fourth write before its claim.
 type manifestInvoker struct {
 	rest   *rest.RESTClient
 	params runtime.ParameterCodec

@@ -58,7 +58,8 @@ var knobs = []*knob{
 	{flag: "max-other-load", env: "BENCH_MAX_OTHER_LOAD", full: "0.2", smoke: "1", help: "repeat a timed run (up to 3 times) when processes outside this run took more than this share of the machine during it"},
 	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
-	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest, without the finalizer the SDK sets (4 writes instead of 3)"},
+	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest (without the finalizer the SDK sets), with the admission policy that adds it and without (4 writes instead of 3)"},
+	{flag: "compare-success-events", env: "BENCH_COMPARE_SUCCESS_EVENTS", full: "true", smoke: "true", help: "also measure the manager recording a Normal event per success (--success-events)"},
 	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
 	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
 	{flag: "latency-load", env: "BENCH_LATENCY_LOAD", full: "0.5", smoke: "0.5", help: "share of the maximum measured throughput offered in the latency run"},
@@ -90,6 +91,7 @@ type settings struct {
 	Workers                 int
 	TuneWorkers             []int
 	CompareManifest         bool
+	CompareSuccessEvents    bool
 	CompareSDKQPS           bool
 	TuneMinConcurrency      int
 	LatencyLoad             float64
@@ -188,6 +190,7 @@ func parseSettings(args []string) (settings, error) {
 		Workers:                 num("workers"),
 		TuneWorkers:             list("tune-workers"),
 		CompareManifest:         get("compare-manifest") == "true",
+		CompareSuccessEvents:    get("compare-success-events") == "true",
 		CompareSDKQPS:           get("compare-sdk-qps") == "true",
 		TuneMinConcurrency:      num("tune-min-concurrency"),
 		LatencyLoad:             float("latency-load"),
@@ -221,14 +224,17 @@ func parseSettings(args []string) (settings, error) {
 
 // bench is one run: its settings, shared clients and what it measured.
 type bench struct {
-	settings   settings
-	root, tmp  string
-	c          *cluster
-	ceiling    *ceilingClient
-	sdk        *sdk.Client
-	manifest   *manifestInvoker
-	cpu        *cpuWatcher
-	mgr        *inProcess
+	settings  settings
+	root, tmp string
+	c         *cluster
+	ceiling   *ceilingClient
+	sdk       *sdk.Client
+	manifest  *manifestInvoker
+	cpu       *cpuWatcher
+	mgr       *inProcess
+	// policyOn is whether the outcome finalizer admission policy is
+	// installed; nil before the first usePolicy.
+	policyOn   *bool
 	managerBin string
 	kubeconfig string
 	variants   []variant
@@ -334,17 +340,21 @@ func (b *bench) run(ctx context.Context) (err error) {
 		}
 	}
 	if s.CompareManifest {
-		b.variants = append(b.variants, variant{ID: "manifest", Workers: s.Workers, Manifest: true})
+		b.variants = append(b.variants, variant{ID: "manifest", Workers: s.Workers, Manifest: true},
+			variant{ID: "manifest-nopolicy", Workers: s.Workers, Manifest: true, NoPolicy: true})
 	}
-	// Group by worker count so that the in-process manager restarts least.
+	if s.CompareSuccessEvents {
+		b.variants = append(b.variants, variant{ID: "events", Workers: s.Workers, SuccessEvents: true})
+	}
+	// Group by manager configuration so that the in-process manager restarts least.
 	ordered := []variant{b.variants[0]}
 	for _, v := range b.variants[1:] {
-		if v.Workers == s.Workers {
+		if v.manager() == b.variants[0].manager() {
 			ordered = append(ordered, v)
 		}
 	}
 	for _, v := range b.variants[1:] {
-		if v.Workers != s.Workers {
+		if v.manager() != b.variants[0].manager() {
 			ordered = append(ordered, v)
 		}
 	}
@@ -377,6 +387,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 		return err
 	}
 	if err := installBenchCRD(ctx, b.c.cfg, b.root); err != nil {
+		return err
+	}
+	if err := b.usePolicy(ctx, true); err != nil {
 		return err
 	}
 	if b.ceiling, err = newCeilingClient(b.c.cfg); err != nil {

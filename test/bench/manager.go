@@ -19,19 +19,26 @@ import (
 // the envtest suites run it (testenv.StartManager), with the options of a
 // load run.
 type inProcess struct {
-	stop    func() error
-	workers int
+	stop   func() error
+	config managerConfig
 }
 
-func startInProcess(c *cluster, workers int) (*inProcess, error) {
+// managerConfig is what a configuration changes in the in-process manager.
+type managerConfig struct {
+	Workers       int
+	SuccessEvents bool
+}
+
+func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 	stop, err := testenv.StartManager(c.cfg, operator.Options{
-		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", workers),
-		MaxConcurrentReconciles: workers,
+		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
+		MaxConcurrentReconciles: config.Workers,
+		SuccessEvents:           config.SuccessEvents,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &inProcess{stop: stop, workers: workers}, nil
+	return &inProcess{stop: stop, config: config}, nil
 }
 
 // managerProcess is cmd/manager running as its own OS process, so that it

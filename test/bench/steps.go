@@ -43,7 +43,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return fmt.Errorf("no baseline throughput was measured")
 	}
 	res.Rate = res.Load * res.MaxThroughput
-	if err := b.useManager(ctx, base.Workers); err != nil {
+	if err := b.useManager(ctx, base.manager()); err != nil {
 		return err
 	}
 	ns := "tl-latency"
@@ -97,6 +97,7 @@ type writesResult struct {
 	EtcdMetric          bool
 	Rows                []writeRow
 	Manifest            *writesVariant
+	ManifestNoPolicy    *writesVariant
 }
 
 type writesVariant struct {
@@ -110,7 +111,7 @@ type writesVariant struct {
 // toolactions: the writes per action and their breakdown.
 func (b *bench) writes(ctx context.Context) error {
 	base := b.baseline()
-	if err := b.useManager(ctx, base.Workers); err != nil {
+	if err := b.useManager(ctx, base.manager()); err != nil {
 		return err
 	}
 	n, conc := b.settings.WritesActions, min(16, b.settings.WritesActions)
@@ -148,26 +149,46 @@ func (b *bench) writes(ctx context.Context) error {
 		n, res.WritesPerAction, res.ConflictsPerAction, res.EventWritesPerAct, res.EtcdWritesPerAction)
 
 	if b.settings.CompareManifest {
-		ns := "tl-writes-manifest"
-		if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+		if res.Manifest, err = b.manifestWrites(ctx, n, conc, true); err != nil {
 			return err
 		}
-		rows, _, _, err := b.countBatch(ctx, n, func(ctx context.Context, i int) error {
-			return b.manifest.invoke(ctx, ns, fmt.Sprintf("writes-%06d", i), i+1)
-		}, conc)
-		if err != nil {
+		if res.ManifestNoPolicy, err = b.manifestWrites(ctx, n, conc, false); err != nil {
 			return err
 		}
-		v := &writesVariant{Actions: n, Rows: rows}
-		for _, r := range rows {
-			if r.Resource == "toolactions" && mutating(r.Verb) && successful(r.Code) {
-				v.WritesPerAction += r.PerAction
-			}
+		if err := b.usePolicy(ctx, true); err != nil {
+			return err
 		}
-		res.Manifest = v
-		b.logf("writes per action applied as a manifest (no finalizer): %.2f", v.WritesPerAction)
 	}
 	return nil
+}
+
+// manifestWrites counts the writes of a batch applied as plain manifests,
+// with or without the admission policy that sets the finalizer.
+func (b *bench) manifestWrites(ctx context.Context, n, conc int, policy bool) (*writesVariant, error) {
+	if err := b.usePolicy(ctx, policy); err != nil {
+		return nil, err
+	}
+	ns := "tl-writes-manifest"
+	if !policy {
+		ns += "-nopolicy"
+	}
+	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+		return nil, err
+	}
+	rows, _, _, err := b.countBatch(ctx, n, func(ctx context.Context, i int) error {
+		return b.manifest.invoke(ctx, ns, fmt.Sprintf("writes-%06d", i), i+1)
+	}, conc)
+	if err != nil {
+		return nil, err
+	}
+	v := &writesVariant{Actions: n, Rows: rows}
+	for _, r := range rows {
+		if r.Resource == "toolactions" && mutating(r.Verb) && successful(r.Code) {
+			v.WritesPerAction += r.PerAction
+		}
+	}
+	b.logf("writes per action applied as a manifest (admission policy: %t): %.2f", policy, v.WritesPerAction)
+	return v, nil
 }
 
 // countBatch runs n operations and returns the request series that moved,
@@ -326,7 +347,7 @@ func (b *bench) sdkLimiter(ctx context.Context) error {
 			level = l
 		}
 	}
-	if err := b.useManager(ctx, base.Workers); err != nil {
+	if err := b.useManager(ctx, base.manager()); err != nil {
 		return err
 	}
 	cfg := rest.CopyConfig(b.c.cfg)

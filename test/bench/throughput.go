@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -22,16 +23,32 @@ type variant struct {
 	// Manifest applies actions as a plain manifest would, without the
 	// finalizer the SDK sets (see manifestInvoker), instead of through the SDK.
 	Manifest bool
+	// NoPolicy removes the admission policy that sets the finalizer at
+	// creation, as before it was shipped.
+	NoPolicy bool
+	// SuccessEvents runs the manager with a Normal event per success, as
+	// it did before events were kept for warnings.
+	SuccessEvents bool
 	// Baseline marks the configuration as shipped.
 	Baseline bool
+}
+
+func (v variant) manager() managerConfig {
+	return managerConfig{Workers: v.Workers, SuccessEvents: v.SuccessEvents}
 }
 
 func (v variant) label() string {
 	s := fmt.Sprintf("%d workers", v.Workers)
 	if v.Manifest {
-		s += ", applied as a manifest (no finalizer)"
+		s += ", applied as a manifest"
+		if v.NoPolicy {
+			s += " without the admission policy"
+		}
 	} else {
 		s += ", SDK Invoke"
+	}
+	if v.SuccessEvents {
+		s += ", an event per success"
 	}
 	if v.Baseline {
 		s += " (as shipped)"
@@ -196,6 +213,10 @@ func (b *bench) throughput(ctx context.Context) error {
 			}
 		}
 	}
+	// The steps that follow measure the configuration as shipped.
+	if err := b.usePolicy(ctx, true); err != nil {
+		return err
+	}
 	for _, c := range s.Concurrency {
 		level := levelResult{Concurrency: c, Toolledger: map[string]runSummary{}}
 		level.Ceiling3, level.Ceiling4 = pools[c]["ceiling3"].summary(), pools[c]["ceiling4"].summary()
@@ -218,8 +239,13 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 		id = fmt.Sprintf("ceiling%d", sl.ceilingWrites)
 		group, resource = benchGroup, benchResource
 		label = fmt.Sprintf("ceiling (%d writes)", sl.ceilingWrites)
-	} else if err := b.useManager(ctx, sl.variant.Workers); err != nil {
-		return err
+	} else {
+		if err := b.usePolicy(ctx, !sl.variant.NoPolicy); err != nil {
+			return err
+		}
+		if err := b.useManager(ctx, sl.variant.manager()); err != nil {
+			return err
+		}
 	}
 	var (
 		sum       runSummary
@@ -330,25 +356,22 @@ func amount(w, seq int) int { return seq*1000 + w + 1 }
 // useManager makes sure the in-process manager runs with workers, and
 // that a freshly started one has finished its first pass over the actions
 // already in the cluster before anything is measured.
-func (b *bench) useManager(ctx context.Context, workers int) error {
-	if b.mgr != nil && b.mgr.workers == workers {
+func (b *bench) useManager(ctx context.Context, config managerConfig) error {
+	if b.mgr != nil && b.mgr.config == config {
 		return nil
 	}
 	b.stopManager()
-	existing, err := countToolActions(ctx, b.c.k8s)
-	if err != nil {
-		return err
-	}
-	before := inProcessReconciles()
-	m, err := startInProcess(b.c, workers)
+	m, err := startInProcess(b.c, config)
 	if err != nil {
 		return err
 	}
 	b.mgr = m
+	// Every action from earlier runs is finished, so none is cached or
+	// reconciled; the manager is ready once its deletion watches have listed them.
 	deadline := time.Now().Add(5 * time.Minute)
-	for inProcessReconciles()-before < float64(existing) {
+	for gatherGauges("toolledger_deletion_watch_synced") < deletionWatches {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the in-process manager did not reconcile the %d existing actions within 5 minutes", existing)
+			return errors.New("the in-process manager's deletion watch did not list the existing actions within 5 minutes")
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
@@ -412,6 +435,28 @@ func gatherSum(name, label, value string) float64 {
 	}
 	return total
 }
+
+// gatherGauges sums every series of a gauge of this process.
+func gatherGauges(name string) float64 {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				total += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// deletionWatches is the number of deletion watches a manager runs (one per
+// final phase), each reporting toolledger_deletion_watch_synced 1 once it
+// has listed the finished actions.
+const deletionWatches = 2
 
 // countToolActions counts the ToolActions in the cluster with one list of
 // one item (the API server reports how many remain).

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// usePolicy installs or removes config/admission's MutatingAdmissionPolicy,
+// which sets the outcome finalizer on every ToolAction at creation, and
+// waits until the API server applies the change (a server-side dry run of a
+// create shows it). It is installed as shipped; only the configuration
+// measuring manifests without it removes it.
+func (b *bench) usePolicy(ctx context.Context, on bool) error {
+	if b.policyOn != nil && *b.policyOn == on {
+		return nil
+	}
+	path := filepath.Join(b.root, "config", "admission", "outcome_finalizer_policy.yaml")
+	var err error
+	if on {
+		err = testenv.ApplyFile(ctx, b.c.cfg, path, "toolledger-bench")
+	} else {
+		err = testenv.DeleteFile(ctx, b.c.cfg, path)
+	}
+	if err != nil {
+		return err
+	}
+	if err := b.c.namespace(ctx, "policy-probe", b.fastTool()); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		probe := &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "policy-probe", Name: "probe"},
+			Spec:       spec(1),
+		}
+		if err := b.c.k8s.Create(ctx, probe, client.DryRunAll); err != nil {
+			return fmt.Errorf("cannot probe the admission policy: %w", err)
+		}
+		if slices.Contains(probe.Finalizers, v1alpha1.Finalizer) == on {
+			b.policyOn = &on
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the API server did not take up the admission policy change within a minute")
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
