@@ -777,6 +777,28 @@ func phaseOrPending(p v1alpha1.Phase) v1alpha1.Phase {
 	return p
 }
 
+// ownClaim reports an update that records a new claim of this executor. The
+// reconcile that wrote it goes on to dispatch and record the outcome (or
+// returns an error and is retried), so the claim needs no reconcile of its
+// own; one would read a cache that has not caught up with the outcome and
+// leave a requeue behind. Any other change to a claimed action, a deletion
+// for one, still triggers a reconcile.
+func (r *ToolActionReconciler) ownClaim(previous, current client.Object) bool {
+	before, ok := previous.(*v1alpha1.ToolAction)
+	if !ok {
+		return false
+	}
+	after, ok := current.(*v1alpha1.ToolAction)
+	if !ok {
+		return false
+	}
+	claim := after.Status.Claim
+	if after.Status.Phase != v1alpha1.PhaseExecuting || claim == nil || claim.Executor != r.Executor {
+		return false
+	}
+	return before.Status.Phase != v1alpha1.PhaseExecuting || before.Status.Claim == nil || before.Status.Claim.Attempt != claim.Attempt
+}
+
 // SetupWithManager registers the reconciler.
 func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -784,6 +806,7 @@ func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// what follows) or gone: neither needs a reconcile. Deletions of
 		// finished actions arrive from the DeletionWatch.
 		For(&v1alpha1.ToolAction{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownClaim(e.ObjectOld, e.ObjectNew) },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
 		WatchesRawSource(source.Channel(r.Deleting, &handler.EnqueueRequestForObject{})).
