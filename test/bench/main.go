@@ -63,7 +63,7 @@ var knobs = []*knob{
 	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
 	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
 	{flag: "latency-load", env: "BENCH_LATENCY_LOAD", full: "0.5", smoke: "0.5", help: "share of the maximum measured throughput offered in the latency run"},
-	{flag: "latency-duration", env: "BENCH_LATENCY_DURATION", full: "15s", smoke: "3s", help: "length of the latency run"},
+	{flag: "latency-duration", env: "BENCH_LATENCY_DURATION", full: "30s", smoke: "3s", help: "length of the latency run (and of the ceiling's run at the same rate)"},
 	{flag: "writes-actions", env: "BENCH_WRITES_ACTIONS", full: "300", smoke: "30", help: "actions in the writes-per-action batch"},
 	{flag: "duplicates", env: "BENCH_DUPLICATES", full: "200", smoke: "20", help: "duplicate invokes (of keys from the writes batch)"},
 	{flag: "recovery-actions", env: "BENCH_RECOVERY_ACTIONS", full: "1000", smoke: "40", help: "actions in flight in the recovery run"},
@@ -341,7 +341,8 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if s.CompareManifest {
 		b.variants = append(b.variants, variant{ID: "manifest", Workers: s.Workers, Manifest: true},
-			variant{ID: "manifest-nopolicy", Workers: s.Workers, Manifest: true, NoPolicy: true})
+			variant{ID: "manifest-nopolicy", Workers: s.Workers, Manifest: true, NoPolicy: true},
+			variant{ID: "sdk-nopolicy", Workers: s.Workers, NoPolicy: true})
 	}
 	if s.CompareSuccessEvents {
 		b.variants = append(b.variants, variant{ID: "events", Workers: s.Workers, SuccessEvents: true})

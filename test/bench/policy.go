@@ -43,14 +43,17 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "policy-probe", Name: "probe"},
 			Spec:       spec(1),
 		}
-		if err := b.c.k8s.Create(ctx, probe, client.DryRunAll); err != nil {
-			return fmt.Errorf("cannot probe the admission policy: %w", err)
-		}
-		if slices.Contains(probe.Finalizers, v1alpha1.Finalizer) == on {
+		// Just after the CRDs are installed the API server may not serve
+		// ToolActions yet; that is retried like a policy not yet loaded.
+		err := b.c.k8s.Create(ctx, probe, client.DryRunAll)
+		if err == nil && slices.Contains(probe.Finalizers, v1alpha1.Finalizer) == on {
 			b.policyOn = &on
 			return nil
 		}
 		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("cannot probe the admission policy: %w", err)
+			}
 			return errors.New("the API server did not take up the admission policy change within a minute")
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {

@@ -26,6 +26,16 @@ type latencyResult struct {
 	Errors        int
 	Dropped       int
 	FirstError    string
+	// Ceiling is the bare client (create + two status writes, no watch)
+	// offered the same rate on the same control plane right after: what
+	// of the tail is the control plane's own.
+	Ceiling openLoopSummary
+}
+
+type openLoopSummary struct {
+	Samples       int
+	P50, P95, P99 time.Duration
+	Errors        int
 }
 
 // latency offers Load × the best baseline throughput as a fixed arrival
@@ -76,7 +86,24 @@ func (b *bench) latency(ctx context.Context) error {
 	b.results.Latency = res
 	b.logf("latency at %.0f%% of %.1f actions/s (%.1f/s offered): p50 %s ms, p95 %s ms, p99 %s ms (%d samples, %d dropped)",
 		res.Load*100, res.MaxThroughput, res.Rate, ms(res.P50), ms(res.P95), ms(res.P99), res.Samples, res.Dropped)
-	return b.waitQuiet(ctx)
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
+	}
+
+	ceilingNS := "ceiling-latency"
+	if err := b.c.namespace(ctx, ceilingNS, b.fastTool()); err != nil {
+		return err
+	}
+	c := openLoop(ctx, res.Rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
+		return b.ceiling.object(ctx, ceilingNS, fmt.Sprintf("open-%06d", seq), seq+1, false)
+	})
+	res.Ceiling = openLoopSummary{Samples: len(c.Latencies), Errors: c.Errors,
+		P50: percentile(c.Latencies, 50), P95: percentile(c.Latencies, 95), P99: percentile(c.Latencies, 99)}
+	if c.FirstErr != nil {
+		b.fail("ceiling latency run: %d errors, first: %v", c.Errors, c.FirstErr)
+	}
+	b.logf("ceiling at the same rate: p50 %s ms, p95 %s ms, p99 %s ms (%d samples)", ms(res.Ceiling.P50), ms(res.Ceiling.P95), ms(res.Ceiling.P99), res.Ceiling.Samples)
+	return nil
 }
 
 // writeRow is one series of apiserver_request_total that moved.

@@ -46,6 +46,9 @@ func (v variant) label() string {
 		}
 	} else {
 		s += ", SDK Invoke"
+		if v.NoPolicy {
+			s += " without the admission policy"
+		}
 	}
 	if v.SuccessEvents {
 		s += ", an event per success"
