@@ -54,7 +54,7 @@ var knobs = []*knob{
 	{flag: "concurrency", env: "BENCH_CONCURRENCY", full: "1,8,32,128", smoke: "4", help: "concurrency levels: callers each keeping one object or action in flight"},
 	{flag: "warmup", env: "BENCH_WARMUP", full: "2s", smoke: "1s", help: "time at each level before measuring"},
 	{flag: "measure", env: "BENCH_MEASURE", full: "6s", smoke: "3s", help: "measured time at each level"},
-	{flag: "rounds", env: "BENCH_ROUNDS", full: "2", smoke: "1", help: "sweeps over all levels and configurations, pooled (every other one in reverse order within a level)"},
+	{flag: "rounds", env: "BENCH_ROUNDS", full: "3", smoke: "1", help: "sweeps over all levels and configurations, pooled (every other one in reverse order within a level)"},
 	{flag: "max-other-load", env: "BENCH_MAX_OTHER_LOAD", full: "0.2", smoke: "1", help: "repeat a timed run (up to 3 times) when processes outside this run took more than this share of the machine during it"},
 	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},

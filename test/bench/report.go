@@ -135,7 +135,7 @@ func (b *bench) report() string {
 	ln("control plane's drift over the run (a growing etcd, more objects in the watch cache) touches them alike.")
 	if s.Rounds > 1 {
 		ln("The whole sweep runs %d times, every other time in reverse order within each level; throughput is", s.Rounds)
-		ln("the mean of the rounds (their range in brackets), percentiles are over all their latencies together.")
+		ln("the median of the rounds (their range in brackets), percentiles are over all their latencies together.")
 	}
 	ln("")
 	ln("* **Ceiling (3 writes).** A bare client (`rest.RESTClient`, JSON, no cache, no watch) on")

@@ -62,7 +62,7 @@ func (v variant) label() string {
 // runSummary is one load run as the report shows it.
 type runSummary struct {
 	Concurrency   int
-	Throughput    float64 // the mean over the rounds
+	Throughput    float64 // the median over the rounds
 	ThroughputMin float64
 	ThroughputMax float64
 	Rounds        int
@@ -142,17 +142,27 @@ type pooled struct {
 	latencies []time.Duration
 }
 
-// summary is the mean throughput of the rounds (with their spread), the
-// percentiles of all their latencies together, and the per-operation
-// counts over all their operations.
+// summary is the median throughput of the rounds (with their spread), so
+// that one round caught in a stall of the shared control plane does not
+// move it; the percentiles of all their latencies together; and the
+// per-operation counts over all their operations.
 func (p *pooled) summary() runSummary {
 	if len(p.runs) == 0 {
 		return runSummary{}
 	}
 	out := runSummary{Concurrency: p.runs[0].Concurrency, Rounds: len(p.runs), ThroughputMin: math.Inf(1)}
+	throughputs := make([]float64, 0, len(p.runs))
+	for _, r := range p.runs {
+		throughputs = append(throughputs, r.Throughput)
+	}
+	slices.Sort(throughputs)
+	mid := len(throughputs) / 2
+	out.Throughput = throughputs[mid]
+	if len(throughputs)%2 == 0 {
+		out.Throughput = (throughputs[mid-1] + throughputs[mid]) / 2
+	}
 	var total float64
 	for _, r := range p.runs {
-		out.Throughput += r.Throughput / float64(len(p.runs))
 		out.ThroughputMin = math.Min(out.ThroughputMin, r.Throughput)
 		out.ThroughputMax = math.Max(out.ThroughputMax, r.Throughput)
 		out.Completed += r.Completed
