@@ -20,7 +20,7 @@ func main() {
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader among replicas. Not needed for correctness: claims keep every dispatch single.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; the manager's own namespace when empty.")
 	flag.StringVar(&opts.ExecutorID, "executor-id", "", "Name of this instance in claims; the pod or host name with a random suffix when empty.")
-	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "Number of actions handled in parallel.")
+	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "Number of actions handled in parallel. Each holds a worker for its whole downstream call, so one manager completes at most this many ÷ the tools' latency per second: size it to the expected rate × latency (8 workers and a 2s tool make 4 actions/s).")
 	flag.BoolVar(&opts.SuccessEvents, "success-events", false, "Also record a Normal event for every successful dispatch (one more API write per action); by default only what needs attention makes an event.")
 	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
 	flag.StringVar(&opts.Namespace, "operator-namespace", "", "Namespace holding the Secrets of ClusterTools; $POD_NAMESPACE or toolledger-system when empty.")
