@@ -182,25 +182,27 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 		return fmt.Errorf("cannot list ClusterTools: %w", err)
 	}
 	var errs []error
-	visit := func(kind, namespace, name string) {
+	visit := func(kind, namespace, name string, retention *metav1.Duration) {
+		if retention == nil {
+			return
+		}
 		for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-			errs = append(errs, s.sweepTool(ctx, kind, namespace, name, phase))
+			errs = append(errs, s.sweepTool(ctx, kind, namespace, name, retention.Duration, phase))
 		}
 	}
 	for _, tool := range tools.Items {
-		if tool.Spec.KeyRetention != nil {
-			visit(v1alpha1.KindTool, tool.Namespace, tool.Name)
-		}
+		visit(v1alpha1.KindTool, tool.Namespace, tool.Name, tool.Spec.KeyRetention)
 	}
 	for _, tool := range clusterTools.Items {
-		if tool.Spec.KeyRetention != nil {
-			visit(v1alpha1.KindClusterTool, "", tool.Name)
-		}
+		visit(v1alpha1.KindClusterTool, "", tool.Name, tool.Spec.KeyRetention)
 	}
 	return errors.Join(errs...)
 }
 
-func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name string, phase v1alpha1.Phase) error {
+// sweepTool hands expire only the actions whose retention has passed by the
+// listed tool's figure: expire resolves the tool again (for a ClusterTool,
+// with a read of the namespace) and must not do so for every record.
+func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name string, retention time.Duration, phase v1alpha1.Phase) error {
 	selector := fields.AndSelectors(
 		fields.OneTermEqualSelector("spec.toolRef.name", name),
 		fields.OneTermEqualSelector("status.phase", string(phase)),
@@ -216,7 +218,8 @@ func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name st
 		}
 		for i := range page.Items {
 			action := &page.Items[i]
-			if action.Spec.ToolRef.Kind != kind || !action.DeletionTimestamp.IsZero() {
+			if action.Spec.ToolRef.Kind != kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
+				action.Status.CompletionTime.Add(retention).After(s.Reconciler.Clock.Now()) {
 				continue
 			}
 			if _, err := s.Reconciler.expire(ctx, action); err != nil {

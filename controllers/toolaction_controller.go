@@ -204,7 +204,7 @@ func (r *ToolActionReconciler) reconcileUnknown(ctx context.Context, action *v1a
 		outcomes.WithLabelValues(string(v1alpha1.PhaseSucceeded), "").Inc()
 		r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonFoundByLookup, "Lookup",
 			"the downstream has the request of key %s: external reference %s", next.Status.IdempotencyKey, outcome.ExternalRef)
-		return r.expire(ctx, next)
+		return r.expireUnder(ctx, next, tool)
 	case errors.Is(lookupErr, adapter.ErrNotFound):
 		if deleting {
 			// Nothing applied and nobody wants it any more.
@@ -439,7 +439,7 @@ func (r *ToolActionReconciler) recordOutcome(ctx context.Context, claimed *v1alp
 	if recorded.Status.Phase.IsTerminal() {
 		// The finished action leaves the cache; its key's expiry is
 		// scheduled here, by the executor that finished it.
-		return r.expire(ctx, recorded)
+		return r.expireUnder(ctx, recorded, tool)
 	}
 	return result, nil
 }
@@ -679,7 +679,14 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 		return ctrl.Result{}, nil
 	case err != nil:
 		return ctrl.Result{}, err
-	case tool.Spec.KeyRetention == nil:
+	}
+	return r.expireUnder(ctx, action, tool)
+}
+
+// expireUnder is expire with the action's tool already resolved, as it is
+// by the reconcile that records the outcome.
+func (r *ToolActionReconciler) expireUnder(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
+	if action.Status.CompletionTime == nil || tool.Spec.KeyRetention == nil {
 		return ctrl.Result{}, nil
 	}
 	if wait := action.Status.CompletionTime.Add(tool.Spec.KeyRetention.Duration).Sub(r.Clock.Now()); wait > 0 {
