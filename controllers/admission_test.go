@@ -26,6 +26,12 @@ func controllerUpdates(action *v1alpha1.ToolAction) []string {
 	return updates
 }
 
+// dryRunFinalizers creates the manifest in a server-side dry run, through
+// admission, and returns the finalizers the API server would store.
+func dryRunFinalizers(manifest string) (string, error) {
+	return kubectl("create", "--dry-run=server", "-f", manifest, "-o", "jsonpath={.metadata.finalizers}")
+}
+
 var _ = Describe("The outcome finalizer admission policy (config/admission)", Ordered, func() {
 	policy := filepath.Join("..", "config", "admission")
 
@@ -46,7 +52,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 		// dry run shows when it applies.
 		probe := writeManifest(chargeManifest(ns, "order-probe", 1))
 		Eventually(func() string {
-			out, _ := kubectl("create", "--dry-run=server", "-f", probe, "-o", "jsonpath={.metadata.finalizers}")
+			out, _ := dryRunFinalizers(probe)
 			return out
 		}).Should(ContainSubstring(v1alpha1.Finalizer))
 
@@ -76,7 +82,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 		newTool(ns)
 		manifest := strings.Replace(chargeManifest(ns, "order-4005", 4005), "  namespace: "+ns+"\n",
 			"  namespace: "+ns+"\n  finalizers: [example.com/keep, "+v1alpha1.Finalizer+"]\n", 1)
-		out, err := kubectl("create", "--dry-run=server", "-f", writeManifest(manifest), "-o", "jsonpath={.metadata.finalizers}")
+		out, err := dryRunFinalizers(writeManifest(manifest))
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(Equal(`["example.com/keep","` + v1alpha1.Finalizer + `"]`))
 	})
@@ -89,7 +95,7 @@ var _ = Describe("A manifest without the admission policy", func() {
 		manifest := writeManifest(chargeManifest(ns, "order-4006", 4006))
 		// The policy of the spec above may still be unloading.
 		Eventually(func() string {
-			out, _ := kubectl("create", "--dry-run=server", "-f", manifest, "-o", "jsonpath={.metadata.finalizers}")
+			out, _ := dryRunFinalizers(manifest)
 			return out
 		}).Should(BeEmpty())
 		out, err := kubectl("apply", "--server-side", "-f", manifest)

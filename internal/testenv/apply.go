@@ -17,24 +17,26 @@ import (
 // ApplyFile server-side applies every object of a multi-document YAML file,
 // such as config/admission's policy, under the field owner.
 func ApplyFile(ctx context.Context, cfg *rest.Config, path, owner string) error {
-	objects, err := readObjects(path)
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return err
-	}
-	for _, obj := range objects {
+	return eachObject(cfg, path, func(c client.Client, obj *unstructured.Unstructured) error {
 		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 			return fmt.Errorf("cannot apply %s %s from %s: %w", obj.GetKind(), obj.GetName(), path, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // DeleteFile deletes the objects of a file ApplyFile applied.
 func DeleteFile(ctx context.Context, cfg *rest.Config, path string) error {
+	return eachObject(cfg, path, func(c client.Client, obj *unstructured.Unstructured) error {
+		if err := client.IgnoreNotFound(c.Delete(ctx, obj)); err != nil {
+			return fmt.Errorf("cannot delete %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		return nil
+	})
+}
+
+// eachObject calls fn with a client for every object of the file, in order.
+func eachObject(cfg *rest.Config, path string, fn func(client.Client, *unstructured.Unstructured) error) error {
 	objects, err := readObjects(path)
 	if err != nil {
 		return err
@@ -44,8 +46,8 @@ func DeleteFile(ctx context.Context, cfg *rest.Config, path string) error {
 		return err
 	}
 	for _, obj := range objects {
-		if err := client.IgnoreNotFound(c.Delete(ctx, obj)); err != nil {
-			return fmt.Errorf("cannot delete %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		if err := fn(c, obj); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -470,25 +470,18 @@ func (b *bench) tuning(w *strings.Builder) {
 		ln("")
 		ln("| concurrency | an event per success (before): actions/s, p99, event writes / action | warnings only (as shipped): actions/s, p99, event writes / action | change |")
 		ln("|---:|---|---|---:|")
-		var gains []float64
-		for _, l := range r.Levels {
-			before, ok := l.Toolledger[v.ID]
-			if !ok {
-				continue
-			}
-			after := l.Toolledger[base.ID]
-			gain := safeDiv(after.Throughput, before.Throughput) - 1
-			gains = append(gains, gain)
-			ln("| %d | %s, %s ms, %.2f | %s, %s ms, %.2f | %+.0f%% |", l.Concurrency, tput(before), ms(before.P99), before.EventWritesPerOp,
-				tput(after), ms(after.P99), after.EventWritesPerOp, gain*100)
+		pairs := b.pairs(v.ID, base.ID)
+		for _, p := range pairs {
+			ln("| %d | %s, %s ms, %.2f | %s, %s ms, %.2f | %+.0f%% |", p.Concurrency, tput(p.Before), ms(p.Before.P99), p.Before.EventWritesPerOp,
+				tput(p.After), ms(p.After.P99), p.After.EventWritesPerOp, p.Gain*100)
 		}
 		ln("")
-		if len(gains) > 0 {
+		if len(pairs) > 0 {
 			mean := 0.0
-			for _, g := range gains {
-				mean += g
+			for _, p := range pairs {
+				mean += p.Gain
 			}
-			mean /= float64(len(gains))
+			mean /= float64(len(pairs))
 			if mean >= threshold {
 				ln("Throughput rose by %+.0f%% on average across these levels, beyond the noise (±%.0f%%).", mean*100, threshold*100)
 			} else {
@@ -536,21 +529,14 @@ func (b *bench) tuning(w *strings.Builder) {
 		ln("")
 		ln("| concurrency | %d workers (as shipped): actions/s, p99 | %d workers: actions/s, p99 | change |", base.Workers, v.Workers)
 		ln("|---:|---|---|---:|")
-		var gains []float64
-		for _, l := range r.Levels {
-			after, ok := l.Toolledger[v.ID]
-			if !ok {
-				continue
-			}
-			before := l.Toolledger[base.ID]
-			gain := safeDiv(after.Throughput, before.Throughput) - 1
-			gains = append(gains, gain)
-			ln("| %d | %s, %s ms | %s, %s ms | %+.0f%% |", l.Concurrency, tput(before), ms(before.P99), tput(after), ms(after.P99), gain*100)
+		pairs := b.pairs(base.ID, v.ID)
+		for _, p := range pairs {
+			ln("| %d | %s, %s ms | %s, %s ms | %+.0f%% |", p.Concurrency, tput(p.Before), ms(p.Before.P99), tput(p.After), ms(p.After.P99), p.Gain*100)
 		}
 		ln("")
 		best, worst := math.Inf(-1), math.Inf(1)
-		for _, g := range gains {
-			best, worst = math.Max(best, g), math.Min(worst, g)
+		for _, p := range pairs {
+			best, worst = math.Max(best, p.Gain), math.Min(worst, p.Gain)
 		}
 		rule := func() {
 			ln("A worker is held for the whole downstream call, so one manager completes at most workers ÷")
@@ -560,7 +546,7 @@ func (b *bench) tuning(w *strings.Builder) {
 		}
 		changed := fmt.Sprintf("%d workers changed throughput by %+.0f%% to %+.0f%% against a sub-millisecond downstream", v.Workers, worst*100, best*100)
 		switch {
-		case len(gains) == 0:
+		case len(pairs) == 0:
 		case best < threshold && worst > -threshold:
 			ln("**No difference beyond the noise (±%.0f%%): the default stays %d.** %s.", threshold*100, base.Workers, changed)
 			rule()
@@ -608,37 +594,17 @@ func (b *bench) tuning(w *strings.Builder) {
 		ln("")
 		ln("| concurrency | manifest without the policy (before): actions/s, writes / action | manifest with the policy (as shipped): actions/s, writes / action | change | SDK: actions/s |")
 		ln("|---:|---|---|---:|---:|")
-		var before, after variant
-		for _, v := range b.variants {
-			switch {
-			case v.Manifest && v.NoPolicy:
-				before = v
-			case v.Manifest:
-				after = v
-			}
-		}
-		for _, l := range r.Levels {
-			tb, okBefore := l.Toolledger[before.ID]
-			ta, okAfter := l.Toolledger[after.ID]
-			if !okBefore || !okAfter {
-				continue
-			}
-			ln("| %d | %s, %.2f | %s, %.2f | %+.0f%% | %s |", l.Concurrency, tput(tb), tb.WritesPerOp, tput(ta), ta.WritesPerOp,
-				(safeDiv(ta.Throughput, tb.Throughput)-1)*100, tput(l.Toolledger[base.ID]))
+		before := b.findVariant(func(v variant) bool { return v.Manifest && v.NoPolicy })
+		after := b.findVariant(func(v variant) bool { return v.Manifest && !v.NoPolicy })
+		for _, p := range b.pairs(before.ID, after.ID) {
+			ln("| %d | %s, %.2f | %s, %.2f | %+.0f%% | %s |", p.Concurrency, tput(p.Before), p.Before.WritesPerOp, tput(p.After), p.After.WritesPerOp,
+				p.Gain*100, tput(r.level(p.Concurrency).Toolledger[base.ID]))
 		}
 		ln("")
-		var sdkWithout variant
-		for _, v := range b.variants {
-			if !v.Manifest && v.NoPolicy {
-				sdkWithout = v
-			}
-		}
+		sdkWithout := b.findVariant(func(v variant) bool { return !v.Manifest && v.NoPolicy })
 		var cost []string
-		for _, l := range r.Levels {
-			if t, ok := l.Toolledger[sdkWithout.ID]; ok && sdkWithout.ID != "" {
-				cost = append(cost, fmt.Sprintf("%s without it and %s with it at %d (%+.0f%%)", tput(t), tput(l.Toolledger[base.ID]), l.Concurrency,
-					(safeDiv(l.Toolledger[base.ID].Throughput, t.Throughput)-1)*100))
-			}
+		for _, p := range b.pairs(sdkWithout.ID, base.ID) {
+			cost = append(cost, fmt.Sprintf("%s without it and %s with it at %d (%+.0f%%)", tput(p.Before), tput(p.After), p.Concurrency, p.Gain*100))
 		}
 		if len(cost) > 0 {
 			ln("For the SDK, which sets the finalizer itself, the policy only evaluates its match condition; SDK")
@@ -837,4 +803,46 @@ func keptLoad(r results) float64 {
 		total += v
 	}
 	return total / float64(len(r.OtherLoad))
+}
+
+// pairedRun is one level at which two configurations were both measured.
+type pairedRun struct {
+	Concurrency   int
+	Before, After runSummary
+	// Gain is After's throughput relative to Before's, less one.
+	Gain float64
+}
+
+// pairs lines up two configurations level by level, where both ran.
+func (b *bench) pairs(beforeID, afterID string) []pairedRun {
+	var out []pairedRun
+	for _, l := range b.results.Levels {
+		before, okBefore := l.Toolledger[beforeID]
+		after, okAfter := l.Toolledger[afterID]
+		if okBefore && okAfter {
+			out = append(out, pairedRun{Concurrency: l.Concurrency, Before: before, After: after,
+				Gain: safeDiv(after.Throughput, before.Throughput) - 1})
+		}
+	}
+	return out
+}
+
+// findVariant is the configuration of this run that matches, if any.
+func (b *bench) findVariant(match func(variant) bool) variant {
+	for _, v := range b.variants {
+		if match(v) {
+			return v
+		}
+	}
+	return variant{}
+}
+
+// level is the result at a concurrency level.
+func (r results) level(concurrency int) levelResult {
+	for _, l := range r.Levels {
+		if l.Concurrency == concurrency {
+			return l
+		}
+	}
+	return levelResult{}
 }
