@@ -90,9 +90,47 @@ func (w *cpuWatcher) usage() (busy, ours float64, wall time.Duration, ok bool) {
 }
 
 type procInfo struct {
+	name string
 	ppid int
 	cpu  float64
 }
+
+// processCPU is CPU seconds so far of the processes a throughput run
+// loads: the kube-apiserver, etcd, and this process (the load generator,
+// and for toolledger the SDK and the in-process manager).
+type processCPU struct {
+	APIServer, Etcd, Harness float64
+}
+
+func readProcessCPU() processCPU {
+	procs := readProcs()
+	self := os.Getpid()
+	out := processCPU{Harness: procs[self].cpu}
+	for pid, p := range procs {
+		if pid == self || !descends(procs, pid, self) {
+			continue
+		}
+		switch p.name {
+		case "kube-apiserver":
+			out.APIServer += p.cpu
+		case "etcd":
+			out.Etcd += p.cpu
+		}
+	}
+	return out
+}
+
+// perOp is the CPU milliseconds per operation of n operations from before
+// to c.
+func (c processCPU) perOp(before processCPU, n int) processCPU {
+	if n == 0 {
+		return processCPU{}
+	}
+	ms := func(after, before float64) float64 { return (after - before) * 1000 / float64(n) }
+	return processCPU{APIServer: ms(c.APIServer, before.APIServer), Etcd: ms(c.Etcd, before.Etcd), Harness: ms(c.Harness, before.Harness)}
+}
+
+func (c processCPU) total() float64 { return c.APIServer + c.Etcd + c.Harness }
 
 func readProcs() map[int]procInfo {
 	out := map[int]procInfo{}
@@ -112,7 +150,8 @@ func readProcs() map[int]procInfo {
 		// The command may hold spaces and parentheses: fields start after the last ')'.
 		s := string(b)
 		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
+		open := strings.IndexByte(s, '(')
+		if i < 0 || open < 0 || open > i {
 			continue
 		}
 		f := strings.Fields(s[i+1:])
@@ -122,7 +161,7 @@ func readProcs() map[int]procInfo {
 		ppid, _ := strconv.Atoi(f[1])
 		utime, _ := strconv.ParseFloat(f[11], 64)
 		stime, _ := strconv.ParseFloat(f[12], 64)
-		out[pid] = procInfo{ppid: ppid, cpu: (utime + stime) / clockTicks}
+		out[pid] = procInfo{name: s[open+1 : i], ppid: ppid, cpu: (utime + stime) / clockTicks}
 	}
 	return out
 }

@@ -22,6 +22,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -75,7 +76,7 @@ var knobs = []*knob{
 	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
 	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions"},
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
-	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "etcd's data directory; empty uses a temporary directory under $TMPDIR"},
+	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "45m", smoke: "5m", help: "bound on the whole run"},
 }
@@ -235,6 +236,7 @@ type bench struct {
 	// policyOn is whether the outcome finalizer admission policy is
 	// installed; nil before the first usePolicy.
 	policyOn   *bool
+	plane      string // the running control plane's name
 	managerBin string
 	kubeconfig string
 	variants   []variant
@@ -246,9 +248,12 @@ type bench struct {
 
 // results is everything the report shows.
 type results struct {
-	Machine     machine
-	Levels      []levelResult
-	Latency     *latencyResult
+	Machine machine
+	Levels  []levelResult
+	Latency []*latencyResult
+	// SweepPlanes is what each level of each round of the sweep left on
+	// its control plane.
+	SweepPlanes []planeLoad
 	Writes      *writesResult
 	Duplicate   *duplicateResult
 	Limiter     *limiterResult
@@ -281,6 +286,68 @@ func (b *bench) fail(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	b.results.Failures = append(b.results.Failures, msg)
 	b.logf("FAILURE: %s", msg)
+}
+
+// startPlane starts kube-apiserver and etcd on an empty data directory
+// named name, and what every step shares on them: the manager's kubeconfig,
+// the ceiling's CRD, the admission policy as shipped and the clients.
+func (b *bench) startPlane(ctx context.Context, name string) (err error) {
+	b.logf("starting kube-apiserver and etcd from bin/ (etcd data in %s)", b.etcdDir(name))
+	if b.c, err = startCluster(b.etcdDir(name)); err != nil {
+		return err
+	}
+	b.plane = name
+	b.policyOn = nil
+	b.kubeconfig = filepath.Join(b.tmp, "kubeconfig-"+name)
+	if err := b.c.writeKubeconfig(b.kubeconfig); err != nil {
+		return err
+	}
+	if err := installBenchCRD(ctx, b.c.cfg, b.root); err != nil {
+		return err
+	}
+	if err := b.usePolicy(ctx, true); err != nil {
+		return err
+	}
+	if b.ceiling, err = newCeilingClient(b.c.cfg); err != nil {
+		return err
+	}
+	if b.sdk, err = sdk.NewClient(b.c.cfg); err != nil {
+		return err
+	}
+	b.manifest, err = newManifestInvoker(b.c.cfg)
+	return err
+}
+
+// restartPlane replaces the control plane by one with an empty etcd,
+// named name. What a run stores weighs on the runs after it: the
+// kube-apiserver holds every stored object decoded, and its garbage
+// collector's work grows with them. So each level of each round of the
+// sweep, and the steps after it, start from an empty control plane.
+func (b *bench) restartPlane(ctx context.Context, name string) error {
+	load, err := b.planeLoad(ctx)
+	if err != nil {
+		return err
+	}
+	load.Name = b.plane
+	if strings.HasPrefix(b.plane, sweepPlane) {
+		b.results.SweepPlanes = append(b.results.SweepPlanes, load)
+	}
+	b.logf("control plane %s held %d ToolActions and %d ceiling objects, kube-apiserver heap in use %s; replacing it by %s on an empty etcd",
+		b.plane, load.ToolActions, load.CeilingObjects, mib(load.HeapInuse), name)
+	b.stopManager()
+	stopErr := b.c.stop()
+	b.c = nil
+	if stopErr != nil {
+		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, stopErr)
+	}
+	if err := os.RemoveAll(b.etcdDir(b.plane)); err != nil {
+		return err
+	}
+	return b.startPlane(ctx, name)
+}
+
+func (b *bench) etcdDir(plane string) string {
+	return filepath.Join(cmp.Or(b.settings.EtcdDir, b.tmp), "etcd-"+plane)
 }
 
 func (b *bench) baseline() variant { return b.variants[0] }
@@ -369,37 +436,15 @@ func (b *bench) run(ctx context.Context) (err error) {
 		}
 		b.results.ManagerBuilt = true
 	}
-	b.logf("starting kube-apiserver and etcd from bin/")
-	etcdDir := s.EtcdDir
-	if etcdDir == "" {
-		etcdDir = filepath.Join(b.tmp, "etcd")
-	}
-	if b.c, err = startCluster(etcdDir); err != nil {
-		return err
-	}
 	defer func() {
 		b.stopManager()
-		if stopErr := b.c.stop(); stopErr != nil && err == nil {
-			err = stopErr
+		if b.c != nil {
+			if stopErr := b.c.stop(); stopErr != nil && err == nil {
+				err = stopErr
+			}
 		}
 	}()
-	b.kubeconfig = filepath.Join(b.tmp, "kubeconfig")
-	if err := b.c.writeKubeconfig(b.kubeconfig); err != nil {
-		return err
-	}
-	if err := installBenchCRD(ctx, b.c.cfg, b.root); err != nil {
-		return err
-	}
-	if err := b.usePolicy(ctx, true); err != nil {
-		return err
-	}
-	if b.ceiling, err = newCeilingClient(b.c.cfg); err != nil {
-		return err
-	}
-	if b.sdk, err = sdk.NewClient(b.c.cfg); err != nil {
-		return err
-	}
-	if b.manifest, err = newManifestInvoker(b.c.cfg); err != nil {
+	if err := b.startPlane(ctx, "first"); err != nil {
 		return err
 	}
 	b.results.Machine = describeMachine(ctx, b.c, b.root)
@@ -414,7 +459,10 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if err := b.throughput(ctx); err != nil {
 		return err
 	}
-	if err := b.latency(ctx); err != nil {
+	if err := b.restartPlane(ctx, "steps"); err != nil {
+		return err
+	}
+	if err := b.latency(ctx, "only this run's actions stored"); err != nil {
 		return err
 	}
 	if s.CompareSDKQPS {
@@ -444,6 +492,12 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if b.results.SizesMemory, err = b.sizes(ctx, memoryNamespace); err != nil {
 		return err
+	}
+	if len(steps) > 1 {
+		stored := b.results.Memory[len(b.results.Memory)-1].Present
+		if err := b.latency(ctx, fmt.Sprintf("%s finished actions stored", count(stored))); err != nil {
+			return err
+		}
 	}
 	b.results.Wall = time.Since(b.started)
 	b.results.CPUBusy, b.results.CPUOurs, _, b.results.CPUKnown = b.cpu.usage()

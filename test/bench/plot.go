@@ -146,8 +146,8 @@ func (b *bench) plot(path string) error {
 	bp.Legend.Top, bp.Legend.Left = true, true
 	var groups []string
 	values := [3]plotter.Values{}
-	if lat := b.results.Latency; lat != nil {
-		groups = append(groups, fmt.Sprintf("create→Succeeded at %.0f%% load (%.0f/s)", lat.Load*100, lat.Rate))
+	for _, lat := range b.results.Latency {
+		groups = append(groups, fmt.Sprintf("create→Succeeded at %.0f%% load,\n%s", lat.Load*100, lat.State))
 		for i, d := range []time.Duration{lat.P50, lat.P95, lat.P99} {
 			values[i] = append(values[i], float64(d)/float64(time.Millisecond))
 		}

@@ -15,6 +15,8 @@ import (
 
 // latencyResult is create→Succeeded at a fixed share of the maximum.
 type latencyResult struct {
+	// State says what the control plane stored, as a table row's label.
+	State         string
 	MaxThroughput float64
 	MaxAt         int // the concurrency that reached it
 	Load          float64
@@ -30,6 +32,61 @@ type latencyResult struct {
 	// offered the same rate on the same control plane right after: what
 	// of the tail is the control plane's own.
 	Ceiling openLoopSummary
+	// Plane is the control plane's load around the toolledger run, and
+	// CeilingPlane around the bare client's.
+	Plane, CeilingPlane planeLoad
+}
+
+// planeLoad is what the control plane stored and how its kube-apiserver's
+// Go runtime fared. On two shared cores the API server's garbage collector
+// is the latency tail's main cause: its work grows with the objects the
+// API server holds decoded in its watch cache.
+type planeLoad struct {
+	Name                        string
+	ToolActions, CeilingObjects int
+	HeapInuse                   float64 // go_memstats_heap_inuse_bytes at the end
+	GCs                         float64 // GC cycles (go_gc_duration_seconds_count) during a run
+	Seconds                     float64
+}
+
+// planeLoad counts the stored objects and reads the kube-apiserver's heap.
+func (b *bench) planeLoad(ctx context.Context) (planeLoad, error) {
+	var load planeLoad
+	var err error
+	if load.ToolActions, err = countToolActions(ctx, b.c.k8s); err != nil {
+		return load, err
+	}
+	if load.CeilingObjects, err = b.ceiling.count(ctx); err != nil {
+		return load, err
+	}
+	m, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return load, err
+	}
+	load.HeapInuse = m.sum("go_memstats_heap_inuse_bytes", nil)
+	return load, nil
+}
+
+// duringRun measures the kube-apiserver's GC cycles while fn runs.
+func (b *bench) duringRun(ctx context.Context, fn func()) (planeLoad, error) {
+	load, err := b.planeLoad(ctx)
+	if err != nil {
+		return load, err
+	}
+	before, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return load, err
+	}
+	began := time.Now()
+	fn()
+	load.Seconds = time.Since(began).Seconds()
+	after, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return load, err
+	}
+	load.GCs = after.sum("go_gc_duration_seconds_count", nil) - before.sum("go_gc_duration_seconds_count", nil)
+	load.HeapInuse = after.sum("go_memstats_heap_inuse_bytes", nil)
+	return load, nil
 }
 
 type openLoopSummary struct {
@@ -40,10 +97,11 @@ type openLoopSummary struct {
 
 // latency offers Load × the best baseline throughput as a fixed arrival
 // rate (an open loop: arrivals do not wait for earlier ones) and times each
-// SDK Invoke from the apply to the Succeeded it returns.
-func (b *bench) latency(ctx context.Context) error {
+// SDK Invoke from the apply to the Succeeded it returns; then it offers the
+// bare client the same rate. state describes what the control plane holds.
+func (b *bench) latency(ctx context.Context, state string) error {
 	base := b.baseline()
-	res := &latencyResult{Load: b.settings.LatencyLoad}
+	res := &latencyResult{State: state, Load: b.settings.LatencyLoad}
 	for _, l := range b.results.Levels {
 		if t := l.Toolledger[base.ID].Throughput; t > res.MaxThroughput {
 			res.MaxThroughput, res.MaxAt = t, l.Concurrency
@@ -56,20 +114,27 @@ func (b *bench) latency(ctx context.Context) error {
 	if err := b.useManager(ctx, base.manager()); err != nil {
 		return err
 	}
-	ns := "tl-latency"
+	run := len(b.results.Latency) + 1
+	ns := fmt.Sprintf("tl-latency-%d", run)
 	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
 		return err
 	}
 	warmup := min(2*time.Second, b.settings.LatencyDuration/5)
 	var r openLoopResult
 	for attempt := 1; ; attempt++ {
+		var planeErr error
 		share, _ := b.othersShare(func() error {
-			r = openLoop(ctx, res.Rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
-				_, err := invokeSucceeded(ctx, b.sdk, request(ns, fmt.Sprintf("open-a%d-%06d", attempt, seq), seq+1))
-				return err
+			res.Plane, planeErr = b.duringRun(ctx, func() {
+				r = openLoop(ctx, res.Rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
+					_, err := invokeSucceeded(ctx, b.sdk, request(ns, fmt.Sprintf("open-a%d-%06d", attempt, seq), seq+1))
+					return err
+				})
 			})
 			return nil
 		})
+		if planeErr != nil {
+			return planeErr
+		}
 		if err := b.waitQuiet(ctx); err != nil {
 			return err
 		}
@@ -81,28 +146,37 @@ func (b *bench) latency(ctx context.Context) error {
 	res.P50, res.P95, res.P99 = percentile(r.Latencies, 50), percentile(r.Latencies, 95), percentile(r.Latencies, 99)
 	if r.FirstErr != nil {
 		res.FirstError = r.FirstErr.Error()
-		b.fail("latency run: %d errors, first: %v", r.Errors, r.FirstErr)
+		b.fail("latency run (%s): %d errors, first: %v", state, r.Errors, r.FirstErr)
 	}
-	b.results.Latency = res
-	b.logf("latency at %.0f%% of %.1f actions/s (%.1f/s offered): p50 %s ms, p95 %s ms, p99 %s ms (%d samples, %d dropped)",
-		res.Load*100, res.MaxThroughput, res.Rate, ms(res.P50), ms(res.P95), ms(res.P99), res.Samples, res.Dropped)
+	b.results.Latency = append(b.results.Latency, res)
+	b.logf("latency at %.0f%% of %.1f actions/s (%.1f/s offered), %s (%d ToolActions, %d ceiling objects): p50 %s ms, p95 %s ms, p99 %s ms (%d samples, %d dropped); kube-apiserver: %.0f GCs in %.0f s, heap in use %s",
+		res.Load*100, res.MaxThroughput, res.Rate, state, res.Plane.ToolActions, res.Plane.CeilingObjects, ms(res.P50), ms(res.P95), ms(res.P99),
+		res.Samples, res.Dropped, res.Plane.GCs, res.Plane.Seconds, mib(res.Plane.HeapInuse))
 	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
 
-	ceilingNS := "ceiling-latency"
+	ceilingNS := fmt.Sprintf("ceiling-latency-%d", run)
 	if err := b.c.namespace(ctx, ceilingNS, b.fastTool()); err != nil {
 		return err
 	}
-	c := openLoop(ctx, res.Rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
-		return b.ceiling.object(ctx, ceilingNS, fmt.Sprintf("open-%06d", seq), seq+1, false)
+	var c openLoopResult
+	var err error
+	res.CeilingPlane, err = b.duringRun(ctx, func() {
+		c = openLoop(ctx, res.Rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
+			return b.ceiling.object(ctx, ceilingNS, fmt.Sprintf("open-%06d", seq), seq+1, false)
+		})
 	})
+	if err != nil {
+		return err
+	}
 	res.Ceiling = openLoopSummary{Samples: len(c.Latencies), Errors: c.Errors,
 		P50: percentile(c.Latencies, 50), P95: percentile(c.Latencies, 95), P99: percentile(c.Latencies, 99)}
 	if c.FirstErr != nil {
-		b.fail("ceiling latency run: %d errors, first: %v", c.Errors, c.FirstErr)
+		b.fail("ceiling latency run (%s): %d errors, first: %v", state, c.Errors, c.FirstErr)
 	}
-	b.logf("ceiling at the same rate: p50 %s ms, p95 %s ms, p99 %s ms (%d samples)", ms(res.Ceiling.P50), ms(res.Ceiling.P95), ms(res.Ceiling.P99), res.Ceiling.Samples)
+	b.logf("ceiling at the same rate: p50 %s ms, p95 %s ms, p99 %s ms (%d samples); kube-apiserver: %.0f GCs in %.0f s, heap in use %s",
+		ms(res.Ceiling.P50), ms(res.Ceiling.P95), ms(res.Ceiling.P99), res.Ceiling.Samples, res.CeilingPlane.GCs, res.CeilingPlane.Seconds, mib(res.CeilingPlane.HeapInuse))
 	return nil
 }
 
