@@ -265,9 +265,12 @@ func (b *bench) report() string {
 		ln("cores shared with etcd, the manager and the load generator runs for seconds at a time and slows")
 		ln("every request it overlaps (figures in the last two columns; `go_gc_duration_seconds_count` and")
 		ln("`go_memstats_heap_inuse_bytes` from the kube-apiserver's `/metrics`). An Invoke crosses the API")
-		ln("server more times in sequence than the bare client, so it pays for such a window more often.")
-		ln("Bounding what is stored is what a cluster operator can do about it: `keyRetention` on a Tool deletes")
-		ln("finished actions after the time their keys must be remembered.")
+		ln("server more times in sequence than the bare client, and two of those passes are watch deliveries,")
+		ln("which go through the API server's decoding of etcd's events, so it pays for such a window more")
+		ln("often. With a heap of gigabytes a collection lasts seconds and comes every 10 to 15 s; whichever")
+		ln("30 s run it overlaps gets the tail, the bare client's included, so at that state one run of each is")
+		ln("a sample, not a measure. Bounding what is stored is what a cluster operator can do about it:")
+		ln("`keyRetention` on a Tool deletes finished actions after the time their keys must be remembered.")
 		ln("")
 	}
 
@@ -662,7 +665,8 @@ func (b *bench) tuning(w *strings.Builder) {
 	ln("Invoke opens a watch of its action (one watch per SDK client and namespace, shared by its")
 	ln("invocations, would save that; not built); the manager's informer receives every change and its")
 	ln("deletion watches every finished action; and the reconcile itself (digest, schema validation, the")
-	ln("downstream call) — all on the same two cores as the API server and etcd.")
+	ln("downstream call) — all on the same two cores as the API server and etcd. The CPU table in section 1")
+	ln("puts figures on it, process by process.")
 	var recs []string
 	for _, l := range r.Levels {
 		if t, ok := l.Toolledger[base.ID]; ok && t.ReconcilesPerOp > 0 {
