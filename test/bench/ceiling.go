@@ -12,6 +12,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -140,23 +141,9 @@ func (c *ceilingClient) write(ctx context.Context, req *rest.Request, obj *v1alp
 	return &out, nil
 }
 
-// count is the number of benchobjects stored: a list of one object, read
-// from etcd, reports how many remain.
-func (c *ceilingClient) count(ctx context.Context) (int, error) {
-	raw, err := c.rest.Get().Resource(benchResource).Param("limit", "1").DoRaw(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("cannot count the ceiling's objects: %w", err)
-	}
-	var list struct {
-		Metadata metav1.ListMeta  `json:"metadata"`
-		Items    []map[string]any `json:"items"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return 0, err
-	}
-	n := len(list.Items)
-	if list.Metadata.RemainingItemCount != nil {
-		n += int(*list.Metadata.RemainingItemCount)
-	}
-	return n, nil
+// ceilingList is an empty list of the ceiling's objects, for counting them.
+func ceilingList() *unstructured.UnstructuredList {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(schema.GroupVersionKind{Group: benchGroup, Version: benchVersion, Kind: benchKind + "List"})
+	return list
 }

@@ -328,7 +328,6 @@ func (b *bench) restartPlane(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	load.Name = b.plane
 	if strings.HasPrefix(b.plane, sweepPlane) {
 		b.results.SweepPlanes = append(b.results.SweepPlanes, load)
 	}

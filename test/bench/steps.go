@@ -38,25 +38,32 @@ type latencyResult struct {
 }
 
 // planeLoad is what the control plane stored and how its kube-apiserver's
-// Go runtime fared. On two shared cores the API server's garbage collector
-// is the latency tail's main cause: its work grows with the objects the
-// API server holds decoded in its watch cache.
+// Go runtime fared: its garbage collection grows with the objects it holds
+// decoded in its watch cache, and on two shared cores lengthens the tail.
 type planeLoad struct {
-	Name                        string
 	ToolActions, CeilingObjects int
 	HeapInuse                   float64 // go_memstats_heap_inuse_bytes at the end
 	GCs                         float64 // GC cycles (go_gc_duration_seconds_count) during a run
 	Seconds                     float64
 }
 
-// planeLoad counts the stored objects and reads the kube-apiserver's heap.
-func (b *bench) planeLoad(ctx context.Context) (planeLoad, error) {
+// stored counts the ToolActions and ceiling objects in the cluster.
+func (b *bench) stored(ctx context.Context) (planeLoad, error) {
 	var load planeLoad
 	var err error
 	if load.ToolActions, err = countToolActions(ctx, b.c.k8s); err != nil {
-		return load, err
+		return load, fmt.Errorf("cannot count the ToolActions: %w", err)
 	}
-	if load.CeilingObjects, err = b.ceiling.count(ctx); err != nil {
+	if load.CeilingObjects, err = countObjects(ctx, b.c.k8s, ceilingList()); err != nil {
+		return load, fmt.Errorf("cannot count the ceiling's objects: %w", err)
+	}
+	return load, nil
+}
+
+// planeLoad is what is stored now, with the kube-apiserver's heap.
+func (b *bench) planeLoad(ctx context.Context) (planeLoad, error) {
+	load, err := b.stored(ctx)
+	if err != nil {
 		return load, err
 	}
 	m, err := scrapeAPIServer(ctx, b.c.cs)
@@ -67,9 +74,10 @@ func (b *bench) planeLoad(ctx context.Context) (planeLoad, error) {
 	return load, nil
 }
 
-// duringRun measures the kube-apiserver's GC cycles while fn runs.
+// duringRun is what is stored when fn starts, with the kube-apiserver's GC
+// cycles while it runs and its heap at the end.
 func (b *bench) duringRun(ctx context.Context, fn func()) (planeLoad, error) {
-	load, err := b.planeLoad(ctx)
+	load, err := b.stored(ctx)
 	if err != nil {
 		return load, err
 	}

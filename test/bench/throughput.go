@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -487,16 +488,20 @@ func gatherGauges(name string) float64 {
 // has listed the finished actions.
 const deletionWatches = 2
 
-// countToolActions counts the ToolActions in the cluster with one list of
-// one item (the API server reports how many remain).
+// countToolActions counts the ToolActions in the cluster.
 func countToolActions(ctx context.Context, k8s client.Client) (int, error) {
-	var list v1alpha1.ToolActionList
-	if err := k8s.List(ctx, &list, client.Limit(1)); err != nil {
+	return countObjects(ctx, k8s, &v1alpha1.ToolActionList{})
+}
+
+// countObjects counts the objects of list's kind in the cluster with one
+// list of one item (the API server reports how many remain).
+func countObjects(ctx context.Context, k8s client.Client, list client.ObjectList) (int, error) {
+	if err := k8s.List(ctx, list, client.Limit(1)); err != nil {
 		return 0, err
 	}
-	n := len(list.Items)
-	if list.RemainingItemCount != nil {
-		n += int(*list.RemainingItemCount)
+	n := meta.LenList(list)
+	if remaining := list.GetRemainingItemCount(); remaining != nil {
+		n += int(*remaining)
 	}
 	return n, nil
 }
