@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -24,6 +25,10 @@ type Client struct {
 	rest         *rest.RESTClient
 	params       runtime.ParameterCodec
 	fieldManager string
+
+	mu sync.Mutex
+	// watches holds the open watch of each namespace where Invokes wait.
+	watches map[string]*namespaceWatch
 }
 
 // Option configures a Client.
@@ -70,7 +75,8 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a REST client for %s: %w", v1alpha1.GroupVersion, err)
 	}
-	c := &Client{rest: restClient, params: runtime.NewParameterCodec(scheme), fieldManager: DefaultFieldManager}
+	c := &Client{rest: restClient, params: runtime.NewParameterCodec(scheme), fieldManager: DefaultFieldManager,
+		watches: map[string]*namespaceWatch{}}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -88,11 +94,15 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 // and writes nothing (Deduplicated true), or finds it recorded with a
 // different request and refuses (a *DuplicateConflictError, nothing written
 // or executed). If the action has already settled, that one request is all.
-// Otherwise Invoke watches the action until it is Succeeded, Failed or
-// Escalated and returns the Outcome with a nil error: an Escalated (or, at a
-// deadline, Unknown) outcome is a state to report, not an error to retry
-// under a new key. Invoke waits through Unknown, which the controller settles
-// by looking the key up.
+// Otherwise Invoke waits, in the Client's watch of the namespace, until the
+// action is Succeeded, Failed or Escalated and returns the Outcome with a nil
+// error: an Escalated (or, at a deadline, Unknown) outcome is a state to
+// report, not an error to retry under a new key. Invoke waits through
+// Unknown, which the controller settles by looking the key up.
+//
+// The invocations of a Client that wait in one namespace share one watch of
+// its ToolActions: the first opens it and the last to return closes it, so
+// an invocation made while others wait costs its apply alone.
 //
 // When ctx ends first, Invoke returns the last outcome it saw together with
 // an error wrapping ctx.Err(), so errors.Is(err, context.DeadlineExceeded)
@@ -105,16 +115,29 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	early := c.joinOpen(req.Namespace, req.Key)
 	action, deduplicated, err := c.apply(ctx, req.Namespace, req.Key, body)
 	if err != nil {
+		c.leave(early)
 		return nil, err
 	}
 	outcome := newOutcome(action, deduplicated)
 	if settled(outcome.Phase) {
+		c.leave(early)
 		return outcome, nil
 	}
-	f := &follower{client: c, outcome: outcome, uid: action.UID, resourceVersion: action.ResourceVersion}
-	return f.await(ctx)
+	f := &follower{outcome: outcome, uid: action.UID, resourceVersion: action.ResourceVersion}
+	if early != nil {
+		c.mu.Lock()
+		c.follow(early, f)
+		c.mu.Unlock()
+		return c.await(ctx, early)
+	}
+	w, readNeeded := c.joinAfterApply(req.Namespace, f)
+	if readNeeded {
+		c.catchUp(ctx, req.Namespace, w)
+	}
+	return c.await(ctx, w)
 }
 
 // apply sends the apply body and reports whether the API server found the

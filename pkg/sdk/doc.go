@@ -59,12 +59,23 @@
 //
 // An action that has already settled (Succeeded, Failed or Escalated) is
 // returned at once: a duplicate invocation of a finished intent costs
-// exactly one request and no write. Otherwise Invoke opens one watch on the
-// action (field selector metadata.name=<key>, from the resourceVersion the
-// apply returned) and returns when it settles: two requests in all. Only
-// when the watch ends or its version expires (410 Gone) does Invoke send
-// more: a list of that one action to learn a version to watch from, and a
-// new watch. It never polls.
+// exactly one request and no write. Otherwise Invoke waits in the Client's
+// watch of the namespace's ToolActions and returns when the action settles.
+// One such watch is open per Client and namespace while invocations wait
+// there: the first opens it, from the resourceVersion its apply returned,
+// and the last to return closes it. An invocation alone costs two requests
+// (the apply and the watch); one made while others wait, the apply alone.
+// Only when the watch ends does the Client send more: a new watch from the
+// last version it saw; and when that version has expired (410 Gone), a list
+// of each waiting action, by name, to learn a version to watch from. An
+// invocation that finds a watch opened only while it applied lists its
+// action once, in case the watch passed its changes already. It never
+// polls.
+//
+// While it is open, the watch brings the Client every change of every
+// ToolAction in the namespace, whoever invoked it: an agent that shares a
+// namespace with much busier invokers decodes their changes too, and
+// should have a namespace (a tenant) of its own.
 //
 // The no-write duplicate, and the refusal of any difference, hold for
 // invokers that share the field manager, as they do by default. Under
@@ -78,7 +89,8 @@
 // writes.
 //
 // The caller needs create, patch, list and watch on toolactions in its
-// namespace (create because an apply that creates is authorized as one).
+// namespace (create because an apply that creates is authorized as one; list
+// and watch of the whole namespace, not of single names).
 //
 // # Outcomes, not retries
 //

@@ -173,6 +173,44 @@ var _ = Describe("Invoke", func() {
 		AddReportEntry("etcd writes of that duplicate", fmt.Sprintf("0 (resourceVersion %s before and %s after)", before.ResourceVersion, after.ResourceVersion))
 	})
 
+	It("shares one watch among the invocations of a client: while one waits, another costs its apply alone", func() {
+		counted, counter := countingClient()
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 3 * time.Second})
+		slow := make(chan error, 1)
+		go func() {
+			defer GinkgoRecover()
+			outcome, err := counted.Invoke(ctx, charge("order-1010-charge", 1000))
+			if err == nil && outcome.Phase != v1alpha1.PhaseSucceeded {
+				err = fmt.Errorf("settled as %s", outcome.Phase)
+			}
+			slow <- err
+		}()
+		Eventually(func(g Gomega) {
+			var first v1alpha1.ToolAction
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-1010-charge"}, &first)).To(Succeed())
+			g.Expect(first.Status.Phase).To(Equal(v1alpha1.PhaseExecuting))
+		}).Should(Succeed())
+		opened := counter.Requests()
+		Expect(opened).To(Equal([]string{
+			"PATCH /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions/order-1010-charge",
+			"GET /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions?watch",
+		}))
+
+		for _, key := range []string{"order-1011-charge", "order-1012-charge", "order-1013-charge"} {
+			outcome, err := counted.Invoke(ctx, charge(key, 1000))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+			Expect(downstream.Effects(ns + "/" + key)).To(Equal(1))
+			Expect(counter.Requests()).To(Equal([]string{
+				"PATCH /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions/" + key,
+			}), "the apply alone, while the first invocation waits in the namespace's watch")
+		}
+		Eventually(slow, 10*time.Second).Should(Receive(BeNil()))
+		Expect(downstream.Effects(ns + "/order-1010-charge")).To(Equal(1))
+		Expect(counter.Requests()).To(BeEmpty())
+		Expect(counter.MaxInFlight()).To(Equal(2), "one watch, open while the other invocations applied")
+	})
+
 	It("costs three writes from invocation to success: create, claim, outcome", func() {
 		before := toolActionWrites()
 		out, err := invoker.Invoke(ctx, charge("order-1004-charge", 1000))
@@ -395,7 +433,7 @@ var _ = Describe("InvokeBatch", func() {
 		}
 		Expect(keys).To(HaveLen(len(ids)), "distinct keys")
 		Expect(downstream.TotalEffects() - effectsBefore).To(Equal(len(ids)))
-		Expect(counter.MaxInFlight()).To(BeNumerically("<=", batch.Concurrency), "bounded concurrency")
+		Expect(counter.MaxAppliesInFlight()).To(BeNumerically("<=", batch.Concurrency), "bounded concurrency")
 		counter.Requests()
 
 		requestsBefore := downstream.TotalRequests()

@@ -68,16 +68,19 @@ func countingClient() (*sdk.Client, *requestCounter) {
 }
 
 // requestCounter records the requests sent ("PATCH /apis/…") and the most
-// that were open at once: from the start of the request until its response
-// body is closed, which for a watch is when the watch stops.
+// that were open at once, of all and of applies: from the start of the
+// request until its response body is closed, which for a watch is when the
+// watch stops.
 type requestCounter struct {
-	mu          sync.Mutex
-	requests    []string
-	inFlight    int
-	maxInFlight int
+	mu                 sync.Mutex
+	requests           []string
+	inFlight           int
+	maxInFlight        int
+	appliesInFlight    int
+	maxAppliesInFlight int
 }
 
-func (c *requestCounter) start(r *http.Request) {
+func (c *requestCounter) start(r *http.Request) (finish func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	line := r.Method + " " + r.URL.Path
@@ -87,12 +90,19 @@ func (c *requestCounter) start(r *http.Request) {
 	c.requests = append(c.requests, line)
 	c.inFlight++
 	c.maxInFlight = max(c.maxInFlight, c.inFlight)
-}
-
-func (c *requestCounter) finish() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.inFlight--
+	apply := r.Method == http.MethodPatch
+	if apply {
+		c.appliesInFlight++
+		c.maxAppliesInFlight = max(c.maxAppliesInFlight, c.appliesInFlight)
+	}
+	return sync.OnceFunc(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.inFlight--
+		if apply {
+			c.appliesInFlight--
+		}
+	})
 }
 
 // Requests returns the requests sent so far and forgets them.
@@ -110,19 +120,25 @@ func (c *requestCounter) MaxInFlight() int {
 	return c.maxInFlight
 }
 
+func (c *requestCounter) MaxAppliesInFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxAppliesInFlight
+}
+
 type countingTransport struct {
 	next    http.RoundTripper
 	counter *requestCounter
 }
 
 func (t *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	t.counter.start(r)
+	finish := t.counter.start(r)
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {
-		t.counter.finish()
+		finish()
 		return nil, err
 	}
-	resp.Body = &countedBody{ReadCloser: resp.Body, finish: sync.OnceFunc(t.counter.finish)}
+	resp.Body = &countedBody{ReadCloser: resp.Body, finish: finish}
 	return resp, nil
 }
 

@@ -62,18 +62,22 @@ func countingConfig(cfg *rest.Config, count *atomic.Int64) *rest.Config {
 	return out
 }
 
-// manifestInvoker does what sdk.Client.Invoke does — one server-side apply,
-// then a watch of the one action until it settles — but applies the action
-// as a plain manifest would (`kubectl apply --server-side`): without the
-// controller's finalizer, which the SDK sets at creation. The admission
-// policy of config/admission sets it at creation; without the policy the
-// controller adds it itself, with a fourth write before its claim.
+// manifestInvoker applies an action with one server-side apply and then
+// watches that one action until it settles. As a plain manifest
+// (`kubectl apply --server-side`), it applies without the controller's
+// finalizer, which the SDK sets at creation: the admission policy of
+// config/admission sets it at creation; without the policy the controller
+// adds it itself, with a fourth write before its claim. With the SDK's
+// field manager and finalizer it is the SDK as it was before its
+// invocations shared one watch per namespace: an apply and a watch each.
 type manifestInvoker struct {
-	rest   *rest.RESTClient
-	params runtime.ParameterCodec
+	rest         *rest.RESTClient
+	params       runtime.ParameterCodec
+	fieldManager string
+	finalizers   []string
 }
 
-func newManifestInvoker(cfg *rest.Config) (*manifestInvoker, error) {
+func newManifestInvoker(cfg *rest.Config, fieldManager string, finalizers ...string) (*manifestInvoker, error) {
 	s := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(s); err != nil {
 		return nil, err
@@ -88,7 +92,7 @@ func newManifestInvoker(cfg *rest.Config) (*manifestInvoker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &manifestInvoker{rest: rc, params: runtime.NewParameterCodec(s)}, nil
+	return &manifestInvoker{rest: rc, params: runtime.NewParameterCodec(s), fieldManager: fieldManager, finalizers: finalizers}, nil
 }
 
 type applyObject struct {
@@ -99,8 +103,9 @@ type applyObject struct {
 }
 
 type applyMeta struct {
-	Name      string `json:"name"`
-	Namespace string `json:"namespace"`
+	Name       string   `json:"name"`
+	Namespace  string   `json:"namespace"`
+	Finalizers []string `json:"finalizers,omitempty"`
 }
 
 // manifestFieldManager is kubectl's field manager for server-side apply.
@@ -109,7 +114,7 @@ const manifestFieldManager = "kubectl"
 func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amount int) error {
 	body, err := json.Marshal(applyObject{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolAction",
-		Metadata: applyMeta{Name: key, Namespace: namespace},
+		Metadata: applyMeta{Name: key, Namespace: namespace, Finalizers: f.finalizers},
 		Spec:     spec(amount),
 	})
 	if err != nil {
@@ -117,7 +122,7 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 	}
 	var action v1alpha1.ToolAction
 	if err := f.rest.Patch(types.ApplyPatchType).Namespace(namespace).Resource("toolactions").Name(key).
-		Param("fieldManager", manifestFieldManager).Body(body).Do(ctx).Into(&action); err != nil {
+		Param("fieldManager", f.fieldManager).Body(body).Do(ctx).Into(&action); err != nil {
 		return fmt.Errorf("cannot apply toolaction %s/%s: %w", namespace, key, err)
 	}
 	rv := action.ResourceVersion

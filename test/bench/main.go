@@ -60,6 +60,7 @@ var knobs = []*knob{
 	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
 	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest (without the finalizer the SDK sets), with the admission policy that adds it and without (4 writes instead of 3)"},
+	{flag: "compare-watch-per-invoke", env: "BENCH_COMPARE_WATCH_PER_INVOKE", full: "true", smoke: "true", help: "also measure the SDK's apply with a watch per invocation, as the SDK did before its invocations shared one watch per namespace"},
 	{flag: "compare-success-events", env: "BENCH_COMPARE_SUCCESS_EVENTS", full: "true", smoke: "true", help: "also measure the manager recording a Normal event per success (--success-events)"},
 	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
 	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
@@ -92,6 +93,7 @@ type settings struct {
 	Workers                 int
 	TuneWorkers             []int
 	CompareManifest         bool
+	CompareWatchPerInvoke   bool
 	CompareSuccessEvents    bool
 	CompareSDKQPS           bool
 	TuneMinConcurrency      int
@@ -191,6 +193,7 @@ func parseSettings(args []string) (settings, error) {
 		Workers:                 num("workers"),
 		TuneWorkers:             list("tune-workers"),
 		CompareManifest:         get("compare-manifest") == "true",
+		CompareWatchPerInvoke:   get("compare-watch-per-invoke") == "true",
 		CompareSuccessEvents:    get("compare-success-events") == "true",
 		CompareSDKQPS:           get("compare-sdk-qps") == "true",
 		TuneMinConcurrency:      num("tune-min-concurrency"),
@@ -231,8 +234,11 @@ type bench struct {
 	ceiling   *ceilingClient
 	sdk       *sdk.Client
 	manifest  *manifestInvoker
-	cpu       *cpuWatcher
-	mgr       *inProcess
+	// watchPerInvoke is the SDK as it was before its invocations shared a
+	// watch.
+	watchPerInvoke *manifestInvoker
+	cpu            *cpuWatcher
+	mgr            *inProcess
 	// policyOn is whether the outcome finalizer admission policy is
 	// installed; nil before the first usePolicy.
 	policyOn   *bool
@@ -314,7 +320,10 @@ func (b *bench) startPlane(ctx context.Context, name string) (err error) {
 	if b.sdk, err = sdk.NewClient(b.c.cfg); err != nil {
 		return err
 	}
-	b.manifest, err = newManifestInvoker(b.c.cfg)
+	if b.manifest, err = newManifestInvoker(b.c.cfg, manifestFieldManager); err != nil {
+		return err
+	}
+	b.watchPerInvoke, err = newManifestInvoker(b.c.cfg, sdk.DefaultFieldManager, v1alpha1.Finalizer)
 	return err
 }
 
@@ -409,6 +418,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 		b.variants = append(b.variants, variant{ID: "manifest", Workers: s.Workers, Manifest: true},
 			variant{ID: "manifest-nopolicy", Workers: s.Workers, Manifest: true, NoPolicy: true},
 			variant{ID: "sdk-nopolicy", Workers: s.Workers, NoPolicy: true})
+	}
+	if s.CompareWatchPerInvoke {
+		b.variants = append(b.variants, variant{ID: "watch-per-invoke", Workers: s.Workers, WatchPerInvoke: true})
 	}
 	if s.CompareSuccessEvents {
 		b.variants = append(b.variants, variant{ID: "events", Workers: s.Workers, SuccessEvents: true})

@@ -24,6 +24,9 @@ type variant struct {
 	// Manifest applies actions as a plain manifest would, without the
 	// finalizer the SDK sets (see manifestInvoker), instead of through the SDK.
 	Manifest bool
+	// WatchPerInvoke applies as the SDK does but waits with a watch of the
+	// one action per invocation, as the SDK did before (see manifestInvoker).
+	WatchPerInvoke bool
 	// NoPolicy removes the admission policy that sets the finalizer at
 	// creation, as before it was shipped.
 	NoPolicy bool
@@ -40,16 +43,16 @@ func (v variant) manager() managerConfig {
 
 func (v variant) label() string {
 	s := fmt.Sprintf("%d workers", v.Workers)
-	if v.Manifest {
+	switch {
+	case v.Manifest:
 		s += ", applied as a manifest"
-		if v.NoPolicy {
-			s += " without the admission policy"
-		}
-	} else {
+	case v.WatchPerInvoke:
+		s += ", SDK apply with a watch per invocation"
+	default:
 		s += ", SDK Invoke"
-		if v.NoPolicy {
-			s += " without the admission policy"
-		}
+	}
+	if v.NoPolicy {
+		s += " without the admission policy"
 	}
 	if v.SuccessEvents {
 		s += ", an event per success"
@@ -374,6 +377,9 @@ func (b *bench) tooBusy(share float64, attempt int, what string) bool {
 func (b *bench) invoke(ctx context.Context, v variant, ns, key string, amount int) error {
 	if v.Manifest {
 		return b.manifest.invoke(ctx, ns, key, amount)
+	}
+	if v.WatchPerInvoke {
+		return b.watchPerInvoke.invoke(ctx, ns, key, amount)
 	}
 	_, err := invokeSucceeded(ctx, b.sdk, request(ns, key, amount))
 	return err
