@@ -57,6 +57,8 @@ var knobs = []*knob{
 	{flag: "measure", env: "BENCH_MEASURE", full: "6s", smoke: "3s", help: "measured time at each level"},
 	{flag: "rounds", env: "BENCH_ROUNDS", full: "3", smoke: "1", help: "sweeps over all levels and configurations, pooled (every other one in reverse order within a level)"},
 	{flag: "max-other-load", env: "BENCH_MAX_OTHER_LOAD", full: "0.2", smoke: "1", help: "repeat a timed run (up to 3 times) when processes outside this run took more than this share of the machine during it"},
+	{flag: "cpu-layout", env: "BENCH_CPU_LAYOUT", full: "split", smoke: "split", help: "split: the control plane (kube-apiserver, etcd) on the first half of the CPUs and every other process of the run on the rest, as in a cluster; shared: every process on every CPU"},
+	{flag: "compare-shared-cores", env: "BENCH_COMPARE_SHARED_CORES", full: "8,32", smoke: "4", help: "concurrency levels at which the split sweep also measures the 3-write ceiling and toolledger as shipped with every process on every CPU (\"\" for none)"},
 	{flag: "workers", env: "BENCH_WORKERS", full: "8", smoke: "8", help: "the manager's MaxConcurrentReconciles as shipped (cmd/manager's default)"},
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
 	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest (without the finalizer the SDK sets), with the admission policy that adds it and without (4 writes instead of 3)"},
@@ -90,6 +92,8 @@ type settings struct {
 	Warmup, Measure         time.Duration
 	Rounds                  int
 	MaxOtherLoad            float64
+	SplitCPUs               bool
+	CompareSharedCores      []int
 	Workers                 int
 	TuneWorkers             []int
 	CompareManifest         bool
@@ -190,6 +194,8 @@ func parseSettings(args []string) (settings, error) {
 		Measure:                 dur("measure"),
 		Rounds:                  num("rounds"),
 		MaxOtherLoad:            float("max-other-load"),
+		SplitCPUs:               get("cpu-layout") == "split",
+		CompareSharedCores:      list("compare-shared-cores"),
 		Workers:                 num("workers"),
 		TuneWorkers:             list("tune-workers"),
 		CompareManifest:         get("compare-manifest") == "true",
@@ -217,6 +223,9 @@ func parseSettings(args []string) (settings, error) {
 	if len(s.Concurrency) == 0 {
 		errs = append(errs, errors.New("-concurrency: no level"))
 	}
+	if layout := get("cpu-layout"); layout != "split" && layout != "shared" {
+		errs = append(errs, fmt.Errorf("-cpu-layout: %q is neither split nor shared", layout))
+	}
 	if s.Measure <= 0 || s.Rounds <= 0 || s.Workers <= 0 || s.WritesActions <= 0 || s.RecoveryActions <= 0 {
 		errs = append(errs, errors.New("-measure, -rounds, -workers, -writes-actions and -recovery-actions must be positive"))
 	}
@@ -238,6 +247,7 @@ type bench struct {
 	// watch.
 	watchPerInvoke *manifestInvoker
 	cpu            *cpuWatcher
+	layout         *cpuLayout
 	mgr            *inProcess
 	// policyOn is whether the outcome finalizer admission policy is
 	// installed; nil before the first usePolicy.
@@ -255,8 +265,10 @@ type bench struct {
 // results is everything the report shows.
 type results struct {
 	Machine machine
-	Levels  []levelResult
-	Latency []*latencyResult
+	// SplitCPUs is whether the control plane had CPUs of its own (cpuLayout).
+	SplitCPUs bool
+	Levels    []levelResult
+	Latency   []*latencyResult
 	// SweepPlanes is what each level of each round of the sweep left on
 	// its control plane.
 	SweepPlanes []planeLoad
@@ -401,6 +413,11 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	b.logf("working files (logs) in %s", b.tmp)
 	b.cpu = watchCPU(ctx)
+	b.layout = newCPULayout(s.SplitCPUs)
+	if err := b.layout.keep(ctx); err != nil {
+		return err
+	}
+	b.results.SplitCPUs = b.layout.split
 	inProcessLog, err := os.Create(filepath.Join(b.tmp, "inprocess-manager.log"))
 	if err != nil {
 		return err

@@ -98,6 +98,10 @@ type levelResult struct {
 	Ceiling4    runSummary
 	// Toolledger is keyed by variant ID.
 	Toolledger map[string]runSummary
+	// SharedCeiling3 and SharedToolledger are the 3-write ceiling and the
+	// shipped configuration with every process on every CPU, where measured
+	// beside the split layout (-compare-shared-cores).
+	SharedCeiling3, SharedToolledger *runSummary
 }
 
 // measured runs fn and reads the API server's request counters around it.
@@ -206,10 +210,24 @@ func (p *pooled) summary() runSummary {
 	return out
 }
 
-// slot is one configuration measured at a level: a ceiling or a variant.
+// slot is one configuration measured at a level: a ceiling or a variant,
+// in the run's CPU layout or with every process on every CPU (shared).
 type slot struct {
 	ceilingWrites int // 3 or 4 for a ceiling, 0 for a toolledger variant
 	variant       variant
+	shared        bool
+}
+
+// poolID names the pool of a slot's rounds.
+func (sl slot) poolID() string {
+	id := sl.variant.ID
+	if sl.ceilingWrites > 0 {
+		id = fmt.Sprintf("ceiling%d", sl.ceilingWrites)
+	}
+	if sl.shared {
+		id += "-shared"
+	}
+	return id
 }
 
 // throughput measures, level by level, the ceiling (3 and 4 writes) and
@@ -231,7 +249,11 @@ func (b *bench) throughput(ctx context.Context) error {
 			// The 3-write ceiling and the shipped configuration, whose ratio is
 			// the headline, run next to each other so that they meet the
 			// control plane in the same state, as it fills during the level.
-			slots := []slot{{ceilingWrites: 3}, {variant: b.baseline()}, {ceilingWrites: 4}}
+			slots := []slot{{ceilingWrites: 3}, {variant: b.baseline()}}
+			if b.layout.split && slices.Contains(s.CompareSharedCores, c) {
+				slots = append(slots, slot{variant: b.baseline(), shared: true}, slot{ceilingWrites: 3, shared: true})
+			}
+			slots = append(slots, slot{ceilingWrites: 4})
 			if c >= s.TuneMinConcurrency {
 				for _, v := range b.variants[1:] {
 					slots = append(slots, slot{variant: v})
@@ -250,6 +272,10 @@ func (b *bench) throughput(ctx context.Context) error {
 	for _, c := range s.Concurrency {
 		level := levelResult{Concurrency: c, Toolledger: map[string]runSummary{}}
 		level.Ceiling3, level.Ceiling4 = pools[c]["ceiling3"].summary(), pools[c]["ceiling4"].summary()
+		if p, ok := pools[c]["ceiling3-shared"]; ok {
+			ceiling, shipped := p.summary(), pools[c][b.baseline().ID+"-shared"].summary()
+			level.SharedCeiling3, level.SharedToolledger = &ceiling, &shipped
+		}
 		for _, v := range b.variants {
 			if p, ok := pools[c][v.ID]; ok {
 				level.Toolledger[v.ID] = p.summary()
@@ -263,16 +289,23 @@ func (b *bench) throughput(ctx context.Context) error {
 // sweepPlane prefixes the names of the sweep's control planes.
 const sweepPlane = "sweep"
 
-func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools map[string]*pooled) error {
+func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools map[string]*pooled) (err error) {
 	s := b.settings
-	id := sl.variant.ID
+	id := sl.poolID()
 	group, resource := v1alpha1.GroupVersion.Group, "toolactions"
 	label := "toolledger [" + sl.variant.label() + "]"
 	if sl.ceilingWrites > 0 {
-		id = fmt.Sprintf("ceiling%d", sl.ceilingWrites)
 		group, resource = benchGroup, benchResource
 		label = fmt.Sprintf("ceiling (%d writes)", sl.ceilingWrites)
-	} else {
+	}
+	if sl.shared {
+		label += ", every process on every CPU"
+		if err := b.layout.share(true); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, b.layout.share(false)) }()
+	}
+	if sl.ceilingWrites == 0 {
 		if err := b.usePolicy(ctx, !sl.variant.NoPolicy); err != nil {
 			return err
 		}
@@ -285,12 +318,12 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 		latencies []time.Duration
 	)
 	for attempt := 1; ; attempt++ {
-		ns := fmt.Sprintf("tl-%s-c%d-r%d-a%d", sl.variant.ID, c, round+1, attempt)
+		ns := fmt.Sprintf("tl-%s-c%d-r%d-a%d", id, c, round+1, attempt)
 		fn := func(ctx context.Context, w, seq int) error {
 			return b.invoke(ctx, sl.variant, ns, objectName(w, seq), amount(w, seq))
 		}
 		if sl.ceilingWrites > 0 {
-			ns = fmt.Sprintf("ceiling%d-c%d-r%d-a%d", sl.ceilingWrites, c, round+1, attempt)
+			ns = fmt.Sprintf("%s-c%d-r%d-a%d", id, c, round+1, attempt)
 			finalizer := sl.ceilingWrites == 4
 			fn = func(ctx context.Context, w, seq int) error {
 				return b.ceiling.object(ctx, ns, objectName(w, seq), amount(w, seq), finalizer)
