@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -25,6 +26,8 @@ type Client struct {
 	rest         *rest.RESTClient
 	params       runtime.ParameterCodec
 	fieldManager string
+	// linger is watchLinger but in tests.
+	linger time.Duration
 
 	mu sync.Mutex
 	// watches holds the open watch of each namespace where Invokes wait.
@@ -76,7 +79,7 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("cannot create a REST client for %s: %w", v1alpha1.GroupVersion, err)
 	}
 	c := &Client{rest: restClient, params: runtime.NewParameterCodec(scheme), fieldManager: DefaultFieldManager,
-		watches: map[string]*namespaceWatch{}}
+		linger: watchLinger, watches: map[string]*namespaceWatch{}}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -101,8 +104,9 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 // Unknown, which the controller settles by looking the key up.
 //
 // The invocations of a Client that wait in one namespace share one watch of
-// its ToolActions: the first opens it and the last to return closes it, so
-// an invocation made while others wait costs its apply alone.
+// its ToolActions: the first opens it, and it closes a few seconds after the
+// last returned, so an invocation made while others wait, or soon after,
+// costs its apply alone.
 //
 // When ctx ends first, Invoke returns the last outcome it saw together with
 // an error wrapping ctx.Err(), so errors.Is(err, context.DeadlineExceeded)

@@ -63,14 +63,15 @@
 // watch of the namespace's ToolActions and returns when the action settles.
 // One such watch is open per Client and namespace while invocations wait
 // there: the first opens it, from the resourceVersion its apply returned,
-// and the last to return closes it. An invocation alone costs two requests
-// (the apply and the watch); one made while others wait, the apply alone.
-// Only when the watch ends does the Client send more: a new watch from the
-// last version it saw; and when that version has expired (410 Gone), a list
-// of each waiting action, by name, to learn a version to watch from. An
-// invocation that finds a watch opened only while it applied lists its
-// action once, in case the watch passed its changes already. It never
-// polls.
+// and it closes 5 seconds after the last one returned (or at once, should
+// its stream end with no one waiting). An invocation alone costs two
+// requests (the apply and the watch); one made while the watch is open, the
+// apply alone. Only when the watch ends while invocations wait does the
+// Client send more: a new watch from the last version it saw; and when that
+// version has expired (410 Gone), a list of each waiting action, by name,
+// to learn a version to watch from. An invocation that finds a watch opened
+// only while it applied lists its action once, in case the watch passed its
+// changes already. It never polls.
 //
 // While it is open, the watch brings the Client every change of every
 // ToolAction in the namespace, whoever invoked it: an agent that shares a

@@ -208,6 +208,14 @@ var _ = Describe("Invoke", func() {
 		Eventually(slow, 10*time.Second).Should(Receive(BeNil()))
 		Expect(downstream.Effects(ns + "/order-1010-charge")).To(Equal(1))
 		Expect(counter.Requests()).To(BeEmpty())
+
+		// The watch outlives the last invocation a moment, for the next one.
+		outcome, err := counted.Invoke(ctx, charge("order-1014-charge", 1000))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(counter.Requests()).To(Equal([]string{
+			"PATCH /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions/order-1014-charge",
+		}), "the apply alone, right after the last invocation returned")
 		Expect(counter.MaxInFlight()).To(Equal(2), "one watch, open while the other invocations applied")
 	})
 

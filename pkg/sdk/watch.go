@@ -28,15 +28,21 @@ const (
 	maxRewatchDelay = 5 * time.Second
 )
 
+// watchLinger is how long a namespace watch stays open after the last
+// invocation waiting in it returned: the next invocation in the namespace
+// then joins it and costs its apply alone, instead of opening another one.
+const watchLinger = 5 * time.Second
+
 // errWatchClosed means the API server ended a watch stream, as it does
 // after its request timeout; the watch resumes from the last version seen.
 var errWatchClosed = errors.New("the watch stream ended")
 
 // namespaceWatch is one watch of every ToolAction in a namespace, shared by
 // the Invokes of a Client that wait there. It opens when an Invoke needs it
-// and none is open, and closes when the last one stops waiting, so
-// concurrent invocations cost one request each instead of two, and the API
-// server serves one watcher instead of one per invocation.
+// and none is open, and closes when no one has waited in it for
+// watchLinger, so invocations cost one request each instead of two, and the
+// API server serves one watcher instead of one per invocation. It never
+// reconnects, or reads, for no one.
 //
 // Everything but namespace, cancel and done is guarded by the Client's mu.
 type namespaceWatch struct {
@@ -46,6 +52,9 @@ type namespaceWatch struct {
 	// waiters by key.
 	waiters map[string]map[*waiter]struct{}
 	count   int
+	// idle counts the times count fell to zero; a lingering close applies
+	// only if no one came and left meanwhile.
+	idle int
 	// position is the resourceVersion up to which the watch has delivered
 	// events, where it resumes. It is empty while the waiters' actions must
 	// be read afresh first, because the API server no longer keeps the
@@ -211,8 +220,28 @@ func (c *Client) finish(w *waiter, err error) {
 	}
 	nw.count--
 	if nw.count == 0 {
-		nw.close()
+		nw.idle++
+		idle := nw.idle
+		time.AfterFunc(c.linger, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if nw.count == 0 && nw.idle == idle {
+				nw.close()
+			}
+		})
 	}
+}
+
+// closeIfIdle closes the watch if no one waits in it, and reports whether
+// it did.
+func (nw *namespaceWatch) closeIfIdle() bool {
+	nw.client.mu.Lock()
+	defer nw.client.mu.Unlock()
+	if nw.count > 0 {
+		return false
+	}
+	nw.close()
+	return true
 }
 
 // leave stops w waiting, if it still does.
@@ -306,15 +335,16 @@ func (c *Client) read(ctx context.Context, namespace, key string) (observation, 
 	return observation{action: &list.Items[0], resourceVersion: list.Items[0].ResourceVersion}, list.ResourceVersion, nil
 }
 
-// run watches until no one waits or the watch is refused for good. It
-// never polls: it reads actions only when the API server no longer has the
-// events after the position.
+// run watches until it is closed or refused for good. It never polls: it
+// reads actions only when the API server no longer has the events after the
+// position. When the stream ends with no one waiting, it closes instead of
+// watching again.
 func (nw *namespaceWatch) run(ctx context.Context) {
 	delay := minRewatchDelay
-	for {
+	for !nw.closeIfIdle() {
 		before := nw.currentPosition()
 		err := nw.readUnread(ctx)
-		if err == nil && ctx.Err() == nil {
+		if err == nil && !nw.closeIfIdle() {
 			err = nw.watch(ctx)
 		}
 		switch {

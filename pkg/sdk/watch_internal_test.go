@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -100,10 +101,10 @@ func TestJoiningAfterTheApplyReadsWhenTheWatchIsAhead(t *testing.T) {
 }
 
 // What an open watch delivers between joining and the apply's answer is
-// judged once the applied action is known; the last waiter to leave closes
-// the watch.
+// judged once the applied action is known. The watch outlives its last
+// waiter by the linger, for the next invocation to join, then closes.
 func TestEarlyObservationsAreJudgedAfterTheApply(t *testing.T) {
-	c := &Client{watches: map[string]*namespaceWatch{}}
+	c := &Client{linger: time.Hour, watches: map[string]*namespaceWatch{}}
 	nw := openWatch(c, "5")
 	w := c.joinOpen("shop", "order-1")
 	other := c.joinOpen("shop", "order-2")
@@ -121,7 +122,25 @@ func TestEarlyObservationsAreJudgedAfterTheApply(t *testing.T) {
 		t.Fatalf("the watch closed with a waiter left (%d waiting)", nw.count)
 	}
 	c.leave(other)
-	if c.watches["shop"] != nil || nw.count != 0 {
-		t.Errorf("the watch stayed open with no one waiting (%d waiting)", nw.count)
+	if c.watches["shop"] != nw || nw.count != 0 {
+		t.Fatalf("the watch closed as its last waiter left (%d waiting); want it kept for the next invocation", nw.count)
 	}
+	next := c.joinOpen("shop", "order-3")
+	if next == nil {
+		t.Fatal("the next invocation did not join the open watch")
+	}
+	c.mu.Lock()
+	c.linger = 10 * time.Millisecond
+	c.mu.Unlock()
+	c.leave(next)
+	for range 100 {
+		c.mu.Lock()
+		closed := c.watches["shop"] == nil
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the watch stayed open a second after its linger of 10ms with no one waiting")
 }

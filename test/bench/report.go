@@ -386,8 +386,8 @@ func (b *bench) report() string {
 			p("; etcd counted %.2f writes per action to toolactions", wr.EtcdWritesPerAction)
 		}
 		ln(". Besides, %.2f event writes per action (events are recorded for warnings only; see Tuning), %.2f conflicts.", wr.EventWritesPerAct, wr.ConflictsPerAction)
-		ln("The reads are the SDK's watches of the namespace (one per client while invocations wait in it); the")
-		ln("manager reads from its informer cache.")
+		ln("The reads are the SDK's watches of the namespace (one per client, open while invocations wait in it")
+		ln("and 5 s after); the manager reads from its informer cache.")
 		for _, mf := range []struct {
 			v    *writesVariant
 			what string
@@ -714,8 +714,8 @@ func (b *bench) tuning(w *strings.Builder) {
 		ln("")
 		ln("An Invoke that has to wait used to open a watch of its one action: an apply and a watch per")
 		ln("invocation, and one more watcher for the API server to serve. The invocations of one `sdk.Client`")
-		ln("now wait in one watch of their namespace, opened when the first needs it and closed when the last")
-		ln("returns, so while others wait an invocation costs its apply alone. Measured side by side: the SDK's")
+		ln("now wait in one watch of their namespace, opened when the first needs it and closed 5 s after the")
+		ln("last returned, so an invocation made while it is open costs its apply alone. Measured side by side: the SDK's")
 		ln("apply body and field manager followed by a watch per invocation (before), and the SDK as shipped:")
 		ln("")
 		ln("| concurrency | a watch per invocation (before): actions/s, requests / action, CPU ms / action | one watch per namespace (as shipped): actions/s, requests / action, CPU ms / action | change |")
