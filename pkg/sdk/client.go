@@ -26,7 +26,8 @@ type Client struct {
 	rest         *rest.RESTClient
 	params       runtime.ParameterCodec
 	fieldManager string
-	// linger is watchLinger but in tests.
+	// linger is how long a namespace watch outlives its last waiter:
+	// watchLinger, shorter in tests.
 	linger time.Duration
 
 	mu sync.Mutex

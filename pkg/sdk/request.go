@@ -112,7 +112,8 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		RequestDigest: action.Status.RequestDigest,
 	}
 	if action.Status.Result != nil {
-		o.Result = json.RawMessage(action.Status.Result.Raw)
+		// A copy: invocations of one key share the observed action.
+		o.Result = bytes.Clone(action.Status.Result.Raw)
 	}
 	if e := action.Status.Error; e != nil {
 		o.ErrorClass, o.ErrorReason, o.Message = e.Class, e.Reason, e.Message

@@ -44,7 +44,7 @@ var errWatchClosed = errors.New("the watch stream ended")
 // API server serves one watcher instead of one per invocation. It never
 // reconnects, or reads, for no one.
 //
-// Everything but namespace, cancel and done is guarded by the Client's mu.
+// Everything but client, namespace and cancel is guarded by the Client's mu.
 type namespaceWatch struct {
 	client    *Client
 	namespace string
