@@ -301,17 +301,25 @@ func (c *Client) catchUp(ctx context.Context, namespace string, w *waiter) {
 			return
 		}
 		c.mu.Unlock()
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !pause(ctx, delay, w.done) {
 			return
-		case <-w.done:
-			timer.Stop()
-			return
-		case <-timer.C:
 		}
 		delay = min(2*delay, maxRewatchDelay)
+	}
+}
+
+// pause waits for d and reports whether it did, rather than ctx ending or
+// stop closing first (a nil stop never does).
+func pause(ctx context.Context, d time.Duration, stop <-chan struct{}) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	case <-timer.C:
+		return true
 	}
 }
 
@@ -360,12 +368,8 @@ func (nw *namespaceWatch) run(ctx context.Context) {
 		if nw.currentPosition() != before {
 			delay = minRewatchDelay
 		}
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !pause(ctx, delay, nil) {
 			return
-		case <-timer.C:
 		}
 		delay = min(2*delay, maxRewatchDelay)
 	}

@@ -76,6 +76,20 @@ func (s *scriptedAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// invoker serves the script over HTTP for the rest of the test and returns
+// an SDK client of it, with a context that bounds the test.
+func (s *scriptedAPIServer) invoker() (*sdk.Client, context.Context) {
+	httpServer := httptest.NewServer(s)
+	s.t.Cleanup(httpServer.Close)
+	invoker, err := sdk.NewClient(&rest.Config{Host: httpServer.URL})
+	if err != nil {
+		s.t.Fatalf("NewClient: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s.t.Cleanup(cancel)
+	return invoker, ctx
+}
+
 // awaitRequests waits until n requests have arrived.
 func (s *scriptedAPIServer) awaitRequests(n int) {
 	for range 500 {
@@ -184,14 +198,7 @@ func TestInvokeFollowsTheActionAcrossWatchEndsAndExpiry(t *testing.T) {
 				expected = append(expected, e.request)
 			}
 			server := &scriptedAPIServer{t: t, script: tc.script}
-			httpServer := httptest.NewServer(server)
-			defer httpServer.Close()
-			invoker, err := sdk.NewClient(&rest.Config{Host: httpServer.URL})
-			if err != nil {
-				t.Fatalf("NewClient: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
+			invoker, ctx := server.invoker()
 
 			outcome, err := invoker.Invoke(ctx, sdk.Request{Namespace: "shop", Key: "order-1", Tool: "charge"})
 			if !tc.wantErr(err) {
@@ -223,14 +230,7 @@ func TestConcurrentInvokesShareOneWatch(t *testing.T) {
 		},
 		gates: map[string]gate{"WATCH 10": {at: 1, open: release}},
 	}
-	httpServer := httptest.NewServer(server)
-	defer httpServer.Close()
-	invoker, err := sdk.NewClient(&rest.Config{Host: httpServer.URL})
-	if err != nil {
-		t.Fatalf("NewClient: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	invoker, ctx := server.invoker()
 
 	type result struct {
 		outcome *sdk.Outcome
@@ -284,14 +284,7 @@ func TestAnExpiredSharedWatchReadsEveryWaitingActionAndResumesFromTheOldestRead(
 		},
 		gates: map[string]gate{"WATCH 10": {at: 1, open: release}},
 	}
-	httpServer := httptest.NewServer(server)
-	defer httpServer.Close()
-	invoker, err := sdk.NewClient(&rest.Config{Host: httpServer.URL})
-	if err != nil {
-		t.Fatalf("NewClient: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	invoker, ctx := server.invoker()
 
 	results := make(chan error, 2)
 	invoke := func(key string) {

@@ -34,19 +34,22 @@ func watchCPU(ctx context.Context) *cpuWatcher {
 	if !ok {
 		return w
 	}
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				w.sample()
-			}
-		}
-	}()
+	go every(ctx, time.Second, w.sample)
 	return w
+}
+
+// every calls fn each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }
 
 func (w *cpuWatcher) sample() {

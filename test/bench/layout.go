@@ -68,18 +68,7 @@ func (l *cpuLayout) keep(ctx context.Context) error {
 	if err := l.apply(); err != nil {
 		return err
 	}
-	go func() {
-		t := time.NewTicker(500 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = l.apply()
-			}
-		}
-	}()
+	go every(ctx, 500*time.Millisecond, func() { _ = l.apply() })
 	return nil
 }
 
