@@ -9,15 +9,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 )
 
 var _ = Describe("The manager's cache", func() {
 	It("holds the active actions only, without their managed fields", func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
-		opts := operator.CacheOptions()
-		opts.Scheme = operator.Scheme()
+		opts := app.CacheOptions()
+		opts.Scheme = app.Scheme()
 		informers, err := cache.New(cfg, opts)
 		Expect(err).NotTo(HaveOccurred())
 		go func() {

@@ -203,7 +203,7 @@ var _ = Describe("ClusterTools", func() {
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"toolledger.dev/tier": "gold"}},
 				ToolSpec: v1alpha1.ToolSpec{
 					Operation: "payments.charge", Version: "v1", IdempotencyClass: v1alpha1.KeyProtected,
-					HTTP: v1alpha1.HTTPAdapter{
+					HTTP: &v1alpha1.HTTPAdapter{
 						URL:      httpServer.URL + "/charges",
 						Timeout:  &metav1.Duration{Duration: 5 * time.Second},
 						Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"},
@@ -289,7 +289,7 @@ var _ = Describe("Tenancy", func() {
 		forbidden(agent.Create(ctx, &v1alpha1.Tool{
 			ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "my-own-url"},
 			Spec: v1alpha1.ToolSpec{Operation: "x", Version: "v1", IdempotencyClass: v1alpha1.ReadOnly,
-				HTTP: v1alpha1.HTTPAdapter{URL: "http://127.0.0.1:1/"}},
+				HTTP: &v1alpha1.HTTPAdapter{URL: "http://127.0.0.1:1/"}},
 		}), "create a Tool")
 		own.Status.Phase = v1alpha1.PhaseFailed
 		forbidden(agent.Status().Update(ctx, &own), "write status")

@@ -283,7 +283,7 @@ var _ = Describe("Compensation", func() {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "refund"},
 			Spec: v1alpha1.ToolSpec{
 				Operation: "payments.refund", Version: "v1", IdempotencyClass: v1alpha1.KeyProtected,
-				HTTP: v1alpha1.HTTPAdapter{URL: refunds.URL, Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"}},
+				HTTP: &v1alpha1.HTTPAdapter{URL: refunds.URL, Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"}},
 			},
 		})).To(Succeed())
 	})

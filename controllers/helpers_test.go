@@ -36,7 +36,7 @@ func newTool(namespace string, mutate ...func(*v1alpha1.Tool)) {
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: v1alpha1.KeyProtected,
-			HTTP: v1alpha1.HTTPAdapter{
+			HTTP: &v1alpha1.HTTPAdapter{
 				URL:     httpServer.URL + "/charges",
 				Timeout: &metav1.Duration{Duration: 5 * time.Second},
 				Lookup:  &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},

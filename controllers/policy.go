@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
 )
 
 // Defaults for Tools stored before the API server applied the CRD defaults.
@@ -15,36 +16,6 @@ const (
 	defaultUnknownDeadline = 10 * time.Minute
 )
 
-// unknownPolicy is what the controller may do about an unknown outcome.
-type unknownPolicy int
-
-const (
-	// lookUp asks the downstream by key; absent means retry under the same key.
-	lookUp unknownPolicy = iota
-	// redispatch re-sends under the same key: the downstream deduplicates
-	// (KeyProtected) or a repeat is harmless (ReadOnly, NaturallyIdempotent).
-	redispatch
-	// escalate hands the action to a human at once.
-	escalate
-)
-
-// policyForUnknown follows the tool's idempotency class. NonRepeatable tools
-// escalate at once, whatever else they offer; others prefer a lookup, which
-// proves the outcome, to a re-send, which only repeats it safely.
-func policyForUnknown(tool *v1alpha1.Tool) unknownPolicy {
-	class := tool.Spec.IdempotencyClass
-	switch {
-	case class == v1alpha1.NonRepeatable:
-		return escalate
-	case tool.Spec.HTTP.Lookup != nil:
-		return lookUp
-	case class == v1alpha1.KeyProtected || class == v1alpha1.ReadOnly || class == v1alpha1.NaturallyIdempotent:
-		return redispatch
-	default:
-		return escalate
-	}
-}
-
 func unknownDeadline(tool *v1alpha1.Tool) time.Duration {
 	if d := tool.Spec.UnknownOutcomeDeadline; d != nil && d.Duration > 0 {
 		return d.Duration
@@ -52,9 +23,10 @@ func unknownDeadline(tool *v1alpha1.Tool) time.Duration {
 	return defaultUnknownDeadline
 }
 
-func toolTimeout(tool *v1alpha1.Tool) time.Duration {
-	if t := tool.Spec.HTTP.Timeout; t != nil && t.Duration > 0 {
-		return t.Duration
+// attemptTimeout bounds one dispatch, as the tool's adapter says.
+func attemptTimeout(caps adapter.Capabilities) time.Duration {
+	if caps.AttemptTimeout > 0 {
+		return caps.AttemptTimeout
 	}
 	return defaultToolTimeout
 }

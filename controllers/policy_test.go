@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
 )
 
 func TestBackoff(t *testing.T) {
@@ -52,7 +53,6 @@ func TestBackoffDefaults(t *testing.T) {
 }
 
 func TestPolicyForUnknown(t *testing.T) {
-	lookup := &v1alpha1.HTTPLookup{URL: "http://example.invalid/{key}"}
 	tests := []struct {
 		class     v1alpha1.IdempotencyClass
 		hasLookup bool
@@ -70,11 +70,7 @@ func TestPolicyForUnknown(t *testing.T) {
 		{v1alpha1.NonRepeatable, false, escalate},
 	}
 	for _, tt := range tests {
-		tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: tt.class}}
-		if tt.hasLookup {
-			tool.Spec.HTTP.Lookup = lookup
-		}
-		if got := policyForUnknown(tool); got != tt.want {
+		if got := policyForUnknown(tt.class, adapter.Capabilities{Lookup: tt.hasLookup}); got != tt.want {
 			t.Errorf("policyForUnknown(%s, lookup=%t) = %d, want %d", tt.class, tt.hasLookup, got, tt.want)
 		}
 	}

@@ -42,6 +42,7 @@ const (
 	ReasonCompensationPending   = "CompensationTargetPending"
 	ReasonCompensationInvalid   = "CompensationTargetInvalid"
 	ReasonDeletedBeforeDispatch = "DeletedBeforeDispatch"
+	ReasonKeyTooLong            = "KeyTooLong"
 )
 
 // The set* functions below are the only writers of phase, conditions and

@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -57,7 +57,7 @@ var _ = BeforeSuite(func() {
 	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
 
-	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond})
+	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })

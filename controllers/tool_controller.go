@@ -2,33 +2,29 @@ package controllers
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"strings"
+	"errors"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
 	"github.com/toolledger/toolledger/internal/catalog"
 )
 
-// Reasons of a Tool's Ready condition.
+// Reasons of a Tool's Ready condition that the controller decides; the
+// tool's adapter names the reasons of its own checks.
 const (
-	ReasonToolReady       = "Ready"
-	ReasonInvalidURL      = "InvalidURL"
-	ReasonInvalidSchema   = "InvalidSchema"
-	ReasonSecretNotFound  = "SecretNotFound"
-	ReasonSecretKeyAbsent = "SecretKeyAbsent"
+	ReasonToolReady     = "Ready"
+	ReasonInvalidSchema = "InvalidSchema"
+	ReasonNoAdapter     = "NoAdapter"
+	ReasonCheckFailed   = "CheckFailed"
 )
 
 // toolRecheck is how often a tool's Secret is checked again: Secrets are
@@ -39,9 +35,10 @@ const toolRecheck = 5 * time.Minute
 // and the MCP hints of its idempotency class. Actions do not wait for it:
 // it tells people, before an action fails, that a tool is misconfigured.
 type ToolStatusReconciler struct {
-	Client    client.Client
-	APIReader client.Reader
-	Clock     clock.PassiveClock
+	Client client.Client
+	// Adapters check their own part of each tool.
+	Adapters *adapter.Registry
+	Clock    clock.PassiveClock
 	// OperatorNamespace holds the Secrets of ClusterTools.
 	OperatorNamespace string
 }
@@ -101,45 +98,26 @@ func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.T
 	meta.SetStatusCondition(&status.Conditions, condition)
 }
 
-// check returns ReasonToolReady, or the first reason the tool cannot be used.
+// check returns ReasonToolReady, or the first reason the tool cannot be
+// used: its schema, then its adapter's own checks (Secrets are read from
+// secretNamespace).
 func (r *ToolStatusReconciler) check(ctx context.Context, spec *v1alpha1.ToolSpec, secretNamespace string) (string, string) {
-	if err := checkURL(spec.HTTP.URL); err != nil {
-		return ReasonInvalidURL, "spec.http.url: " + err.Error()
-	}
-	if spec.HTTP.Lookup != nil {
-		if err := checkURL(strings.ReplaceAll(spec.HTTP.Lookup.URL, "{key}", "key")); err != nil {
-			return ReasonInvalidURL, "spec.http.lookup.url: " + err.Error()
-		}
-	}
 	if _, err := catalog.CompileSchema(spec.ParametersSchema); err != nil {
 		return ReasonInvalidSchema, "spec.parametersSchema: " + err.Error()
 	}
-	if auth := spec.HTTP.AuthHeader; auth != nil {
-		ref := auth.SecretKeyRef
-		var secret corev1.Secret
-		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: secretNamespace, Name: ref.Name}, &secret)
-		switch {
-		case apierrors.IsNotFound(err):
-			return ReasonSecretNotFound, fmt.Sprintf("Secret %s/%s not found", secretNamespace, ref.Name)
-		case err != nil:
-			return ReasonSecretNotFound, fmt.Sprintf("cannot read Secret %s/%s: %v", secretNamespace, ref.Name, err)
+	tool := &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace}, Spec: *spec}
+	a, err := r.Adapters.For(tool)
+	if err != nil {
+		return ReasonNoAdapter, err.Error()
+	}
+	if err := a.Validate(ctx, tool); err != nil {
+		var invalid *adapter.ConfigError
+		if errors.As(err, &invalid) {
+			return invalid.Reason, invalid.Message
 		}
-		if _, ok := secret.Data[ref.Key]; !ok {
-			return ReasonSecretKeyAbsent, fmt.Sprintf("Secret %s/%s has no key %q", secretNamespace, ref.Name, ref.Key)
-		}
+		return ReasonCheckFailed, err.Error()
 	}
 	return ReasonToolReady, "the tool can be used"
-}
-
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return err
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an absolute http(s) URL", raw)
-	}
-	return nil
 }
 
 // toolStatusEqual ignores condition timestamps, which change on every check.

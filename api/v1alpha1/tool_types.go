@@ -160,7 +160,9 @@ type RetryPolicy struct {
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
 }
 
-// ToolSpec is the tool contract.
+// ToolSpec is the tool contract. Exactly one adapter member (http) says how
+// the operation is performed; see AdapterName.
+// +kubebuilder:validation:XValidation:rule="[has(self.http)].filter(set, set).size() == 1",message="exactly one adapter must be set (http)"
 type ToolSpec struct {
 	// operation is the name of the operation, such as "payments.charge".
 	// +required
@@ -180,9 +182,10 @@ type ToolSpec struct {
 	// +required
 	IdempotencyClass IdempotencyClass `json:"idempotencyClass"`
 
-	// http is the HTTP adapter that performs the operation.
-	// +required
-	HTTP HTTPAdapter `json:"http"`
+	// http is the HTTP adapter that performs the operation. It is one member
+	// of the adapter union: exactly one member is set.
+	// +optional
+	HTTP *HTTPAdapter `json:"http,omitempty"`
 
 	// retry bounds the attempts of requests that definitely did not apply.
 	// +optional
@@ -229,6 +232,18 @@ type ToolSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^(/[^/]*)+$`
 	// +kubebuilder:validation:items:MaxLength=256
 	ConsequentialFields []string `json:"consequentialFields,omitempty"`
+}
+
+// AdapterHTTP names the HTTP adapter, the member spec.http.
+const AdapterHTTP = "http"
+
+// AdapterName names the adapter a tool uses: the member of the adapter union
+// that is set, or "" when none is (the API server refuses such a Tool).
+func AdapterName(spec *ToolSpec) string {
+	if spec.HTTP != nil {
+		return AdapterHTTP
+	}
+	return ""
 }
 
 // MCPHints are the Model Context Protocol tool annotations that follow from

@@ -125,6 +125,12 @@ const (
 	PhaseEscalated Phase = "Escalated"
 )
 
+// IsSettled reports whether a caller stops waiting at the phase: the outcome
+// is final, or only a human can move it on (Escalated).
+func (p Phase) IsSettled() bool {
+	return p.IsTerminal() || p == PhaseEscalated
+}
+
 // IsTerminal reports whether no further transition happens without a new intent.
 func (p Phase) IsTerminal() bool {
 	return p == PhaseSucceeded || p == PhaseFailed

@@ -236,7 +236,7 @@ func newTool(namespace string, class v1alpha1.IdempotencyClass) {
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: class,
-			HTTP: v1alpha1.HTTPAdapter{
+			HTTP: &v1alpha1.HTTPAdapter{
 				URL:      httpServer.URL + "/charges",
 				Timeout:  &metav1.Duration{Duration: time.Second},
 				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},

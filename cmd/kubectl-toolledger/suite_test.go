@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -79,7 +79,7 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(httpServer.Close)
 
 	grace := 5 * time.Second
-	stopManager, err := testenv.StartManager(plane.Config, operator.Options{
+	stopManager, err := testenv.StartManager(plane.Config, app.Options{
 		ExecutorID:              "plugin-suite",
 		LeaseGrace:              time.Second,
 		GracefulShutdownTimeout: &grace,

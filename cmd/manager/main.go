@@ -10,11 +10,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 )
 
 func main() {
-	var opts operator.Options
+	var opts app.Options
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader among replicas. Not needed for correctness: claims keep every dispatch single.")
@@ -30,7 +30,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
-	mgr, err := operator.NewManager(ctrl.GetConfigOrDie(), opts)
+	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), opts)
 	if err != nil {
 		log.Error(err, "Cannot create the manager")
 		os.Exit(1)

@@ -30,8 +30,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -100,7 +100,7 @@ func run(opts options) error {
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err
 	}
-	mgr, err := operator.NewManager(cfg, operator.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
+	mgr, err := app.NewManager(cfg, app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error 
 	if tool.GetNamespace() == "" {
 		tool.SetNamespace(opts.namespace)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		return err
 	}

@@ -14,20 +14,94 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// Connector resolves a Tool's configuration and credentials into an Executor.
-type Connector interface {
-	Connect(ctx context.Context, tool *v1alpha1.Tool) (Executor, error)
+// Adapter is one kind of backend, named by the member of the Tool's adapter
+// union that configures it (spec.http is "http"). The controller learns what
+// it may rely on from Capabilities and never reads the adapter's spec.
+type Adapter interface {
+	// Name is the adapter's member of the union, as v1alpha1.AdapterName gives it.
+	Name() string
+	// Capabilities says what the controller may rely on for the tool. It
+	// reads the spec only, never a Secret or the network, so that the
+	// controller can decide before it connects.
+	Capabilities(tool *v1alpha1.Tool) Capabilities
+	// Validate checks the adapter's part of the tool for its Ready
+	// condition; Secrets are read from the tool's namespace. It returns nil
+	// or a *ConfigError.
+	Validate(ctx context.Context, tool *v1alpha1.Tool) error
+	// Connect resolves the tool's configuration and credentials.
+	Connect(ctx context.Context, tool *v1alpha1.Tool) (Connection, error)
+}
+
+// Capabilities are an adapter's promises for one tool.
+type Capabilities struct {
+	// Lookup: Executor.Lookup can find an earlier attempt by its key. Without
+	// it the controller settles an unknown outcome by the tool's class alone.
+	Lookup bool
+	// AttemptTimeout bounds one Execute or Lookup; an attempt's claim lasts
+	// this long plus the manager's lease grace.
+	AttemptTimeout time.Duration
+	// MaxKeyLength is the longest idempotency key the adapter can send; 0
+	// means no limit. A longer key fails the action before any dispatch.
+	MaxKeyLength int
+}
+
+// Connection is a connected adapter: the executor for one tool and the
+// capabilities it was connected with.
+type Connection struct {
+	Executor
+	Capabilities Capabilities
+}
+
+// ConfigError says why a tool's adapter configuration cannot be used.
+type ConfigError struct {
+	// Reason is the Ready condition's reason: one CamelCase word.
+	Reason  string
+	Message string
+}
+
+func (e *ConfigError) Error() string { return e.Message }
+
+// Registry holds the adapters a manager can use, by name.
+type Registry struct {
+	adapters map[string]Adapter
+}
+
+// NewRegistry registers the adapters; a name may be registered once.
+func NewRegistry(adapters ...Adapter) (*Registry, error) {
+	r := &Registry{adapters: map[string]Adapter{}}
+	for _, a := range adapters {
+		if _, taken := r.adapters[a.Name()]; taken {
+			return nil, fmt.Errorf("adapter %q is registered twice", a.Name())
+		}
+		r.adapters[a.Name()] = a
+	}
+	return r, nil
+}
+
+// ErrNoAdapter is returned by For when no registered adapter serves the tool.
+var ErrNoAdapter = errors.New("no registered adapter serves the tool")
+
+// For returns the adapter that the tool's spec names.
+func (r *Registry) For(tool *v1alpha1.Tool) (Adapter, error) {
+	name := v1alpha1.AdapterName(&tool.Spec)
+	a, ok := r.adapters[name]
+	if !ok {
+		return nil, fmt.Errorf("tool %q names adapter %q: %w", tool.Name, name, ErrNoAdapter)
+	}
+	return a, nil
 }
 
 // Executor performs attempts and lookups for one Tool. Implementations must
-// send every attempt of an action under the same idempotency key.
+// send every attempt of an action under the same idempotency key, send each
+// attempt at most once (no retries of their own), and never write status.
 type Executor interface {
 	// Execute performs one attempt. The error, if any, is a *PermanentError,
-	// *RetryableError or *AmbiguousError.
+	// *RetryableError or *AmbiguousError; any other error is taken as ambiguous.
 	Execute(ctx context.Context, req Request) (Outcome, error)
 
 	// Lookup finds an earlier attempt by its idempotency key. It returns
-	// ErrNotFound when the downstream says no request with the key was applied.
+	// ErrNotFound when the downstream says no request with the key was
+	// applied, and ErrLookupUnsupported when the tool has no lookup.
 	Lookup(ctx context.Context, idempotencyKey string) (Outcome, error)
 }
 
@@ -54,7 +128,8 @@ type Outcome struct {
 // ErrNotFound is returned by Lookup when no request with the key was applied.
 var ErrNotFound = errors.New("no request with this idempotency key was applied downstream")
 
-// ErrLookupUnsupported is returned by Lookup when the Tool has no lookup call.
+// ErrLookupUnsupported is returned by Lookup when the Tool has no lookup call
+// (its Capabilities say Lookup false).
 var ErrLookupUnsupported = errors.New("the tool has no lookup call")
 
 // PermanentKind says why a request can never succeed as written.
@@ -98,12 +173,44 @@ type AmbiguousError struct {
 func (e *AmbiguousError) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
 func (e *AmbiguousError) Unwrap() error { return e.Err }
 
-// ConnectorFn adapts a function to a Connector.
-type ConnectorFn func(ctx context.Context, tool *v1alpha1.Tool) (Executor, error)
+// Fns adapts functions to an Adapter, for tests and wrappers.
+type Fns struct {
+	NameFn         func() string
+	CapabilitiesFn func(tool *v1alpha1.Tool) Capabilities
+	ValidateFn     func(ctx context.Context, tool *v1alpha1.Tool) error
+	ConnectFn      func(ctx context.Context, tool *v1alpha1.Tool) (Connection, error)
+}
 
-// Connect calls f.
-func (f ConnectorFn) Connect(ctx context.Context, tool *v1alpha1.Tool) (Executor, error) {
-	return f(ctx, tool)
+// Name calls NameFn.
+func (f Fns) Name() string { return f.NameFn() }
+
+// Capabilities calls CapabilitiesFn.
+func (f Fns) Capabilities(tool *v1alpha1.Tool) Capabilities { return f.CapabilitiesFn(tool) }
+
+// Validate calls ValidateFn.
+func (f Fns) Validate(ctx context.Context, tool *v1alpha1.Tool) error { return f.ValidateFn(ctx, tool) }
+
+// Connect calls ConnectFn.
+func (f Fns) Connect(ctx context.Context, tool *v1alpha1.Tool) (Connection, error) {
+	return f.ConnectFn(ctx, tool)
+}
+
+// Wrap returns an adapter like a, whose connections are passed through
+// wrap: tests use it to hold or count what an executor does.
+func Wrap(a Adapter, wrap func(tool *v1alpha1.Tool, inner Executor) Executor) Adapter {
+	return Fns{
+		NameFn:         a.Name,
+		CapabilitiesFn: a.Capabilities,
+		ValidateFn:     a.Validate,
+		ConnectFn: func(ctx context.Context, tool *v1alpha1.Tool) (Connection, error) {
+			c, err := a.Connect(ctx, tool)
+			if err != nil {
+				return c, err
+			}
+			c.Executor = wrap(tool, c.Executor)
+			return c, nil
+		},
+	}
 }
 
 // ExecutorFns adapts functions to an Executor.

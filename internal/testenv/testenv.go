@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 )
 
 // repoRoot is found from this file, so suites in any folder find bin/ and config/.
@@ -56,7 +56,7 @@ func StartControlPlane(etcdDataDir string) (*ControlPlane, error) {
 		return nil, fmt.Errorf("cannot start the control plane (run `make controlplane` to build bin/kube-apiserver and bin/etcd): %w", err)
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
-	c, err := client.New(cfg, client.Options{Scheme: operator.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		_ = env.Stop()
 		return nil, err
@@ -76,14 +76,21 @@ func StartDownstream() (*demo.Server, *httptest.Server) {
 // StartManager runs a toolledger manager until stop is called; stop waits
 // for it and returns what Start returned. Metrics and probes are off, and
 // several managers may run in one process.
-func StartManager(cfg *rest.Config, opts operator.Options) (stop func() error, err error) {
-	opts.MetricsAddr, opts.ProbeAddr, opts.SkipNameValidation = "0", "0", true
+func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err error) {
+	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
 	if opts.GracefulShutdownTimeout == nil {
 		grace := time.Second
 		opts.GracefulShutdownTimeout = &grace
 	}
-	mgr, err := operator.NewManager(rest.CopyConfig(cfg), opts)
+	managerOpts := app.ManagerOptions(opts)
+	// Several managers run in one process, each with its own controllers.
+	skip := true
+	managerOpts.Controller.SkipNameValidation = &skip
+	mgr, err := ctrl.NewManager(rest.CopyConfig(cfg), managerOpts)
 	if err != nil {
+		return nil, err
+	}
+	if err := app.Setup(mgr, opts); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

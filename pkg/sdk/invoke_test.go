@@ -516,7 +516,7 @@ func createTool(namespace, name string, class v1alpha1.IdempotencyClass) {
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: class,
-			HTTP: v1alpha1.HTTPAdapter{
+			HTTP: &v1alpha1.HTTPAdapter{
 				URL: httpServer.URL + "/charges",
 				// Longer than any delay the specs inject, so that a held
 				// request stays Executing rather than becoming Unknown.

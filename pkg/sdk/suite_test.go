@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -49,7 +49,7 @@ var _ = BeforeSuite(func() {
 	downstream, httpServer = testenv.StartDownstream()
 	DeferCleanup(httpServer.Close)
 
-	stopManager, err := testenv.StartManager(cfg, operator.Options{ExecutorID: "sdk-suite", LeaseGrace: 5 * time.Second})
+	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: "sdk-suite", LeaseGrace: 5 * time.Second})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })

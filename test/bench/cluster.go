@@ -25,8 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
@@ -55,7 +55,7 @@ func startCluster(etcdDir string) (*cluster, error) {
 	}
 	cfg := unlimited(plane.Config)
 	c := &cluster{plane: plane, cfg: cfg}
-	if c.k8s, err = client.New(cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+	if c.k8s, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = plane.Stop()
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func chargeTool(baseURL, path string, class v1alpha1.IdempotencyClass, timeout t
 		Operation:        "payments.charge",
 		Version:          "v1",
 		IdempotencyClass: class,
-		HTTP: v1alpha1.HTTPAdapter{
+		HTTP: &v1alpha1.HTTPAdapter{
 			URL:     baseURL + "/" + path,
 			Method:  http.MethodPost,
 			Timeout: &metav1.Duration{Duration: timeout},

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -30,7 +30,7 @@ type managerConfig struct {
 }
 
 func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
-	stop, err := testenv.StartManager(c.cfg, operator.Options{
+	stop, err := testenv.StartManager(c.cfg, app.Options{
 		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
 		MaxConcurrentReconciles: config.Workers,
 		SuccessEvents:           config.SuccessEvents,

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/operator"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 )
 
 // countingDownstream applies every request it gets — it does NOT
@@ -288,7 +288,7 @@ func (b *bench) recovery(ctx context.Context) error {
 // watch, no polling of the API server) and returns a function that counts
 // the terminal (Succeeded, Failed, Escalated) and Executing ones.
 func trackNamespace(ctx context.Context, c *cluster, ns string) (func() (terminal, executing int), func(), error) {
-	ca, err := cache.New(c.cfg, cache.Options{Scheme: operator.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	ca, err := cache.New(c.cfg, cache.Options{Scheme: app.Scheme(), DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 )
 
 // repoRoot is found from this file, so the suite finds bin/ and config/.
@@ -332,7 +332,7 @@ func startCluster(dir string) (*cluster, error) {
 		return nil, err
 	}
 	c.cfg = user.Config()
-	if c.client, err = client.New(c.cfg, client.Options{Scheme: operator.Scheme()}); err != nil {
+	if c.client, err = client.New(c.cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = c.stop()
 		return nil, err
 	}
@@ -658,7 +658,7 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: opts.class,
-			HTTP: v1alpha1.HTTPAdapter{
+			HTTP: &v1alpha1.HTTPAdapter{
 				URL:      d.url + "/charges",
 				Timeout:  &metav1.Duration{Duration: toolTimeout},
 				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id", ResultPointers: []string{"/amount"}},

@@ -201,12 +201,8 @@ func newHold(key string, send bool) *hold {
 
 func (h *hold) release() { close(h.released) }
 
-func (h *hold) wrap(inner adapter.Connector) adapter.Connector {
-	return adapter.ConnectorFn(func(ctx context.Context, tool *v1alpha1.Tool) (adapter.Executor, error) {
-		executor, err := inner.Connect(ctx, tool)
-		if err != nil {
-			return nil, err
-		}
+func (h *hold) wrap(inner adapter.Adapter) adapter.Adapter {
+	return adapter.Wrap(inner, func(_ *v1alpha1.Tool, executor adapter.Executor) adapter.Executor {
 		return adapter.ExecutorFns{
 			ExecuteFn: func(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
 				if req.IdempotencyKey != h.key {
@@ -221,7 +217,7 @@ func (h *hold) wrap(inner adapter.Connector) adapter.Connector {
 				return adapter.Outcome{}, &adapter.RetryableError{Reason: "ExecutorGone", Err: errors.New("the executor stopped")}
 			},
 			LookupFn: executor.Lookup,
-		}, nil
+		}
 	})
 }
 
@@ -232,7 +228,7 @@ func createTool(namespace string, class v1alpha1.IdempotencyClass) {
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: class,
-			HTTP: v1alpha1.HTTPAdapter{
+			HTTP: &v1alpha1.HTTPAdapter{
 				URL:      httpServer.URL + "/charges",
 				Timeout:  &metav1.Duration{Duration: time.Second},
 				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},

@@ -14,9 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/adapter"
+	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 	"github.com/toolledger/toolledger/internal/demo"
-	"github.com/toolledger/toolledger/internal/operator"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -50,12 +51,14 @@ var _ = BeforeSuite(func() {
 
 // startManager runs a manager with its own executor identity until the
 // returned function stops it. wrap, when set, intercepts its dispatches.
-func startManager(executor string, wrap func(adapter.Connector) adapter.Connector) (stop func()) {
-	stopManager, err := testenv.StartManager(cfg, operator.Options{
-		ExecutorID:    executor,
-		LeaseGrace:    time.Second,
-		WrapConnector: wrap,
-	})
+func startManager(executor string, wrap func(adapter.Adapter) adapter.Adapter) (stop func()) {
+	opts := app.Options{ExecutorID: executor, LeaseGrace: time.Second}
+	if wrap != nil {
+		registry, err := adapter.NewRegistry(wrap(&httpadapter.Connector{Secrets: k8s}))
+		Expect(err).NotTo(HaveOccurred())
+		opts.Adapters = registry
+	}
+	stopManager, err := testenv.StartManager(cfg, opts)
 	Expect(err).NotTo(HaveOccurred())
 	// A manager stopped with a dispatch still blocked (a simulated crash)
 	// reports that its runnables outlived the grace period: not a failure.

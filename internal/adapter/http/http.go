@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,8 +52,20 @@ const (
 	PrincipalsHeader   = "Toolledger-Principals"
 )
 
-// Connector builds executors for Tools with an HTTP adapter, reading auth
-// headers from Secrets in the Tool's namespace.
+// Reasons of a Tool's Ready condition that the HTTP adapter decides.
+const (
+	ReasonInvalidURL      = "InvalidURL"
+	ReasonSecretNotFound  = "SecretNotFound"
+	ReasonSecretKeyAbsent = "SecretKeyAbsent"
+)
+
+// maxKeyLength is the longest key sent: many providers accept no more than
+// 255 characters, and v1alpha1.IdempotencyKey never makes a longer one.
+const maxKeyLength = 255
+
+// Connector is the HTTP adapter, registered as "http": it builds executors
+// for Tools with spec.http, reading auth headers from Secrets in the Tool's
+// namespace.
 type Connector struct {
 	// Secrets reads the Secrets that Tools reference.
 	Secrets client.Reader
@@ -60,8 +73,70 @@ type Connector struct {
 	Transport nethttp.RoundTripper
 }
 
+var _ adapter.Adapter = (*Connector)(nil)
+
+// Name is the adapter union's member, spec.http.
+func (c *Connector) Name() string { return v1alpha1.AdapterHTTP }
+
+// Capabilities: a lookup where spec.http.lookup is set; spec.http.timeout
+// bounds each call.
+func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
+	spec := tool.Spec.HTTP
+	return adapter.Capabilities{
+		Lookup:         spec.Lookup != nil,
+		AttemptTimeout: timeout(spec),
+		MaxKeyLength:   maxKeyLength,
+	}
+}
+
+// Validate checks the URLs and that the auth header's Secret key exists.
+func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
+	spec := tool.Spec.HTTP
+	if err := checkURL(spec.URL); err != nil {
+		return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.url: " + err.Error()}
+	}
+	if spec.Lookup != nil {
+		if err := checkURL(strings.ReplaceAll(spec.Lookup.URL, "{key}", "key")); err != nil {
+			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
+		}
+	}
+	if auth := spec.AuthHeader; auth != nil {
+		ref := auth.SecretKeyRef
+		var secret corev1.Secret
+		err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: tool.Namespace, Name: ref.Name}, &secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			return &adapter.ConfigError{Reason: ReasonSecretNotFound, Message: fmt.Sprintf("Secret %s/%s not found", tool.Namespace, ref.Name)}
+		case err != nil:
+			return &adapter.ConfigError{Reason: ReasonSecretNotFound, Message: fmt.Sprintf("cannot read Secret %s/%s: %v", tool.Namespace, ref.Name, err)}
+		}
+		if _, ok := secret.Data[ref.Key]; !ok {
+			return &adapter.ConfigError{Reason: ReasonSecretKeyAbsent, Message: fmt.Sprintf("Secret %s/%s has no key %q", tool.Namespace, ref.Name, ref.Key)}
+		}
+	}
+	return nil
+}
+
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute http(s) URL", raw)
+	}
+	return nil
+}
+
+func timeout(spec *v1alpha1.HTTPAdapter) time.Duration {
+	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
+		return spec.Timeout.Duration
+	}
+	return defaultTimeout
+}
+
 // Connect resolves the Tool's HTTP configuration and credentials.
-func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Executor, error) {
+func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
 	spec := tool.Spec.HTTP
 	headers := nethttp.Header{}
 	for _, h := range spec.Headers {
@@ -70,17 +145,13 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.E
 	if auth := spec.AuthHeader; auth != nil {
 		value, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef)
 		if err != nil {
-			return nil, err
+			return adapter.Connection{}, err
 		}
 		name := auth.Name
 		if name == "" {
 			name = "Authorization"
 		}
 		headers.Set(name, value)
-	}
-	timeout := defaultTimeout
-	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
-		timeout = spec.Timeout.Duration
 	}
 	method := spec.Method
 	if method == "" {
@@ -95,13 +166,13 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.E
 		method:   method,
 		url:      spec.URL,
 		headers:  headers,
-		timeout:  timeout,
+		timeout:  timeout(spec),
 		response: spec.Response,
 	}
 	if spec.Lookup != nil {
 		e.lookupURL = spec.Lookup.URL
 	}
-	return e, nil
+	return adapter.Connection{Executor: e, Capabilities: c.Capabilities(tool)}, nil
 }
 
 func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alpha1.SecretKeySelector) (string, error) {

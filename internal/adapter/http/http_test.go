@@ -53,11 +53,11 @@ func newTool(url string, configure ...func(*v1alpha1.HTTPAdapter)) *v1alpha1.Too
 			Operation:        "payments.charge",
 			Version:          "v1",
 			IdempotencyClass: v1alpha1.KeyProtected,
-			HTTP:             v1alpha1.HTTPAdapter{URL: url},
+			HTTP:             &v1alpha1.HTTPAdapter{URL: url},
 		},
 	}
 	for _, c := range configure {
-		c(&tool.Spec.HTTP)
+		c(tool.Spec.HTTP)
 	}
 	return tool
 }
@@ -81,11 +81,11 @@ func newConnector(t *testing.T, transport nethttp.RoundTripper, objs ...client.O
 
 func connect(t *testing.T, tool *v1alpha1.Tool, transport nethttp.RoundTripper, objs ...client.Object) adapter.Executor {
 	t.Helper()
-	ex, err := newConnector(t, transport, objs...).Connect(t.Context(), tool)
+	conn, err := newConnector(t, transport, objs...).Connect(t.Context(), tool)
 	if err != nil {
 		t.Fatalf("Connect: %v", err)
 	}
-	return ex
+	return conn.Executor
 }
 
 func request(params string) adapter.Request {
@@ -411,12 +411,12 @@ func TestConnectSecretErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ex, err := newConnector(t, nil, tc.objs...).Connect(t.Context(), tool)
+			conn, err := newConnector(t, nil, tc.objs...).Connect(t.Context(), tool)
 			if err == nil {
 				t.Fatal("Connect succeeded, want an error")
 			}
-			if ex != nil {
-				t.Errorf("Connect returned executor %v with an error", ex)
+			if conn.Executor != nil {
+				t.Errorf("Connect returned executor %v with an error", conn.Executor)
 			}
 			if !strings.HasPrefix(err.Error(), tc.wantPrefix) {
 				t.Errorf("error = %q, want prefix %q", err, tc.wantPrefix)

@@ -1,7 +1,8 @@
-// Package operator assembles the toolledger manager: scheme, controllers,
-// adapters, health checks and metrics. The production binary and the local
-// development runner both start it from here.
-package operator
+// Package app assembles the toolledger manager: scheme, controllers,
+// adapters, health checks and metrics. It sits above the controllers and
+// the adapters, which it wires together; the production binary and the local
+// development runner both start the manager from here.
+package app
 
 import (
 	"crypto/rand"
@@ -19,7 +20,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -51,15 +51,11 @@ type Options struct {
 	// GracefulShutdownTimeout bounds how long in-flight attempts may finish
 	// on shutdown; controller-runtime's default (30s) when nil.
 	GracefulShutdownTimeout *time.Duration
-	// SkipNameValidation allows several managers in one process, as the
-	// multi-executor tests run them.
-	SkipNameValidation bool
 	// Namespace is the operator's own namespace, which holds the Secrets of
 	// ClusterTools; DefaultNamespace() when empty.
 	Namespace string
-	// WrapConnector, when set, wraps the HTTP connector; tests use it to
-	// stop an executor at a chosen point of a dispatch.
-	WrapConnector func(adapter.Connector) adapter.Connector
+	// Adapters are the adapters tools may name; DefaultAdapters when nil.
+	Adapters *adapter.Registry
 	// SuccessEvents records a Normal event for every successful dispatch
 	// too; by default only what needs attention makes an event.
 	SuccessEvents bool
@@ -110,8 +106,20 @@ func DefaultNamespace() string {
 	return "toolledger-system"
 }
 
-// NewManager builds a manager with the ToolAction controller registered.
+// NewManager builds a manager with the toolledger controllers registered.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	opts = opts.withDefaults()
+	mgr, err := ctrl.NewManager(cfg, ManagerOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("cannot create manager: %w", err)
+	}
+	if err := Setup(mgr, opts); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+func (opts Options) withDefaults() Options {
 	if opts.ExecutorID == "" {
 		opts.ExecutorID = DefaultExecutorID()
 	}
@@ -130,7 +138,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace()
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	return opts
+}
+
+// ManagerOptions are the controller-runtime options of a toolledger manager.
+func ManagerOptions(opts Options) ctrl.Options {
+	return ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress:  opts.ProbeAddr,
@@ -139,26 +152,38 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
 		Cache:                   CacheOptions(),
-		Controller:              config.Controller{SkipNameValidation: &opts.SkipNameValidation},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cannot create manager: %w", err)
 	}
+}
+
+// DefaultAdapters registers the adapters built into toolledger. The HTTP
+// adapter's connections are pooled with room for every worker.
+func DefaultAdapters(mgr ctrl.Manager, workers int) *adapter.Registry {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = opts.MaxConcurrentReconciles
-	var connector adapter.Connector = &httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport}
-	if opts.WrapConnector != nil {
-		connector = opts.WrapConnector(connector)
+	transport.MaxIdleConnsPerHost = workers
+	registry, err := adapter.NewRegistry(&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport})
+	if err != nil {
+		panic(err) // the built-in names are distinct
+	}
+	return registry
+}
+
+// Setup registers the toolledger controllers, watches, sweeps and health
+// checks with mgr.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	opts = opts.withDefaults()
+	adapters := opts.Adapters
+	if adapters == nil {
+		adapters = DefaultAdapters(mgr, opts.MaxConcurrentReconciles)
 	}
 	metadataClient, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
-		return nil, fmt.Errorf("cannot create metadata client: %w", err)
+		return fmt.Errorf("cannot create metadata client: %w", err)
 	}
 	deleting := make(chan event.GenericEvent)
 	reconciler := &controllers.ToolActionReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
-		Connector:               connector,
+		Adapters:                adapters,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
 		SuccessEvents:           opts.SuccessEvents,
 		Deleting:                deleting,
@@ -169,16 +194,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		OperatorNamespace:       opts.Namespace,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("cannot set up the ToolAction controller: %w", err)
+		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)
 	}
 	for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
 		watch := &controllers.DeletionWatch{Client: metadataClient, Phase: phase, Deleting: deleting, Retry: time.Second}
 		if err := mgr.Add(watch); err != nil {
-			return nil, fmt.Errorf("cannot add the deletion watch: %w", err)
+			return fmt.Errorf("cannot add the deletion watch: %w", err)
 		}
 	}
 	if err := mgr.Add(&controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}); err != nil {
-		return nil, fmt.Errorf("cannot add the retention sweep: %w", err)
+		return fmt.Errorf("cannot add the retention sweep: %w", err)
 	}
 	resolutions := &controllers.ToolResolutionReconciler{
 		Client:    mgr.GetClient(),
@@ -187,22 +212,22 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Clock:     opts.Clock,
 	}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
+		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
 	}
 	tools := &controllers.ToolStatusReconciler{
 		Client:            mgr.GetClient(),
-		APIReader:         mgr.GetAPIReader(),
+		Adapters:          adapters,
 		Clock:             opts.Clock,
 		OperatorNamespace: opts.Namespace,
 	}
 	if err := tools.SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("cannot set up the Tool status controllers: %w", err)
+		return fmt.Errorf("cannot set up the Tool status controllers: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("cannot add health check: %w", err)
+		return fmt.Errorf("cannot add health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return nil, fmt.Errorf("cannot add ready check: %w", err)
+		return fmt.Errorf("cannot add ready check: %w", err)
 	}
-	return mgr, nil
+	return nil
 }

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -145,90 +144,15 @@ func (w *DeletionWatch) consider(ctx context.Context, meta *metav1.PartialObject
 	}
 }
 
-// RetentionSweep deletes finished actions whose tool's keyRetention has
-// passed. The executor that finishes an action schedules its expiry itself;
-// the sweep covers the rest: actions finished by a ToolResolution, by
-// another manager that has since stopped, or before a restart.
-type RetentionSweep struct {
-	Reconciler *ToolActionReconciler
-	Every      time.Duration
-}
-
-// Start sweeps at once and then every Every.
-func (s *RetentionSweep) Start(ctx context.Context) error {
-	logger := log.FromContext(ctx).WithName("retention-sweep")
-	for {
-		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot sweep expired ToolActions; retrying", "after", s.Every)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(s.Every):
-		}
+// release removes the finalizer from an action whose effect is settled or
+// never started, letting a pending deletion finish.
+func (r *ToolActionReconciler) release(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if !controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
+		return nil
 	}
-}
-
-// sweep visits only the finished actions of tools with a retention, through
-// the selectable fields status.phase and spec.toolRef.name.
-func (s *RetentionSweep) sweep(ctx context.Context) error {
-	r := s.Reconciler
-	var tools v1alpha1.ToolList
-	if err := r.Client.List(ctx, &tools); err != nil {
-		return fmt.Errorf("cannot list Tools: %w", err)
-	}
-	var clusterTools v1alpha1.ClusterToolList
-	if err := r.Client.List(ctx, &clusterTools); err != nil {
-		return fmt.Errorf("cannot list ClusterTools: %w", err)
-	}
-	var errs []error
-	visit := func(kind, namespace, name string, retention *metav1.Duration) {
-		if retention == nil {
-			return
-		}
-		for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-			errs = append(errs, s.sweepTool(ctx, kind, namespace, name, retention.Duration, phase))
-		}
-	}
-	for _, tool := range tools.Items {
-		visit(v1alpha1.KindTool, tool.Namespace, tool.Name, tool.Spec.KeyRetention)
-	}
-	for _, tool := range clusterTools.Items {
-		visit(v1alpha1.KindClusterTool, "", tool.Name, tool.Spec.KeyRetention)
-	}
-	return errors.Join(errs...)
-}
-
-// sweepTool hands expire only the actions whose retention has passed by the
-// listed tool's figure: expire resolves the tool again (for a ClusterTool,
-// with a read of the namespace) and must not do so for every record.
-func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name string, retention time.Duration, phase v1alpha1.Phase) error {
-	selector := fields.AndSelectors(
-		fields.OneTermEqualSelector("spec.toolRef.name", name),
-		fields.OneTermEqualSelector("status.phase", string(phase)),
-	)
-	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}, client.Limit(listPage)}
-	if namespace != "" {
-		opts = append(opts, client.InNamespace(namespace))
-	}
-	for {
-		var page v1alpha1.ToolActionList
-		if err := s.Reconciler.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list %s actions of %s %s: %w", phase, kind, name, err)
-		}
-		for i := range page.Items {
-			action := &page.Items[i]
-			if action.Spec.ToolRef.Kind != kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-				action.Status.CompletionTime.Add(retention).After(s.Reconciler.Clock.Now()) {
-				continue
-			}
-			if _, err := s.Reconciler.expire(ctx, action); err != nil {
-				return err
-			}
-		}
-		if page.Continue == "" {
-			return nil
-		}
-		opts = append(opts, client.Continue(page.Continue))
-	}
+	// A patch, guarded by the resourceVersion: only the finalizer changes.
+	next := action.DeepCopy()
+	controllerutil.RemoveFinalizer(next, v1alpha1.Finalizer)
+	patch := client.MergeFromWithOptions(action, client.MergeFromWithOptimisticLock{})
+	return ignoreConflict(r.Client.Patch(ctx, next, patch), "cannot remove the finalizer of %s", action.Name)
 }

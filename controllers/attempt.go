@@ -1,0 +1,154 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// attempt verifies the request, claims the next attempt and dispatches it.
+// reason says why this attempt happens, for the history.
+func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
+	requestDigest, parameters, err := verifyRequest(action, tool.tool)
+	if err != nil {
+		return r.rejectIfInvalid(ctx, action, tool.tool, err)
+	}
+	if held, err := r.gate(ctx, action, tool.tool, requestDigest); held != nil || err != nil {
+		if err != nil {
+			return r.rejectIfInvalid(ctx, action, tool.tool, err)
+		}
+		return r.commit(ctx, action, tool.tool, *held)
+	}
+	conn, err := tool.adapter.Connect(ctx, tool.tool)
+	if err != nil {
+		return r.commit(ctx, action, tool.tool, r.rules().waiting(requestDigest, ReasonToolNotReady,
+			fmt.Sprintf("tool %q cannot be used yet: %v", action.Spec.ToolRef.Name, err)))
+	}
+	if action, err = r.ensureFinalizer(ctx, action); err != nil || action == nil {
+		return ctrl.Result{}, err
+	}
+	d, err := r.claim(ctx, action, tool, conn, reason, requestDigest, parameters)
+	if err != nil || d == nil {
+		return ctrl.Result{}, err
+	}
+	return r.dispatch(ctx, d)
+}
+
+// gate holds an action that may not be dispatched yet: a compensation whose
+// original has not succeeded, or a tool that requires an approval. It
+// returns the transition that records the hold, or an error (an
+// *invalidError rejects the action).
+func (r *ToolActionReconciler) gate(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (*transition, error) {
+	if action.Spec.Compensates != "" {
+		err := r.checkCompensationTarget(ctx, action)
+		var pending *pendingError
+		if errors.As(err, &pending) {
+			held := r.rules().waiting(requestDigest, ReasonCompensationPending, pending.message)
+			return &held, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if tool.Spec.ApprovalRequired {
+		// No approval can be granted yet (ToolApproval is not served), so
+		// the action waits, visibly, and is never dispatched.
+		held := r.rules().awaitingApproval(action, requestDigest)
+		return &held, nil
+	}
+	return nil, nil
+}
+
+// rejectIfInvalid records a final failure found before anything was
+// dispatched; other errors are returned for a retry with backoff.
+func (r *ToolActionReconciler) rejectIfInvalid(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, err error) (ctrl.Result, error) {
+	var invalid *invalidError
+	if !errors.As(err, &invalid) {
+		return ctrl.Result{}, err
+	}
+	return r.commit(ctx, action, tool, r.rules().rejection(invalid))
+}
+
+// ensureFinalizer puts the finalizer in place before anything can be in
+// flight. It returns the updated action, or nil when a newer version won.
+func (r *ToolActionReconciler) ensureFinalizer(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.ToolAction, error) {
+	if controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
+		return action, nil
+	}
+	action = action.DeepCopy()
+	controllerutil.AddFinalizer(action, v1alpha1.Finalizer)
+	if err := r.Client.Update(ctx, action); err != nil {
+		if apierrors.IsConflict(err) {
+			claimConflicts.WithLabelValues("finalizer").Inc()
+		}
+		return nil, ignoreConflict(err, "cannot add the finalizer to %s", action.Name)
+	}
+	return action, nil
+}
+
+// dispatch is a claimed attempt, ready to be sent: everything its sending
+// and the record of its outcome need, and nothing of the reconcile.
+type dispatch struct {
+	claimed *v1alpha1.ToolAction
+	tool    *resolvedTool
+	conn    adapter.Connection
+	request adapter.Request
+}
+
+// claim writes the Executing phase with the resourceVersion the action was
+// read at. The API server accepts exactly one such write per version, so only
+// one executor ever dispatches a given attempt; a conflict means another
+// executor (or a newer version of the record) won, and nothing is
+// dispatched (nil is returned).
+func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, conn adapter.Connection,
+	reason, requestDigest string, parameters json.RawMessage) (*dispatch, error) {
+	now := r.Clock.Now()
+	next := action.DeepCopy()
+	attempt := next.Status.Attempts + 1
+	next.Status.Attempts = attempt
+	next.Status.RequestDigest = requestDigest
+	next.Status.IdempotencyKey = v1alpha1.IdempotencyKey(action.Namespace, action.Name)
+	next.Status.Claim = &v1alpha1.ExecutorClaim{
+		Executor:    r.Executor,
+		Attempt:     attempt,
+		LeaseExpiry: metaTime(now.Add(attemptTimeout(conn.Capabilities) + r.LeaseGrace)),
+	}
+	if next.Status.StartTime == nil {
+		next.Status.StartTime = metaTimePtr(now)
+	}
+	setExecuting(next, now, r.Executor, reason, fmt.Sprintf("attempt %d claimed by %s", attempt, r.Executor))
+
+	if err := r.Client.Status().Update(ctx, next); err != nil {
+		if apierrors.IsConflict(err) {
+			claimConflicts.WithLabelValues("claim").Inc()
+			log.FromContext(ctx).V(1).Info("Claim lost to a newer version", "attempt", attempt)
+			return nil, nil
+		}
+		return nil, client.IgnoreNotFound(fmt.Errorf("cannot claim %s/%s: %w", action.Namespace, action.Name, err))
+	}
+	return &dispatch{
+		claimed: next,
+		tool:    tool,
+		conn:    conn,
+		request: adapter.Request{IdempotencyKey: next.Status.IdempotencyKey, Parameters: parameters, Provenance: next.Spec.Provenance},
+	}, nil
+}
+
+// dispatch sends a claimed attempt and commits its outcome. Both outlive a
+// manager shutdown: an attempt that finishes while the process drains
+// leaves a known outcome, not a lapsed claim.
+func (r *ToolActionReconciler) dispatch(ctx context.Context, d *dispatch) (ctrl.Result, error) {
+	ctx = context.WithoutCancel(ctx)
+	outcome, err := d.conn.Execute(ctx, d.request)
+	return r.commit(ctx, d.claimed, d.tool.tool, r.rules().afterDispatch(d.claimed, d.tool, outcome, err))
+}

@@ -1,0 +1,108 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// commit is the one path by which a transition reaches the ledger, every
+// transition but the claim: it writes the status, counts the outcome, emits
+// the events, and schedules what follows a finished action (its
+// compensation link and its retention), so that no branch forgets one. A
+// transition that changes nothing writes and reports nothing. tool may be
+// nil when it was not resolved; a finished action then waits for the sweep.
+func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (ctrl.Result, error) {
+	next := current.DeepCopy()
+	t.apply(next)
+	if statusEqual(current, next) {
+		return ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
+	}
+	recorded, err := r.write(ctx, current, next, t)
+	if err != nil || recorded == nil {
+		return ctrl.Result{}, err
+	}
+	if from, to := current.Status.Phase, recorded.Status.Phase; from != to && outcomePhase(to) {
+		outcomes.WithLabelValues(string(to), errorClass(recorded)).Inc()
+	}
+	for _, e := range t.events {
+		if !e.routine || r.SuccessEvents {
+			r.Recorder.Eventf(recorded, nil, e.eventType, e.reason, e.action, "%s", e.message)
+		}
+	}
+	if recorded.Status.Phase.IsTerminal() && tool != nil {
+		// The finished action leaves the cache; what follows is scheduled
+		// here, by the executor that finished it.
+		return r.finish(ctx, recorded, tool)
+	}
+	return ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
+}
+
+// write stores next. A transition that records a claimed attempt's outcome
+// survives changes made since the claim (labels, annotations): on a conflict
+// the record is read again and the transition reapplied, as long as the
+// claim is still this attempt's. Any other conflict means a newer version
+// exists, whose watch event brings the action back. It returns nil when the
+// record moved on without this transition.
+func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
+	if t.claim == nil {
+		if err := r.Client.Status().Update(ctx, next); err != nil {
+			return nil, ignoreConflict(err, "cannot record the transition of %s to %s", current.Name, next.Status.Phase)
+		}
+		return next, nil
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := r.Client.Status().Update(ctx, next)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		var latest v1alpha1.ToolAction
+		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), &latest); getErr != nil {
+			return getErr
+		}
+		if !holdsClaim(&latest, t.claim) {
+			next = nil
+			return nil
+		}
+		next = latest.DeepCopy()
+		t.apply(next)
+		return err
+	})
+	if err != nil {
+		// The claim's lease ends the attempt: the action then becomes Unknown.
+		return nil, fmt.Errorf("cannot record the outcome of attempt %d of %s/%s: %w", t.claim.Attempt, current.Namespace, current.Name, err)
+	}
+	if next == nil {
+		log.FromContext(ctx).Info("Outcome not recorded: the record moved on", "attempt", t.claim.Attempt)
+	}
+	return next, nil
+}
+
+// holdsClaim reports whether the record still belongs to this attempt: it is
+// Executing under the claim, or Unknown because the claim lapsed meanwhile,
+// in which case this attempt's answer settles what the lapse left open.
+func holdsClaim(action *v1alpha1.ToolAction, claim *v1alpha1.ExecutorClaim) bool {
+	current := action.Status.Claim
+	phase := action.Status.Phase
+	return (phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown) &&
+		current != nil && claim != nil && current.Executor == claim.Executor && current.Attempt == claim.Attempt
+}
+
+// finish does what follows a finished action: a succeeded compensation is
+// linked to its original, and the record is deleted once its tool's
+// keyRetention has passed (requeued until then).
+func (r *ToolActionReconciler) finish(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
+	if action.Status.Phase == v1alpha1.PhaseSucceeded {
+		if err := r.linkCompensation(ctx, action); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return r.expire(ctx, action, tool)
+}

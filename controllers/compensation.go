@@ -1,0 +1,87 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// checkCompensationTarget requires the action being compensated to exist and
+// to have succeeded: there is nothing to offset otherwise. While it is still
+// in flight the compensation waits.
+func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, action *v1alpha1.ToolAction) error {
+	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
+	var original v1alpha1.ToolAction
+	err := r.Client.Get(ctx, key, &original)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, &original)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q not found in namespace %q", key.Name, key.Namespace)}
+	case err != nil:
+		return fmt.Errorf("cannot get ToolAction %s: %w", key, err)
+	}
+	switch original.Status.Phase {
+	case v1alpha1.PhaseSucceeded:
+		return nil
+	case v1alpha1.PhaseFailed:
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q failed, so there is no effect to compensate", key.Name)}
+	default:
+		return &pendingError{message: fmt.Sprintf("waiting for ToolAction %q to succeed before compensating it (it is %s)", key.Name, phaseOrPending(original.Status.Phase))}
+	}
+}
+
+// linkCompensation records a succeeded compensation on the original. It runs
+// again on every reconcile of the succeeded compensation until the original
+// shows it, so a crash between the two writes loses nothing.
+func (r *ToolActionReconciler) linkCompensation(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if action.Spec.Compensates == "" {
+		return nil
+	}
+	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
+	var cached v1alpha1.ToolAction
+	if err := r.Client.Get(ctx, key, &cached); err == nil && slices.Contains(cached.Status.CompensatedBy, action.Name) {
+		return nil
+	}
+	var linked *v1alpha1.ToolAction
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var original v1alpha1.ToolAction
+		if err := r.APIReader.Get(ctx, key, &original); err != nil {
+			return err
+		}
+		if !setCompensatedBy(&original, r.Clock.Now(), r.Executor, action.Name) {
+			return nil
+		}
+		if err := r.Client.Status().Update(ctx, &original); err != nil {
+			return err
+		}
+		linked = &original
+		return nil
+	})
+	if err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("cannot record compensation %s on %s: %w", action.Name, key, err))
+	}
+	if linked != nil {
+		r.Recorder.Eventf(linked, action, corev1.EventTypeNormal, ReasonCompensated, "Compensate",
+			"compensated by ToolAction %s; the original effect happened and stays recorded", action.Name)
+	}
+	return nil
+}
+
+func phaseOrPending(p v1alpha1.Phase) v1alpha1.Phase {
+	if p == "" {
+		return v1alpha1.PhasePending
+	}
+	return p
+}

@@ -1,0 +1,287 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// rules are the state machine's decisions: what to do next with an action,
+// and what an adapter's answer means for the ledger. They read the record,
+// the tool and its adapter's capabilities, an injected time and jitter, and
+// nothing else: no client, no adapter call. The step files carry them out.
+type rules struct {
+	now time.Time
+	// by names the executor for the history.
+	by string
+	// random returns jitter in [0, 1) for backoff.
+	random func() float64
+}
+
+// resolvedTool is the action's tool with its adapter's capabilities, or why
+// it cannot be had: an *invalidError, or a transient error to retry.
+type resolvedTool struct {
+	tool    *v1alpha1.Tool
+	adapter adapter.Adapter
+	caps    adapter.Capabilities
+	err     error
+}
+
+type stepKind int
+
+const (
+	// stepWait: nothing to do until after (never, when zero).
+	stepWait stepKind = iota
+	// stepResolveTool: a rule needs the tool; resolve it and decide again.
+	stepResolveTool
+	// stepFail: return err, so the action is retried with backoff.
+	stepFail
+	// stepRelease: remove the finalizer of an action being deleted.
+	stepRelease
+	// stepRecord: commit the transition record.
+	stepRecord
+	// stepFinish: a finished action; link its compensation, apply retention.
+	stepFinish
+	// stepLookup: ask the downstream for the outcome by key.
+	stepLookup
+	// stepAttempt: verify, claim and dispatch the next attempt.
+	stepAttempt
+)
+
+// step is what a rule decided.
+type step struct {
+	kind  stepKind
+	after time.Duration
+	err   error
+	// reason says why an attempt happens, for the history.
+	reason string
+	record transition
+}
+
+// unknownPolicy is what the controller may do about an unknown outcome.
+type unknownPolicy int
+
+const (
+	// lookUp asks the downstream by key; absent means retry under the same key.
+	lookUp unknownPolicy = iota
+	// redispatch re-sends under the same key: the downstream deduplicates
+	// (KeyProtected) or a repeat is harmless (ReadOnly, NaturallyIdempotent).
+	redispatch
+	// escalate hands the action to a human at once.
+	escalate
+)
+
+// policyForUnknown follows the tool's idempotency class. NonRepeatable tools
+// escalate at once, whatever else they offer; others prefer a lookup, which
+// proves the outcome, to a re-send, which only repeats it safely.
+func policyForUnknown(class v1alpha1.IdempotencyClass, caps adapter.Capabilities) unknownPolicy {
+	switch {
+	case class == v1alpha1.NonRepeatable:
+		return escalate
+	case caps.Lookup:
+		return lookUp
+	case class == v1alpha1.KeyProtected || class == v1alpha1.ReadOnly || class == v1alpha1.NaturallyIdempotent:
+		return redispatch
+	default:
+		return escalate
+	}
+}
+
+// decide returns the next step for the action. tool is nil until a rule
+// asks for it (stepResolveTool), so that the steps that need no tool, such
+// as waiting out a claim's lease, read nothing else.
+func (p rules) decide(a *v1alpha1.ToolAction, tool *resolvedTool) step {
+	if !a.DeletionTimestamp.IsZero() && !mayHaveApplied(a.Status.Phase) {
+		return step{kind: stepRelease}
+	}
+	switch a.Status.Phase {
+	case v1alpha1.PhaseEscalated:
+		// Escalated actions wait for a ToolResolution.
+		return step{kind: stepWait}
+	case v1alpha1.PhaseExecuting:
+		return p.decideExecuting(a)
+	case v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed:
+		return p.decideFinished(tool)
+	case v1alpha1.PhaseUnknown:
+		return p.decideUnknown(a, tool)
+	case v1alpha1.PhaseRetryScheduled:
+		if wait := p.until(a.Status.NextAttemptTime); wait > 0 {
+			return step{kind: stepWait, after: wait}
+		}
+	}
+	return p.decideAttempt(a, tool, ReasonExecuting)
+}
+
+// mayHaveApplied reports whether an effect may be under way or may have
+// happened without a record of its outcome: such actions keep their
+// finalizer through a deletion until the outcome is known.
+func mayHaveApplied(phase v1alpha1.Phase) bool {
+	return phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown || phase == v1alpha1.PhaseEscalated
+}
+
+// decideExecuting: while the claim's lease runs its executor may still be
+// dispatching; once it lapses the request may or may not have been sent, so
+// the outcome is Unknown, never a blind re-send.
+func (p rules) decideExecuting(a *v1alpha1.ToolAction) step {
+	claim := a.Status.Claim
+	if claim != nil {
+		if wait := claim.LeaseExpiry.Sub(p.now); wait > 0 {
+			return step{kind: stepWait, after: wait}
+		}
+	}
+	return step{kind: stepRecord, record: p.lapse(claim)}
+}
+
+func (p rules) decideFinished(tool *resolvedTool) step {
+	switch {
+	case tool == nil:
+		return step{kind: stepResolveTool}
+	case isInvalid(tool.err):
+		// Without its tool there is no retention to apply: keep the record.
+		return step{kind: stepWait}
+	case tool.err != nil:
+		return step{kind: stepFail, err: tool.err}
+	}
+	return step{kind: stepFinish}
+}
+
+// decideUnknown settles an outcome that may or may not have applied,
+// following the tool's class: look the key up, re-send under the same key,
+// or escalate to a human.
+func (p rules) decideUnknown(a *v1alpha1.ToolAction, tool *resolvedTool) step {
+	if tool == nil {
+		return step{kind: stepResolveTool}
+	}
+	var invalid *invalidError
+	if errors.As(tool.err, &invalid) {
+		return step{kind: stepRecord, record: p.escalation(invalid.reason, invalid.message+"; the outcome cannot be looked up")}
+	} else if tool.err != nil {
+		return step{kind: stepFail, err: tool.err}
+	}
+	policy := policyForUnknown(tool.tool.Spec.IdempotencyClass, tool.caps)
+	if wait := p.until(a.Status.NextAttemptTime); policy != escalate && wait > 0 {
+		return step{kind: stepWait, after: wait}
+	}
+	switch policy {
+	case escalate:
+		why := "a NonRepeatable tool is never repeated or settled automatically"
+		if tool.tool.Spec.IdempotencyClass != v1alpha1.NonRepeatable {
+			why = fmt.Sprintf("a %s tool without a lookup call is never repeated automatically", tool.tool.Spec.IdempotencyClass)
+		}
+		return step{kind: stepRecord, record: p.escalation(ReasonOutcomeUnknown, fmt.Sprintf(
+			"the outcome of attempt %d is unknown and %s; resolve it with a ToolResolution", a.Status.Attempts, why))}
+	case redispatch:
+		deleting, spent := !a.DeletionTimestamp.IsZero(), a.Status.Attempts >= maxAttempts(tool.tool)
+		if deleting || spent {
+			return step{kind: stepRecord, record: p.escalation(ReasonOutcomeUnknown, fmt.Sprintf(
+				"the outcome of attempt %d is unknown and no further attempt is made (deleting: %t, attempts spent: %t)", a.Status.Attempts, deleting, spent))}
+		}
+		return p.decideAttempt(a, tool, ReasonRedispatch)
+	}
+	return step{kind: stepLookup}
+}
+
+// decideAttempt checks what can be checked before anything is read for an
+// attempt: the tool exists, and its adapter can send the action's key.
+func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason string) step {
+	if tool == nil {
+		return step{kind: stepResolveTool}
+	}
+	var invalid *invalidError
+	if errors.As(tool.err, &invalid) {
+		return step{kind: stepRecord, record: p.rejection(invalid)}
+	} else if tool.err != nil {
+		return step{kind: stepFail, err: tool.err}
+	}
+	key := v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+	if limit := tool.caps.MaxKeyLength; limit > 0 && len(key) > limit {
+		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong,
+			message: fmt.Sprintf("the idempotency key %q has %d characters; the tool's %s adapter sends at most %d",
+				key, len(key), v1alpha1.AdapterName(&tool.tool.Spec), limit)})}
+	}
+	return step{kind: stepAttempt, reason: reason}
+}
+
+// afterLookup decides what a lookup's answer means: found is Succeeded,
+// absent is a new attempt under the same key, anything else is looked up
+// again with backoff until the tool's deadline, then escalated.
+func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome adapter.Outcome, lookupErr error) step {
+	deleting, spent := !a.DeletionTimestamp.IsZero(), a.Status.Attempts >= maxAttempts(tool.tool)
+	switch {
+	case lookupErr == nil:
+		return step{kind: stepRecord, record: p.found(a, outcome)}
+	case errors.Is(lookupErr, adapter.ErrNotFound) && deleting:
+		// Nothing applied and nobody wants it any more.
+		return step{kind: stepRelease}
+	case errors.Is(lookupErr, adapter.ErrNotFound) && spent:
+		return step{kind: stepRecord, record: p.absentAndSpent(a, tool.tool)}
+	case errors.Is(lookupErr, adapter.ErrNotFound):
+		return step{kind: stepAttempt, reason: ReasonAbsentByLookup}
+	case errors.Is(lookupErr, adapter.ErrLookupUnsupported):
+		// The adapter promised a lookup it cannot make: settle by the class alone.
+		without := *tool
+		without.caps.Lookup = false
+		return p.decideUnknown(a, &without)
+	}
+	deadline := p.now.Add(unknownDeadline(tool.tool))
+	if since := a.Status.UnknownSince; since != nil {
+		deadline = since.Add(unknownDeadline(tool.tool))
+	}
+	if !p.now.Before(deadline) {
+		return step{kind: stepRecord, record: p.escalation(ReasonOutcomeUnknown, fmt.Sprintf(
+			"no lookup proved the outcome of attempt %d within the tool's deadline of %s (%d lookups; last: %v); resolve it with a ToolResolution",
+			a.Status.Attempts, unknownDeadline(tool.tool), a.Status.Lookups+1, lookupErr))}
+	}
+	delay := min(backoff(tool.tool, a.Status.Lookups+1, 0, p.random), deadline.Sub(p.now))
+	return step{kind: stepRecord, record: p.lookupScheduled(a, delay, lookupErr)}
+}
+
+// afterDispatch maps an adapter's answer to the ledger. This is the only
+// place where adapter errors become error classes.
+func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, outcome adapter.Outcome, dispatchErr error) transition {
+	var (
+		permanent *adapter.PermanentError
+		retryable *adapter.RetryableError
+		ambiguous *adapter.AmbiguousError
+	)
+	attempt := claimed.Status.Attempts
+	switch {
+	case dispatchErr == nil:
+		return p.dispatched(claimed, outcome)
+	case errors.As(dispatchErr, &permanent):
+		class := v1alpha1.ErrorClassInvalidInput
+		if permanent.Kind == adapter.Denied {
+			class = v1alpha1.ErrorClassDenied
+		}
+		return p.dispatchFailed(claimed, class, permanent.Reason, permanent.Error())
+	case errors.As(dispatchErr, &retryable) && attempt < maxAttempts(tool.tool):
+		delay := backoff(tool.tool, attempt, retryable.RetryAfter, p.random)
+		return p.retryScheduled(claimed, delay, retryable)
+	case errors.As(dispatchErr, &retryable) && hadUnknownOutcome(claimed):
+		// An earlier attempt may have applied (and a 409 may mean it is
+		// still being applied): "failed" would be a guess.
+		return p.spentAfterUnknown(claimed, tool.tool, retryable.Error())
+	case errors.As(dispatchErr, &retryable):
+		return p.dispatchFailed(claimed, v1alpha1.ErrorClassRetriesExhausted, retryable.Reason,
+			fmt.Sprintf("%d of %d attempts failed; last: %s", attempt, maxAttempts(tool.tool), retryable.Error()))
+	}
+	// An adapter that cannot say what happened leaves the outcome unknown.
+	reason, message := ReasonUnclassifiedError, dispatchErr.Error()
+	if errors.As(dispatchErr, &ambiguous) {
+		reason, message = ambiguous.Reason, ambiguous.Error()
+	}
+	return p.dispatchUnknown(claimed, tool.caps, reason, message+"; the request may have applied, so it is not re-sent blindly")
+}
+
+// until is how long until t; zero when t is unset or past.
+func (p rules) until(t *metav1.Time) time.Duration {
+	if t == nil {
+		return 0
+	}
+	return max(t.Sub(p.now), 0)
+}

@@ -1,0 +1,207 @@
+package controllers
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// transition is one recorded change of an action, the claim excepted: what
+// it does to the status and what is reported once it is written. The commit
+// path (commit.go) is its only writer.
+type transition struct {
+	apply  func(*v1alpha1.ToolAction)
+	events []report
+	// requeueAfter brings the action back, as a lookup or retry scheduled.
+	requeueAfter time.Duration
+	// claim is the attempt whose outcome this records. On a conflict the
+	// record is read again and the transition reapplied while the claim holds.
+	claim *v1alpha1.ExecutorClaim
+	// retry is returned once the transition is written, so that the action
+	// comes back with backoff (it waits for something outside the ledger).
+	retry error
+}
+
+// report is an event of a transition.
+type report struct {
+	eventType, reason, action, message string
+	// routine: a Normal event emitted only with SuccessEvents.
+	routine bool
+}
+
+func warning(reason, action, message string) report {
+	return report{eventType: corev1.EventTypeWarning, reason: reason, action: action, message: message}
+}
+
+// outcomePhase reports the phases whose arrival the outcome metric counts.
+func outcomePhase(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseRetryScheduled ||
+		p == v1alpha1.PhaseUnknown || p == v1alpha1.PhaseEscalated
+}
+
+// lapse: a claim's lease ended before its executor recorded an outcome.
+func (p rules) lapse(claim *v1alpha1.ExecutorClaim) transition {
+	msg := "the executor's claim lapsed before it recorded an outcome; the request may have been sent"
+	if claim != nil {
+		msg = fmt.Sprintf("executor %s's claim on attempt %d lapsed at %s before it recorded an outcome; the request may have been sent",
+			claim.Executor, claim.Attempt, claim.LeaseExpiry.UTC().Format(time.RFC3339))
+	}
+	// The lapsed attempt had its whole lease to be processed downstream, so
+	// the first lookup may run at once.
+	return transition{
+		apply:  func(a *v1alpha1.ToolAction) { setUnknown(a, p.now, p.by, ReasonLeaseExpired, msg) },
+		events: []report{warning(ReasonLeaseExpired, "Reconcile", msg)},
+	}
+}
+
+// escalation hands an action to a human: Stalled=True, phase Escalated, an
+// event, and a place in the queue of actions awaiting a ToolResolution.
+func (p rules) escalation(reason, message string) transition {
+	return transition{
+		apply:  func(a *v1alpha1.ToolAction) { setEscalated(a, p.now, p.by, reason, message) },
+		events: []report{warning(ReasonEscalated, "Reconcile", message)},
+	}
+}
+
+// rejection is a final failure found before anything was dispatched.
+func (p rules) rejection(invalid *invalidError) transition {
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			setRejected(a, p.now, p.by, invalid.class, invalid.reason, invalid.message)
+		},
+		events: []report{warning(invalid.reason, "Validate", invalid.message)},
+	}
+}
+
+// waiting: accepted, but not dispatchable yet (a missing Secret, a
+// compensation whose original is still in flight). It comes back with backoff.
+func (p rules) waiting(requestDigest, reason, message string) transition {
+	return transition{
+		apply:  func(a *v1alpha1.ToolAction) { setWaiting(a, p.now, requestDigest, reason, message) },
+		events: []report{warning(reason, "Wait", message)},
+		retry:  fmt.Errorf("%s", message),
+	}
+}
+
+// awaitingApproval holds an action whose tool requires an approval.
+func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string) transition {
+	message := fmt.Sprintf("tool %q requires an approval of request %s before it is dispatched", a.Spec.ToolRef.Name, requestDigest)
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			setWaiting(a, p.now, requestDigest, ReasonAwaitingApproval, message)
+			set(a, p.now, v1alpha1.ConditionApproved, metav1.ConditionFalse, ReasonAwaitingApproval, message)
+		},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, action: "Approve", message: message}},
+	}
+}
+
+// found: a lookup shows the request applied.
+func (p rules) found(a *v1alpha1.ToolAction, outcome adapter.Outcome) transition {
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonFoundByLookup, outcome) },
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonFoundByLookup, action: "Lookup",
+			message: fmt.Sprintf("the downstream has the request of key %s: external reference %s", idempotencyKey(a), outcome.ExternalRef)}},
+	}
+}
+
+// absentAndSpent: a lookup shows the last attempt did not apply, and no
+// attempt is left.
+func (p rules) absentAndSpent(a *v1alpha1.ToolAction, tool *v1alpha1.Tool) transition {
+	message := fmt.Sprintf("a lookup shows attempt %d did not apply, and all %d attempts are used", a.Status.Attempts, maxAttempts(tool))
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			setFailed(a, p.now, p.by, v1alpha1.ErrorClassRetriesExhausted, ReasonAbsentByLookup, message)
+		},
+		events: []report{warning(ReasonAbsentByLookup, "Lookup", message)},
+	}
+}
+
+// lookupScheduled keeps an Unknown action whose lookup could not tell.
+func (p rules) lookupScheduled(a *v1alpha1.ToolAction, delay time.Duration, lookupErr error) transition {
+	message := fmt.Sprintf("lookup %d could not tell whether attempt %d applied: %v; next lookup in %s",
+		a.Status.Lookups+1, a.Status.Attempts, lookupErr, delay.Round(time.Millisecond))
+	return transition{
+		apply:        func(a *v1alpha1.ToolAction) { setLookupScheduled(a, p.now, p.now.Add(delay), message) },
+		requeueAfter: delay,
+	}
+}
+
+// The transitions below record the outcome of a claimed attempt.
+
+func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome) transition {
+	message := "the downstream applied the request"
+	if outcome.ExternalRef != "" {
+		message += "; external reference " + outcome.ExternalRef
+	}
+	events := []report{{eventType: corev1.EventTypeNormal, reason: ReasonSucceeded, action: "Dispatch", routine: true,
+		message: fmt.Sprintf("attempt %d: %s", claimed.Status.Attempts, message)}}
+	for _, w := range outcome.Warnings {
+		events = append(events, warning(ReasonIncompleteResponse, "Dispatch", w))
+	}
+	return transition{
+		apply:  func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonSucceeded, outcome) },
+		events: events,
+		claim:  claimed.Status.Claim,
+	}
+}
+
+func (p rules) dispatchFailed(claimed *v1alpha1.ToolAction, class v1alpha1.ErrorClass, reason, message string) transition {
+	return p.attemptOutcome(claimed, reason, message, 0, func(a *v1alpha1.ToolAction) {
+		setFailed(a, p.now, p.by, class, reason, message)
+	})
+}
+
+func (p rules) retryScheduled(claimed *v1alpha1.ToolAction, delay time.Duration, retryable *adapter.RetryableError) transition {
+	return p.attemptOutcome(claimed, retryable.Reason, retryable.Error(), delay, func(a *v1alpha1.ToolAction) {
+		setRetryScheduled(a, p.now, p.now.Add(delay), p.by, retryable.Reason, retryable.Error())
+	})
+}
+
+func (p rules) spentAfterUnknown(claimed *v1alpha1.ToolAction, tool *v1alpha1.Tool, last string) transition {
+	message := fmt.Sprintf("all %d attempts are used, but an earlier attempt's outcome was unknown and may have applied (last: %s); resolve it with a ToolResolution",
+		maxAttempts(tool), last)
+	return p.attemptOutcome(claimed, ReasonOutcomeUnknown, message, 0, func(a *v1alpha1.ToolAction) {
+		setEscalated(a, p.now, p.by, ReasonOutcomeUnknown, message)
+	})
+}
+
+// dispatchUnknown: the downstream may still be working on the request, so
+// the first lookup waits one attempt timeout, lest it report absent what is
+// about to be committed.
+func (p rules) dispatchUnknown(claimed *v1alpha1.ToolAction, caps adapter.Capabilities, reason, message string) transition {
+	settle := attemptTimeout(caps)
+	return p.attemptOutcome(claimed, reason, message, settle, func(a *v1alpha1.ToolAction) {
+		setUnknown(a, p.now, p.by, reason, message)
+		a.Status.NextAttemptTime = metaTimePtr(p.now.Add(settle))
+	})
+}
+
+func (p rules) attemptOutcome(claimed *v1alpha1.ToolAction, reason, message string, requeue time.Duration, apply func(*v1alpha1.ToolAction)) transition {
+	return transition{
+		apply:        apply,
+		events:       []report{warning(reason, "Dispatch", fmt.Sprintf("attempt %d: %s", claimed.Status.Attempts, message))},
+		requeueAfter: requeue,
+		claim:        claimed.Status.Claim,
+	}
+}
+
+// hadUnknownOutcome reports whether an earlier attempt of the action ended
+// with an unknown outcome: it may have applied, whatever later attempts say.
+func hadUnknownOutcome(action *v1alpha1.ToolAction) bool {
+	return slices.ContainsFunc(action.Status.History, func(t v1alpha1.Transition) bool {
+		return t.To == v1alpha1.PhaseUnknown
+	})
+}
+
+func idempotencyKey(a *v1alpha1.ToolAction) string {
+	if a.Status.IdempotencyKey != "" {
+		return a.Status.IdempotencyKey
+	}
+	return v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+}

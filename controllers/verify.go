@@ -1,0 +1,59 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/pkg/digest"
+)
+
+// verifyRequest computes the request digest and checks it against the
+// client's and, on a retry, against the one recorded at the first attempt. It
+// returns the digest and the parameters to send.
+func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, json.RawMessage, error) {
+	parameters := json.RawMessage("{}")
+	if len(action.Spec.Parameters) > 0 {
+		encoded, err := json.Marshal(action.Spec.Parameters)
+		if err != nil {
+			return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
+				message: fmt.Sprintf("spec.parameters cannot be encoded: %v", err)}
+		}
+		parameters = encoded
+	}
+	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,
+			message: fmt.Sprintf("tool %q: %v", tool.Name, err)}
+	}
+	if err := schema.Validate(parameters); err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
+	}
+	consequential, err := catalog.Consequential(parameters, tool.Spec.ConsequentialFields)
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
+	}
+	requestDigest, err := digest.Compute(digest.Request{
+		Tenant:     action.Namespace,
+		Tool:       tool.Name,
+		Operation:  tool.Spec.Operation,
+		Version:    tool.Spec.Version,
+		Parameters: consequential,
+	})
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
+			message: fmt.Sprintf("spec.parameters: %v", err)}
+	}
+	if want := action.Spec.RequestDigest; want != "" && want != requestDigest {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonRequestDigestMismatch,
+			message: fmt.Sprintf("spec.requestDigest %s does not match the request's digest %s (tenant %q, tool %q, operation %q, version %q)",
+				want, requestDigest, action.Namespace, tool.Name, tool.Spec.Operation, tool.Spec.Version)}
+	}
+	if recorded := action.Status.RequestDigest; recorded != "" && recorded != requestDigest {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassDuplicateConflict, reason: ReasonRequestChanged,
+			message: fmt.Sprintf("the request's digest changed from %s to %s since its first attempt (the tool's operation or version changed); it is not retried as a different request",
+				recorded, requestDigest)}
+	}
+	return requestDigest, parameters, nil
+}
