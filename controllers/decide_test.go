@@ -1,0 +1,396 @@
+package controllers
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// The decision tables below drive the state machine's rules with a fixed
+// clock and no jitter, without an API server. Row names quote the failure
+// table of the product brief where a row stands for one of its faults.
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func atT0() rules {
+	return rules{now: t0, by: "executor-a", random: func() float64 { return 0 }}
+}
+
+type actionOption func(*v1alpha1.ToolAction)
+
+func newAction(phase v1alpha1.Phase, opts ...actionOption) *v1alpha1.ToolAction {
+	a := &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1001-charge", Generation: 1},
+		Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}},
+	}
+	a.Status.Phase = phase
+	if phase != "" {
+		a.Status.Attempts = 1
+		a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+func attempts(n int32) actionOption { return func(a *v1alpha1.ToolAction) { a.Status.Attempts = n } }
+
+func deleting(a *v1alpha1.ToolAction) {
+	ts := metav1.NewTime(t0.Add(-time.Minute))
+	a.DeletionTimestamp = &ts
+}
+
+func nextAttemptIn(d time.Duration) actionOption {
+	return func(a *v1alpha1.ToolAction) { a.Status.NextAttemptTime = metaTimePtr(t0.Add(d)) }
+}
+
+func unknownSince(d time.Duration) actionOption {
+	return func(a *v1alpha1.ToolAction) { a.Status.UnknownSince = metaTimePtr(t0.Add(-d)) }
+}
+
+func claimedBy(executor string, leaseLeft time.Duration) actionOption {
+	return func(a *v1alpha1.ToolAction) {
+		a.Status.Claim = &v1alpha1.ExecutorClaim{Executor: executor, Attempt: a.Status.Attempts, LeaseExpiry: metaTime(t0.Add(leaseLeft))}
+	}
+}
+
+func wasUnknown(a *v1alpha1.ToolAction) {
+	a.Status.History = append(a.Status.History, v1alpha1.Transition{From: v1alpha1.PhaseExecuting, To: v1alpha1.PhaseUnknown})
+}
+
+// withTool is a resolved tool of the class: at most 3 attempts, 1s initial
+// backoff, a 10-minute unknown deadline, and an adapter with a lookup and a
+// 5s attempt timeout unless caps says otherwise.
+func withTool(class v1alpha1.IdempotencyClass, caps ...func(*adapter.Capabilities)) *resolvedTool {
+	tool := &v1alpha1.Tool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "charge"},
+		Spec: v1alpha1.ToolSpec{
+			Operation: "payments.charge", Version: "v1", IdempotencyClass: class,
+			Retry: v1alpha1.RetryPolicy{MaxAttempts: 3, InitialBackoff: &metav1.Duration{Duration: time.Second},
+				MaxBackoff: &metav1.Duration{Duration: time.Minute}},
+			UnknownOutcomeDeadline: &metav1.Duration{Duration: 10 * time.Minute},
+		},
+	}
+	resolved := &resolvedTool{tool: tool, caps: adapter.Capabilities{Lookup: true, AttemptTimeout: 5 * time.Second, MaxKeyLength: 255}}
+	for _, c := range caps {
+		c(&resolved.caps)
+	}
+	return resolved
+}
+
+func noLookup(c *adapter.Capabilities) { c.Lookup = false }
+
+// result is what a step amounts to, flattened for comparison: its kind and
+// timing, and for a recorded transition the status it leaves and the
+// events it reports.
+type result struct {
+	Kind        string
+	After       time.Duration
+	Reason      string
+	Phase       v1alpha1.Phase
+	Class       v1alpha1.ErrorClass
+	ErrorReason string
+	NextAttempt time.Duration
+	ExternalRef string
+	Events      []string
+	Requeue     time.Duration
+	BindsClaim  bool
+}
+
+var kindNames = map[stepKind]string{
+	stepWait: "wait", stepResolveTool: "resolveTool", stepFail: "fail", stepRelease: "release",
+	stepRecord: "record", stepFinish: "finish", stepLookup: "lookup", stepAttempt: "attempt",
+}
+
+func summarize(a *v1alpha1.ToolAction, s step) result {
+	r := result{Kind: kindNames[s.kind], After: s.after, Reason: s.reason}
+	if s.kind == stepRecord {
+		r = summarizeTransition(a, s.record)
+		r.Kind = "record"
+	}
+	return r
+}
+
+func summarizeTransition(a *v1alpha1.ToolAction, t transition) result {
+	next := a.DeepCopy()
+	t.apply(next)
+	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Requeue: t.requeueAfter, BindsClaim: t.claim != nil}
+	if e := next.Status.Error; e != nil {
+		r.Class, r.ErrorReason = e.Class, e.Reason
+	}
+	if n := next.Status.NextAttemptTime; n != nil {
+		r.NextAttempt = n.Sub(t0)
+	}
+	for _, e := range t.events {
+		name := e.eventType + "/" + e.reason
+		if e.routine {
+			name += " (with SuccessEvents)"
+		}
+		r.Events = append(r.Events, name)
+	}
+	return r
+}
+
+func TestDecide(t *testing.T) {
+	keyProtected := withTool(v1alpha1.KeyProtected)
+	invalid := &resolvedTool{err: &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound, message: `tool "charge" not found`}}
+	transient := &resolvedTool{err: errors.New("connection refused")}
+	escalated := result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+		ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}
+	redispatch := result{Kind: "attempt", Reason: ReasonRedispatch}
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		tool   *resolvedTool
+		want   result
+	}{
+		{"new action: the tool is resolved first", newAction(""), nil, result{Kind: "resolveTool"}},
+		{"new action: first attempt", newAction(""), keyProtected, result{Kind: "attempt", Reason: ReasonExecuting}},
+		{"new action: tool missing fails before dispatch", newAction(""), invalid, result{Kind: "record",
+			Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/ToolNotFound"}}},
+		{"new action: tool unreadable is retried", newAction(""), transient, result{Kind: "fail"}},
+		{"new action: a key longer than the adapter sends fails before dispatch", newAction(""),
+			withTool(v1alpha1.KeyProtected, func(c *adapter.Capabilities) { c.MaxKeyLength = 10 }), result{Kind: "record",
+				Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/KeyTooLong"}}},
+		{"accepted action deleted: released", newAction(v1alpha1.PhaseAccepted, deleting), nil, result{Kind: "release"}},
+		{"succeeded action deleted: released", newAction(v1alpha1.PhaseSucceeded, deleting), nil, result{Kind: "release"}},
+		{"executing action deleted: its claim is waited out", newAction(v1alpha1.PhaseExecuting, deleting, claimedBy("executor-b", 20*time.Second)), nil,
+			result{Kind: "wait", After: 20 * time.Second}},
+		{"unknown action deleted: looked up, not released", newAction(v1alpha1.PhaseUnknown, deleting), keyProtected, result{Kind: "lookup"}},
+		{"escalated: waits for a human", newAction(v1alpha1.PhaseEscalated), nil, result{Kind: "wait"}},
+		{"same key, N concurrent callers: a live claim is not attempted again", newAction(v1alpha1.PhaseExecuting, claimedBy("executor-b", 30*time.Second)), nil,
+			result{Kind: "wait", After: 30 * time.Second}},
+		{"executor crashes before or after dispatch: the lapsed claim is Unknown, looked up at once",
+			newAction(v1alpha1.PhaseExecuting, claimedBy("executor-b", -time.Second)), nil, result{Kind: "record",
+				Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonLeaseExpired, Events: []string{"Warning/LeaseExpired"}}},
+		{"retry scheduled: waits for its time", newAction(v1alpha1.PhaseRetryScheduled, nextAttemptIn(5*time.Second)), nil, result{Kind: "wait", After: 5 * time.Second}},
+		{"retry due (also after an API server restart): attempted", newAction(v1alpha1.PhaseRetryScheduled, nextAttemptIn(-time.Second)), keyProtected,
+			result{Kind: "attempt", Reason: ReasonExecuting}},
+		{"succeeded: the tool is resolved for retention", newAction(v1alpha1.PhaseSucceeded), nil, result{Kind: "resolveTool"}},
+		{"succeeded: finished", newAction(v1alpha1.PhaseSucceeded), keyProtected, result{Kind: "finish"}},
+		{"failed without its tool: the record is kept", newAction(v1alpha1.PhaseFailed), invalid, result{Kind: "wait"}},
+		{"unknown without its tool: escalated, nothing can look it up", newAction(v1alpha1.PhaseUnknown), invalid, result{Kind: "record",
+			Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/Escalated"}}},
+		{"unknown, lookup not yet due: waits", newAction(v1alpha1.PhaseUnknown, nextAttemptIn(4*time.Second)), keyProtected, result{Kind: "wait", After: 4 * time.Second}},
+	}
+	for _, class := range []v1alpha1.IdempotencyClass{v1alpha1.ReadOnly, v1alpha1.NaturallyIdempotent, v1alpha1.KeyProtected, v1alpha1.Compensatable} {
+		tests = append(tests, struct {
+			name   string
+			action *v1alpha1.ToolAction
+			tool   *resolvedTool
+			want   result
+		}{"response lost after success, " + string(class) + " with a lookup: looked up", newAction(v1alpha1.PhaseUnknown), withTool(class), result{Kind: "lookup"}})
+	}
+	for _, class := range []v1alpha1.IdempotencyClass{v1alpha1.ReadOnly, v1alpha1.NaturallyIdempotent, v1alpha1.KeyProtected} {
+		tests = append(tests, []struct {
+			name   string
+			action *v1alpha1.ToolAction
+			tool   *resolvedTool
+			want   result
+		}{
+			{"unknown, " + string(class) + " without a lookup: re-sent under the same key", newAction(v1alpha1.PhaseUnknown), withTool(class, noLookup), redispatch},
+			{"unknown, " + string(class) + " without a lookup, attempts spent: escalated", newAction(v1alpha1.PhaseUnknown, attempts(3)), withTool(class, noLookup), escalated},
+			{"unknown, " + string(class) + " without a lookup, deleting: escalated", newAction(v1alpha1.PhaseUnknown, deleting), withTool(class, noLookup), escalated},
+		}...)
+	}
+	tests = append(tests, []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		tool   *resolvedTool
+		want   result
+	}{
+		{"unknown, Compensatable without a lookup: escalated, never blind-repeated", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable, noLookup), escalated},
+		{"unknown, NonRepeatable with a lookup: escalated at once", newAction(v1alpha1.PhaseUnknown, nextAttemptIn(time.Minute)), withTool(v1alpha1.NonRepeatable), escalated},
+		{"unknown, NonRepeatable without a lookup: escalated at once", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.NonRepeatable, noLookup), escalated},
+	}...)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, summarize(tt.action, atT0().decide(tt.action, tt.tool))); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAfterDispatch(t *testing.T) {
+	tool := withTool(v1alpha1.KeyProtected)
+	executing := func(n int32, opts ...actionOption) *v1alpha1.ToolAction {
+		return newAction(v1alpha1.PhaseExecuting, append([]actionOption{attempts(n), claimedBy("executor-a", time.Minute)}, opts...)...)
+	}
+	tests := []struct {
+		name    string
+		claimed *v1alpha1.ToolAction
+		outcome adapter.Outcome
+		err     error
+		want    result
+	}{
+		{"applied", executing(1), adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
+			Events: []string{"Normal/Succeeded (with SuccessEvents)"}, BindsClaim: true}},
+		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded,
+			Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, BindsClaim: true}},
+		{"invalid input", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New("bad amount")},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, BindsClaim: true}},
+		{"denied", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDenied, ErrorReason: "HTTP403", Events: []string{"Warning/HTTP403"}, BindsClaim: true}},
+		{"definitely not applied: retried with backoff", executing(2), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP503", NextAttempt: 2 * time.Second,
+				Requeue: 2 * time.Second, Events: []string{"Warning/HTTP503"}, BindsClaim: true}},
+		{"429 with Retry-After: retried no sooner", executing(1), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP429", RetryAfter: 30 * time.Second, Err: errors.New("slow down")},
+			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP429", NextAttempt: 30 * time.Second,
+				Requeue: 30 * time.Second, Events: []string{"Warning/HTTP429"}, BindsClaim: true}},
+		{"retries spent", executing(3), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, BindsClaim: true}},
+		{"retries spent after an unknown outcome: escalated, not failed", executing(3, wasUnknown), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("in progress")},
+			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, BindsClaim: true}},
+		{"response lost after success: Unknown, first lookup after one attempt timeout", executing(1), adapter.Outcome{},
+			&adapter.AmbiguousError{Reason: "Timeout", Err: errors.New("no answer")}, result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown,
+				ErrorReason: "Timeout", NextAttempt: 5 * time.Second, Requeue: 5 * time.Second, Events: []string{"Warning/Timeout"}, BindsClaim: true}},
+		{"an error the adapter did not classify is unknown", executing(1), adapter.Outcome{}, errors.New("surprise"),
+			result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonUnclassifiedError, NextAttempt: 5 * time.Second,
+				Requeue: 5 * time.Second, Events: []string{"Warning/UnclassifiedError"}, BindsClaim: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := summarizeTransition(tt.claimed, atT0().afterDispatch(tt.claimed, tool, tt.outcome, tt.err))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("afterDispatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAfterLookup(t *testing.T) {
+	inconclusive := errors.New("HTTP502 from the lookup")
+	tests := []struct {
+		name    string
+		action  *v1alpha1.ToolAction
+		tool    *resolvedTool
+		outcome adapter.Outcome
+		err     error
+		want    result
+	}{
+		{"response lost after success: found, with the original reference", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected),
+			adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1", Events: []string{"Normal/FoundByLookup"}}},
+		{"absent: attempted again under the same key", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable), adapter.Outcome{}, adapter.ErrNotFound,
+			result{Kind: "attempt", Reason: ReasonAbsentByLookup}},
+		{"absent while deleting: released", newAction(v1alpha1.PhaseUnknown, deleting), withTool(v1alpha1.KeyProtected), adapter.Outcome{}, adapter.ErrNotFound,
+			result{Kind: "release"}},
+		{"absent with every attempt spent: failed, reported like every outcome", newAction(v1alpha1.PhaseUnknown, attempts(3)), withTool(v1alpha1.KeyProtected),
+			adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted,
+				ErrorReason: ReasonAbsentByLookup, Events: []string{"Warning/AbsentByLookup"}}},
+		{"lookup unsupported, KeyProtected: re-sent under the same key", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected), adapter.Outcome{},
+			fmt.Errorf("wrapped: %w", adapter.ErrLookupUnsupported), result{Kind: "attempt", Reason: ReasonRedispatch}},
+		{"lookup unsupported, Compensatable: escalated", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable), adapter.Outcome{},
+			adapter.ErrLookupUnsupported, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
+		{"inconclusive: looked up again with backoff", newAction(v1alpha1.PhaseUnknown, unknownSince(time.Minute)), withTool(v1alpha1.KeyProtected),
+			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseUnknown, NextAttempt: time.Second, Requeue: time.Second}},
+		{"inconclusive near the deadline: the next lookup is at the deadline, not after it",
+			newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute-time.Second), func(a *v1alpha1.ToolAction) { a.Status.Lookups = 3 }),
+			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseUnknown,
+				NextAttempt: time.Second, Requeue: time.Second}},
+		{"no proof by the deadline: escalated", newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute)), withTool(v1alpha1.KeyProtected),
+			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// An Unknown action's error is OutcomeUnknown until a transition changes it.
+			tt.action.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: "Timeout"}
+			got := summarize(tt.action, atT0().afterLookup(tt.action, tt.tool, tt.outcome, tt.err))
+			if got.Phase == v1alpha1.PhaseUnknown {
+				got.Class, got.ErrorReason = "", ""
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("afterLookup (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestVerifyRequest(t *testing.T) {
+	tool := withTool(v1alpha1.KeyProtected).tool
+	tool.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(`{"type":"object","required":["amount"],"properties":{"amount":{"type":"integer","minimum":1}}}`)}
+	withParameters := func(params string) actionOption {
+		return func(a *v1alpha1.ToolAction) {
+			var p map[string]apiextensionsv1.JSON
+			if err := json.Unmarshal([]byte(params), &p); err != nil {
+				t.Fatal(err)
+			}
+			a.Spec.Parameters = p
+		}
+	}
+	valid := newAction("", withParameters(`{"amount": 1200}`))
+	digest, _, err := verifyRequest(valid, tool)
+	if err != nil {
+		t.Fatalf("verifyRequest of a valid request: %v", err)
+	}
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		want   *invalidError
+	}{
+		{"valid", valid, nil},
+		{"the client's digest does not match", newAction("", withParameters(`{"amount": 1200}`), func(a *v1alpha1.ToolAction) { a.Spec.RequestDigest = "sha256:0" }),
+			&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonRequestDigestMismatch}},
+		{"same key, changed payload since the first attempt: a conflict, never executed", newAction(v1alpha1.PhaseRetryScheduled, withParameters(`{"amount": 1200}`),
+			func(a *v1alpha1.ToolAction) { a.Status.RequestDigest = "sha256:other" }), &invalidError{class: v1alpha1.ErrorClassDuplicateConflict, reason: ReasonRequestChanged}},
+		{"the parameters break the tool's schema", newAction("", withParameters(`{"amount": 0}`)),
+			&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters}},
+		{"the recorded digest is the same: a retry", newAction(v1alpha1.PhaseRetryScheduled, withParameters(`{"amount": 1200}`),
+			func(a *v1alpha1.ToolAction) { a.Status.RequestDigest = digest }), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := verifyRequest(tt.action, tool)
+			var got *invalidError
+			if err != nil && !errors.As(err, &got) {
+				t.Fatalf("verifyRequest returned %T %v, want an *invalidError", err, err)
+			}
+			if tt.want == nil || got == nil {
+				if tt.want != got {
+					t.Fatalf("verifyRequest = %v, want %v", got, tt.want)
+				}
+				return
+			}
+			if got.class != tt.want.class || got.reason != tt.want.reason {
+				t.Errorf("verifyRequest = %s/%s (%s), want %s/%s", got.class, got.reason, got.message, tt.want.class, tt.want.reason)
+			}
+		})
+	}
+}
+
+func TestClaimLeaseFollowsTheAdapterTimeout(t *testing.T) {
+	if got := attemptTimeout(adapter.Capabilities{AttemptTimeout: 3 * time.Second}); got != 3*time.Second {
+		t.Errorf("attemptTimeout = %s, want the adapter's 3s", got)
+	}
+	if got := attemptTimeout(adapter.Capabilities{}); got != defaultToolTimeout {
+		t.Errorf("attemptTimeout without a figure = %s, want %s", got, defaultToolTimeout)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	tool := withTool(v1alpha1.KeyProtected).tool
+	finished := newAction(v1alpha1.PhaseSucceeded, func(a *v1alpha1.ToolAction) { a.Status.CompletionTime = metaTimePtr(t0.Add(-time.Hour)) })
+	if due, after := expiry(finished, tool, t0); due || after != 0 {
+		t.Errorf("expiry without keyRetention = %t, %s; want never", due, after)
+	}
+	tool.Spec.KeyRetention = &metav1.Duration{Duration: 2 * time.Hour}
+	if due, after := expiry(finished, tool, t0); due || after != time.Hour {
+		t.Errorf("expiry an hour before = %t, %s; want not due, in 1h", due, after)
+	}
+	tool.Spec.KeyRetention = &metav1.Duration{Duration: time.Hour}
+	if due, _ := expiry(finished, tool, t0); !due {
+		t.Error("expiry at the retention's end is not due")
+	}
+}

@@ -1,0 +1,253 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/adapter"
+)
+
+// memoryAdapter is an adapter of the test's own: its effects are entries in
+// a map, keyed by idempotency key. Tools whose name ends in
+// "-without-lookup" get no lookup capability. A key in lose has its first
+// attempt applied and its answer lost; a key in fail has its attempts
+// answered ambiguously without being applied.
+type memoryAdapter struct {
+	mu       sync.Mutex
+	lose     map[string]bool
+	fail     map[string]bool
+	effects  map[string]string
+	executes map[string]int
+	lookups  map[string]int
+}
+
+func newMemoryAdapter() *memoryAdapter {
+	return &memoryAdapter{lose: map[string]bool{}, fail: map[string]bool{}, effects: map[string]string{},
+		executes: map[string]int{}, lookups: map[string]int{}}
+}
+
+// Name is the adapter union's only member today; the test's manager has
+// this adapter in its registry instead of the HTTP one. The controller code
+// is the same either way: it knows adapters only by the registry.
+func (m *memoryAdapter) Name() string { return v1alpha1.AdapterHTTP }
+
+func (m *memoryAdapter) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
+	return adapter.Capabilities{Lookup: !strings.HasSuffix(tool.Name, "-without-lookup"), AttemptTimeout: 200 * time.Millisecond}
+}
+
+func (m *memoryAdapter) Validate(context.Context, *v1alpha1.Tool) error { return nil }
+
+func (m *memoryAdapter) Connect(_ context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
+	return adapter.Connection{Executor: adapter.ExecutorFns{ExecuteFn: m.execute, LookupFn: m.lookup}, Capabilities: m.Capabilities(tool)}, nil
+}
+
+func (m *memoryAdapter) execute(_ context.Context, req adapter.Request) (adapter.Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := req.IdempotencyKey
+	m.executes[key]++
+	if m.fail[key] {
+		return adapter.Outcome{}, &adapter.AmbiguousError{Reason: "MemoryLost", Err: errors.New("the answer was lost")}
+	}
+	if _, applied := m.effects[key]; !applied {
+		m.effects[key] = fmt.Sprintf("mem-%d", len(m.effects)+1)
+	}
+	if m.lose[key] && m.executes[key] == 1 {
+		return adapter.Outcome{}, &adapter.AmbiguousError{Reason: "MemoryLost", Err: errors.New("the answer was lost")}
+	}
+	return adapter.Outcome{ExternalRef: m.effects[key]}, nil
+}
+
+func (m *memoryAdapter) lookup(_ context.Context, key string) (adapter.Outcome, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lookups[key]++
+	if ref, applied := m.effects[key]; applied {
+		return adapter.Outcome{ExternalRef: ref}, nil
+	}
+	return adapter.Outcome{}, adapter.ErrNotFound
+}
+
+// loseAnswer makes the first attempt of key apply and its answer be lost.
+func (m *memoryAdapter) loseAnswer(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lose[key] = true
+}
+
+// failAttempts makes every attempt of key unanswered and unapplied.
+func (m *memoryAdapter) failAttempts(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fail[key] = true
+}
+
+func (m *memoryAdapter) counts(key string) (executes, lookups int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.executes[key], m.lookups[key]
+}
+
+var _ = Describe("An adapter registered by a test", func() {
+	var (
+		ctx    context.Context
+		ns     string
+		memory *memoryAdapter
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
+		Expect(k8s.Create(ctx, tenant)).To(Succeed())
+		ns = tenant.Name
+		memory = newMemoryAdapter()
+		startManager("memory-executor", func(adapter.Adapter) adapter.Adapter { return memory })
+	})
+
+	// memoryTool is a tool the memory adapter serves; spec.http is never read.
+	memoryTool := func(name string, class v1alpha1.IdempotencyClass, mutate ...func(*v1alpha1.ToolSpec)) {
+		GinkgoHelper()
+		spec := v1alpha1.ToolSpec{
+			Operation: "memory.write", Version: "v1", IdempotencyClass: class,
+			HTTP:  &v1alpha1.HTTPAdapter{URL: "http://127.0.0.1:1/never-called"},
+			Retry: v1alpha1.RetryPolicy{MaxAttempts: 3, InitialBackoff: &metav1.Duration{Duration: 100 * time.Millisecond}},
+		}
+		for _, m := range mutate {
+			m(&spec)
+		}
+		Expect(k8s.Create(ctx, &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})).To(Succeed())
+	}
+	invoke := func(tool, name string) string {
+		GinkgoHelper()
+		Expect(k8s.Create(ctx, &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: tool}},
+		})).To(Succeed())
+		return v1alpha1.IdempotencyKey(ns, name)
+	}
+	settled := func(name string) *v1alpha1.ToolAction {
+		GinkgoHelper()
+		var a v1alpha1.ToolAction
+		Eventually(func() bool {
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a)).To(Succeed())
+			return a.Status.Phase.IsSettled()
+		}).Should(BeTrue())
+		return &a
+	}
+	history := func(a *v1alpha1.ToolAction) []string {
+		var out []string
+		for _, t := range a.Status.History {
+			out = append(out, string(t.To)+"/"+t.Reason)
+		}
+		return out
+	}
+
+	It("drives an action to Succeeded", func() {
+		memoryTool("write", v1alpha1.KeyProtected)
+		key := invoke("write", "w-1")
+		a := settled("w-1")
+		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(a.Status.ExternalRef).To(Equal("mem-1"))
+		executes, lookups := memory.counts(key)
+		Expect(executes).To(Equal(1))
+		Expect(lookups).To(Equal(0))
+	})
+
+	It("settles a lost answer by its lookup: Unknown, then Succeeded with the first attempt's reference", func() {
+		memoryTool("write", v1alpha1.Compensatable)
+		memory.loseAnswer(v1alpha1.IdempotencyKey(ns, "w-2"))
+		key := invoke("write", "w-2")
+		a := settled("w-2")
+		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(a.Status.ExternalRef).To(Equal("mem-1"))
+		Expect(history(a)).To(ContainElements("Unknown/OutcomeUnknown", "Succeeded/FoundByLookup"))
+		executes, lookups := memory.counts(key)
+		Expect(executes).To(Equal(1), "the lookup settles it, nothing is re-sent")
+		Expect(lookups).To(Equal(1))
+	})
+
+	DescribeTable("without a lookup, settles a lost answer by the tool's class",
+		func(class v1alpha1.IdempotencyClass, phase v1alpha1.Phase, wantExecutes int) {
+			memoryTool("write-without-lookup", class)
+			name := "w-" + strings.ToLower(string(class))
+			memory.loseAnswer(v1alpha1.IdempotencyKey(ns, name))
+			key := invoke("write-without-lookup", name)
+			a := settled(name)
+			Expect(a.Status.Phase).To(Equal(phase))
+			executes, lookups := memory.counts(key)
+			Expect(executes).To(Equal(wantExecutes))
+			Expect(lookups).To(Equal(0), "an adapter without the capability is never asked to look up")
+		},
+		Entry("KeyProtected: re-sent under the same key", v1alpha1.KeyProtected, v1alpha1.PhaseSucceeded, 2),
+		Entry("Compensatable: escalated", v1alpha1.Compensatable, v1alpha1.PhaseEscalated, 1),
+		Entry("NonRepeatable: escalated", v1alpha1.NonRepeatable, v1alpha1.PhaseEscalated, 1),
+	)
+
+	It("reports a failure proven by lookup after the last attempt like every outcome: event, metric, retention", func() {
+		memoryTool("write", v1alpha1.KeyProtected, func(s *v1alpha1.ToolSpec) {
+			s.Retry.MaxAttempts = 1
+			s.KeyRetention = &metav1.Duration{Duration: 2 * time.Second}
+		})
+		memory.failAttempts(v1alpha1.IdempotencyKey(ns, "w-3"))
+		before := outcomeCount(v1alpha1.PhaseFailed, v1alpha1.ErrorClassRetriesExhausted)
+		key := invoke("write", "w-3")
+		a := settled("w-3")
+		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+		Expect(a.Status.Error.Class).To(Equal(v1alpha1.ErrorClassRetriesExhausted))
+		Expect(a.Status.Error.Reason).To(Equal("AbsentByLookup"))
+		executes, lookups := memory.counts(key)
+		Expect(executes).To(Equal(1))
+		Expect(lookups).To(Equal(1))
+
+		Eventually(func() []string {
+			var list eventsv1.EventList
+			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			var found []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == "w-3" {
+					found = append(found, e.Type+"/"+e.Reason)
+				}
+			}
+			return found
+		}).Should(ContainElement("Warning/AbsentByLookup"))
+		Expect(outcomeCount(v1alpha1.PhaseFailed, v1alpha1.ErrorClassRetriesExhausted) - before).To(Equal(1.0))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-3"}, &v1alpha1.ToolAction{}))
+		}).Should(BeTrue(), "the record is deleted once its key retention has passed")
+	})
+})
+
+// outcomeCount reads toolledger_action_transitions_total for a phase and class.
+func outcomeCount(phase v1alpha1.Phase, class v1alpha1.ErrorClass) float64 {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	for _, f := range families {
+		if f.GetName() != "toolledger_action_transitions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["phase"] == string(phase) && labels["error_class"] == string(class) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
