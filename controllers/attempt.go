@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 // attempt verifies the request, claims the next attempt and dispatches it.

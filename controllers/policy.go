@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 // Defaults for Tools stored before the API server applied the CRD defaults.

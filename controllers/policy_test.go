@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 func TestBackoff(t *testing.T) {

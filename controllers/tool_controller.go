@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
 	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 // Reasons of a Tool's Ready condition that the controller decides; the

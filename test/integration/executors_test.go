@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 var _ = Describe("Several executors", func() {

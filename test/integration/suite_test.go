@@ -15,10 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	"github.com/toolledger/toolledger/internal/adapter"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 var (

@@ -26,8 +26,8 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/controllers"
-	"github.com/toolledger/toolledger/internal/adapter"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 // Options configures the manager.

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/adapter"
 	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
 
@@ -78,8 +78,8 @@ var _ adapter.Adapter = (*Connector)(nil)
 // Name is the adapter union's member, spec.http.
 func (c *Connector) Name() string { return v1alpha1.AdapterHTTP }
 
-// Capabilities: a lookup where spec.http.lookup is set; spec.http.timeout
-// bounds each call.
+// Capabilities offers a lookup where spec.http.lookup is set;
+// spec.http.timeout bounds each call.
 func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
 	spec := tool.Spec.HTTP
 	return adapter.Capabilities{

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/adapter"
+	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 const (

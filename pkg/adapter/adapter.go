@@ -1,7 +1,9 @@
-// Package adapter defines how the controller carries out an action
-// downstream. An adapter never touches the ledger: it performs one attempt or
-// one lookup and reports the outcome, as a result or as one of the typed
-// errors below; only the controller turns those into status.
+// Package adapter is the plugin boundary between the controller and the
+// downstreams: how an action is carried out. An adapter never touches the
+// ledger: it performs one attempt or one lookup and reports the outcome, as a
+// result or as one of the typed errors below; only the controller turns those
+// into status. Adapters are registered by name (Registry); docs/adapters.md
+// is the contract.
 package adapter
 
 import (

@@ -1,0 +1,77 @@
+package http
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/adapter"
+)
+
+func TestCapabilities(t *testing.T) {
+	c := newConnector(t, nil)
+	plain := newTool("http://127.0.0.1:1/charges")
+	if got, want := c.Capabilities(plain), (adapter.Capabilities{AttemptTimeout: defaultTimeout, MaxKeyLength: 255}); got != want {
+		t.Errorf("Capabilities without lookup or timeout = %+v, want %+v", got, want)
+	}
+	full := newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+		h.Lookup = &v1alpha1.HTTPLookup{URL: "http://127.0.0.1:1/charges/{key}"}
+		h.Timeout = &metav1.Duration{Duration: 3 * time.Second}
+	})
+	if got, want := c.Capabilities(full), (adapter.Capabilities{Lookup: true, AttemptTimeout: 3 * time.Second, MaxKeyLength: 255}); got != want {
+		t.Errorf("Capabilities with lookup and timeout = %+v, want %+v", got, want)
+	}
+	conn, err := c.Connect(t.Context(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn.Capabilities != c.Capabilities(full) {
+		t.Errorf("Connect's capabilities %+v differ from Capabilities %+v", conn.Capabilities, c.Capabilities(full))
+	}
+}
+
+func TestValidate(t *testing.T) {
+	auth := func(h *v1alpha1.HTTPAdapter) {
+		h.AuthHeader = &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "stripe", Key: "token"}}
+	}
+	tests := []struct {
+		name        string
+		tool        *v1alpha1.Tool
+		objs        []client.Object
+		wantReason  string
+		wantMessage string
+	}{
+		{name: "usable", tool: newTool("http://127.0.0.1:1/charges", auth), objs: []client.Object{secret(namespace, map[string]string{"token": "Bearer t"})}},
+		{name: "no host", tool: newTool("http:///charges"), wantReason: ReasonInvalidURL,
+			wantMessage: `spec.http.url: "http:///charges" is not an absolute http(s) URL`},
+		{name: "lookup without a host", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.Lookup = &v1alpha1.HTTPLookup{URL: "https:///{key}"}
+		}), wantReason: ReasonInvalidURL, wantMessage: `spec.http.lookup.url: "https:///key" is not an absolute http(s) URL`},
+		{name: "Secret missing", tool: newTool("http://127.0.0.1:1/charges", auth), wantReason: ReasonSecretNotFound,
+			wantMessage: "Secret shop/stripe not found"},
+		{name: "Secret key missing", tool: newTool("http://127.0.0.1:1/charges", auth), objs: []client.Object{secret(namespace, map[string]string{"api-key": "t"})},
+			wantReason: ReasonSecretKeyAbsent, wantMessage: `Secret shop/stripe has no key "token"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := newConnector(t, nil, tc.objs...).Validate(t.Context(), tc.tool)
+			if tc.wantReason == "" {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			var config *adapter.ConfigError
+			if !errors.As(err, &config) {
+				t.Fatalf("Validate = %v (%T), want a *adapter.ConfigError", err, err)
+			}
+			if config.Reason != tc.wantReason || config.Message != tc.wantMessage {
+				t.Errorf("Validate = %s: %q, want %s: %q", config.Reason, config.Message, tc.wantReason, tc.wantMessage)
+			}
+		})
+	}
+}
