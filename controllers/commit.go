@@ -20,39 +20,45 @@ import (
 // transition that changes nothing writes and reports nothing. tool may be
 // nil when it was not resolved; a finished action then waits for the sweep.
 func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (ctrl.Result, error) {
+	_, result, err := r.record(ctx, current, tool, t)
+	return result, err
+}
+
+// record is commit that also returns the action as recorded: nil when the
+// record moved on without the transition.
+func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, ctrl.Result, error) {
 	next := current.DeepCopy()
 	t.apply(next)
 	if statusEqual(current, next) {
-		return ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
+		return current, ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
 	}
 	recorded, err := r.write(ctx, current, next, t)
 	if err != nil || recorded == nil {
-		return ctrl.Result{}, err
+		return nil, ctrl.Result{}, err
 	}
 	if from, to := current.Status.Phase, recorded.Status.Phase; from != to && outcomePhase(to) {
 		outcomes.WithLabelValues(string(to), errorClass(recorded)).Inc()
 	}
 	for _, e := range t.events {
 		if !e.routine || r.SuccessEvents {
-			r.Recorder.Eventf(recorded, nil, e.eventType, e.reason, e.action, "%s", e.message)
+			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.action, "%s", e.message)
 		}
 	}
 	if recorded.Status.Phase.IsTerminal() && tool != nil {
 		// The finished action leaves the cache; what follows is scheduled
 		// here, by the executor that finished it.
-		return r.finish(ctx, recorded, tool)
+		result, err := r.finish(ctx, recorded, tool)
+		return recorded, result, err
 	}
-	return ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
+	return recorded, ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
 }
 
-// write stores next. A transition that records a claimed attempt's outcome
-// survives changes made since the claim (labels, annotations): on a conflict
-// the record is read again and the transition reapplied, as long as the
-// claim is still this attempt's. Any other conflict means a newer version
-// exists, whose watch event brings the action back. It returns nil when the
-// record moved on without this transition.
+// write stores next. A transition with reapplyWhile survives changes made
+// to the record meanwhile; any other conflict means a newer version exists,
+// whose watch event brings the action back. It returns nil when the record
+// moved on without this transition.
 func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
-	if t.claim == nil {
+	if t.reapplyWhile == nil {
 		if err := r.Client.Status().Update(ctx, next); err != nil {
 			return nil, ignoreConflict(err, "cannot record the transition of %s to %s", current.Name, next.Status.Phase)
 		}
@@ -67,7 +73,7 @@ func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha
 		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), &latest); getErr != nil {
 			return getErr
 		}
-		if !holdsClaim(&latest, t.claim) {
+		if !t.reapplyWhile(&latest) {
 			next = nil
 			return nil
 		}
@@ -76,23 +82,13 @@ func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha
 		return err
 	})
 	if err != nil {
-		// The claim's lease ends the attempt: the action then becomes Unknown.
-		return nil, fmt.Errorf("cannot record the outcome of attempt %d of %s/%s: %w", t.claim.Attempt, current.Namespace, current.Name, err)
+		// An attempt's claim lease ends it: the action then becomes Unknown.
+		return nil, client.IgnoreNotFound(fmt.Errorf("cannot record the transition of %s/%s: %w", current.Namespace, current.Name, err))
 	}
 	if next == nil {
-		log.FromContext(ctx).Info("Outcome not recorded: the record moved on", "attempt", t.claim.Attempt)
+		log.FromContext(ctx).Info("Transition not recorded: the record moved on", "phase", current.Status.Phase)
 	}
 	return next, nil
-}
-
-// holdsClaim reports whether the record still belongs to this attempt: it is
-// Executing under the claim, or Unknown because the claim lapsed meanwhile,
-// in which case this attempt's answer settles what the lapse left open.
-func holdsClaim(action *v1alpha1.ToolAction, claim *v1alpha1.ExecutorClaim) bool {
-	current := action.Status.Claim
-	phase := action.Status.Phase
-	return (phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown) &&
-		current != nil && claim != nil && current.Executor == claim.Executor && current.Attempt == claim.Attempt
 }
 
 // finish does what follows a finished action: a succeeded compensation is

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -50,33 +48,16 @@ func (r *ToolActionReconciler) linkCompensation(ctx context.Context, action *v1a
 		return nil
 	}
 	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
-	var cached v1alpha1.ToolAction
-	if err := r.Client.Get(ctx, key, &cached); err == nil && slices.Contains(cached.Status.CompensatedBy, action.Name) {
+	var original v1alpha1.ToolAction
+	if err := r.getConfirmed(ctx, key, &original); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("cannot get %s to record compensation %s: %w", key, action.Name, err))
+	}
+	if slices.Contains(original.Status.CompensatedBy, action.Name) {
 		return nil
 	}
-	var linked *v1alpha1.ToolAction
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var original v1alpha1.ToolAction
-		if err := r.APIReader.Get(ctx, key, &original); err != nil {
-			return err
-		}
-		if !setCompensatedBy(&original, r.Clock.Now(), r.Executor, action.Name) {
-			return nil
-		}
-		if err := r.Client.Status().Update(ctx, &original); err != nil {
-			return err
-		}
-		linked = &original
-		return nil
-	})
-	if err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("cannot record compensation %s on %s: %w", action.Name, key, err))
-	}
-	if linked != nil {
-		r.Recorder.Eventf(linked, action, corev1.EventTypeNormal, ReasonCompensated, "Compensate",
-			"compensated by ToolAction %s; the original effect happened and stays recorded", action.Name)
-	}
-	return nil
+	// The original's own retention is not scheduled from here (no tool).
+	_, err := r.commit(ctx, &original, nil, r.rules().compensatedBy(action))
+	return err
 }
 
 func phaseOrPending(p v1alpha1.Phase) v1alpha1.Phase {

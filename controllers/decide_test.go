@@ -104,7 +104,7 @@ type result struct {
 	ExternalRef string
 	Events      []string
 	Requeue     time.Duration
-	BindsClaim  bool
+	Reapplies   bool
 }
 
 var kindNames = map[stepKind]string{
@@ -124,7 +124,7 @@ func summarize(a *v1alpha1.ToolAction, s step) result {
 func summarizeTransition(a *v1alpha1.ToolAction, t transition) result {
 	next := a.DeepCopy()
 	t.apply(next)
-	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Requeue: t.requeueAfter, BindsClaim: t.claim != nil}
+	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Requeue: t.requeueAfter, Reapplies: t.reapplyWhile != nil}
 	if e := next.Status.Error; e != nil {
 		r.Class, r.ErrorReason = e.Class, e.Reason
 	}
@@ -235,29 +235,29 @@ func TestAfterDispatch(t *testing.T) {
 		want    result
 	}{
 		{"applied", executing(1), adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
-			Events: []string{"Normal/Succeeded (with SuccessEvents)"}, BindsClaim: true}},
+			Events: []string{"Normal/Succeeded (with SuccessEvents)"}, Reapplies: true}},
 		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded,
-			Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, BindsClaim: true}},
+			Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, Reapplies: true}},
 		{"invalid input", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New("bad amount")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, BindsClaim: true}},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, Reapplies: true}},
 		{"denied", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDenied, ErrorReason: "HTTP403", Events: []string{"Warning/HTTP403"}, BindsClaim: true}},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDenied, ErrorReason: "HTTP403", Events: []string{"Warning/HTTP403"}, Reapplies: true}},
 		{"definitely not applied: retried with backoff", executing(2), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP503", NextAttempt: 2 * time.Second,
-				Requeue: 2 * time.Second, Events: []string{"Warning/HTTP503"}, BindsClaim: true}},
+				Requeue: 2 * time.Second, Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"429 with Retry-After: retried no sooner", executing(1), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP429", RetryAfter: 30 * time.Second, Err: errors.New("slow down")},
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP429", NextAttempt: 30 * time.Second,
-				Requeue: 30 * time.Second, Events: []string{"Warning/HTTP429"}, BindsClaim: true}},
+				Requeue: 30 * time.Second, Events: []string{"Warning/HTTP429"}, Reapplies: true}},
 		{"retries spent", executing(3), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, BindsClaim: true}},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"retries spent after an unknown outcome: escalated, not failed", executing(3, wasUnknown), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("in progress")},
-			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, BindsClaim: true}},
+			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
 		{"response lost after success: Unknown, first lookup after one attempt timeout", executing(1), adapter.Outcome{},
 			&adapter.AmbiguousError{Reason: "Timeout", Err: errors.New("no answer")}, result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown,
-				ErrorReason: "Timeout", NextAttempt: 5 * time.Second, Requeue: 5 * time.Second, Events: []string{"Warning/Timeout"}, BindsClaim: true}},
+				ErrorReason: "Timeout", NextAttempt: 5 * time.Second, Requeue: 5 * time.Second, Events: []string{"Warning/Timeout"}, Reapplies: true}},
 		{"an error the adapter did not classify is unknown", executing(1), adapter.Outcome{}, errors.New("surprise"),
 			result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonUnclassifiedError, NextAttempt: 5 * time.Second,
-				Requeue: 5 * time.Second, Events: []string{"Warning/UnclassifiedError"}, BindsClaim: true}},
+				Requeue: 5 * time.Second, Events: []string{"Warning/UnclassifiedError"}, Reapplies: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

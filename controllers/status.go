@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -151,19 +152,16 @@ func setRejected(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha
 	set(a, now, v1alpha1.ConditionAccepted, metav1.ConditionFalse, reason, message)
 }
 
-// setCompensatedBy records on the original that a compensation succeeded.
-// It reports false when the compensation is already recorded.
-func setCompensatedBy(a *v1alpha1.ToolAction, now time.Time, by, compensation string) bool {
-	for _, name := range a.Status.CompensatedBy {
-		if name == compensation {
-			return false
-		}
+// setCompensatedBy records on the original that a compensation succeeded,
+// once.
+func setCompensatedBy(a *v1alpha1.ToolAction, now time.Time, by, compensation string) {
+	if slices.Contains(a.Status.CompensatedBy, compensation) {
+		return
 	}
 	a.Status.CompensatedBy = append(a.Status.CompensatedBy, compensation)
 	message := "compensated by ToolAction " + compensation + "; the original effect happened and stays recorded"
 	set(a, now, v1alpha1.ConditionCompensated, metav1.ConditionTrue, ReasonCompensated, message)
 	record(a, now, a.Status.Phase, ReasonCompensated, message, by)
-	return true
 }
 
 func accept(a *v1alpha1.ToolAction, now time.Time) {

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 // Reasons of the Applied condition of a ToolResolution.
@@ -33,6 +32,9 @@ type ToolResolutionReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
+	// Actions records the resolution through the ToolAction controller's
+	// commit path, like every other transition of an action.
+	Actions *ToolActionReconciler
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions,verbs=get;list;watch
@@ -68,23 +70,18 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
 	}
 
-	next := action.DeepCopy()
-	now := r.Clock.Now()
-	message := fmt.Sprintf("resolved as %s by ToolResolution %s: %s", resolution.Spec.Outcome, resolution.Name, resolution.Spec.Reason)
-	switch resolution.Spec.Outcome {
-	case v1alpha1.ResolvedSucceeded:
-		setSucceeded(next, now, by, ReasonResolved, adapter.Outcome{ExternalRef: resolution.Spec.ExternalRef})
-	case v1alpha1.ResolvedFailed:
-		setFailed(next, now, by, v1alpha1.ErrorClassOutcomeUnknown, ReasonResolved, message)
-	case v1alpha1.ResolvedRetrySafe:
-		setRetryScheduled(next, now, now, by, ReasonResolved, message)
+	resolve := rules{now: r.Clock.Now(), by: by}.resolved(&resolution)
+	var tool *v1alpha1.Tool
+	if resolved := r.Actions.resolveTool(ctx, &action); resolved.err == nil {
+		tool = resolved.tool
 	}
-	// Keep the operator's words in the history whatever the outcome.
-	next.Status.History[len(next.Status.History)-1].Message = truncate(message, maxHistoryMessage)
-	if err := r.Client.Status().Update(ctx, next); err != nil {
-		return ctrl.Result{}, ignoreConflict(err, "cannot apply resolution %s to %s", resolution.Name, action.Name)
+	recorded, _, err := r.Actions.record(ctx, &action, tool, resolve)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)
+	case recorded == nil:
+		return ctrl.Result{}, fmt.Errorf("ToolAction %s changed while resolution %s was applied; applying it again", action.Name, resolution.Name)
 	}
-	r.Recorder.Eventf(next, &resolution, corev1.EventTypeNormal, ReasonResolved, "Resolve", message)
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 }
 

@@ -1,12 +1,14 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/adapter"
@@ -20,9 +22,10 @@ type transition struct {
 	events []report
 	// requeueAfter brings the action back, as a lookup or retry scheduled.
 	requeueAfter time.Duration
-	// claim is the attempt whose outcome this records. On a conflict the
-	// record is read again and the transition reapplied while the claim holds.
-	claim *v1alpha1.ExecutorClaim
+	// reapplyWhile, when set, makes the transition survive changes made to
+	// the record meanwhile (labels, annotations): on a conflict the record is
+	// read again and the transition reapplied while reapplyWhile holds for it.
+	reapplyWhile func(latest *v1alpha1.ToolAction) bool
 	// retry is returned once the transition is written, so that the action
 	// comes back with backoff (it waits for something outside the ledger).
 	retry error
@@ -31,6 +34,8 @@ type transition struct {
 // report is an event of a transition.
 type report struct {
 	eventType, reason, action, message string
+	// related is the object that caused the transition, if not the action.
+	related runtime.Object
 	// routine: a Normal event emitted only with SuccessEvents.
 	routine bool
 }
@@ -85,7 +90,7 @@ func (p rules) waiting(requestDigest, reason, message string) transition {
 	return transition{
 		apply:  func(a *v1alpha1.ToolAction) { setWaiting(a, p.now, requestDigest, reason, message) },
 		events: []report{warning(reason, "Wait", message)},
-		retry:  fmt.Errorf("%s", message),
+		retry:  errors.New(message),
 	}
 }
 
@@ -132,6 +137,26 @@ func (p rules) lookupScheduled(a *v1alpha1.ToolAction, delay time.Duration, look
 	}
 }
 
+// resolved applies a human's finding; p.by names the resolution.
+func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
+	message := fmt.Sprintf("resolved as %s by ToolResolution %s: %s", resolution.Spec.Outcome, resolution.Name, resolution.Spec.Reason)
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			switch resolution.Spec.Outcome {
+			case v1alpha1.ResolvedSucceeded:
+				setSucceeded(a, p.now, p.by, ReasonResolved, adapter.Outcome{ExternalRef: resolution.Spec.ExternalRef})
+			case v1alpha1.ResolvedFailed:
+				setFailed(a, p.now, p.by, v1alpha1.ErrorClassOutcomeUnknown, ReasonResolved, message)
+			case v1alpha1.ResolvedRetrySafe:
+				setRetryScheduled(a, p.now, p.now, p.by, ReasonResolved, message)
+			}
+			// Keep the operator's words in the history whatever the outcome.
+			a.Status.History[len(a.Status.History)-1].Message = truncate(message, maxHistoryMessage)
+		},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, action: "Resolve", message: message, related: resolution}},
+	}
+}
+
 // The transitions below record the outcome of a claimed attempt.
 
 func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome) transition {
@@ -145,9 +170,9 @@ func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome)
 		events = append(events, warning(ReasonIncompleteResponse, "Dispatch", w))
 	}
 	return transition{
-		apply:  func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonSucceeded, outcome) },
-		events: events,
-		claim:  claimed.Status.Claim,
+		apply:        func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonSucceeded, outcome) },
+		events:       events,
+		reapplyWhile: holdingClaim(claimed),
 	}
 }
 
@@ -187,7 +212,32 @@ func (p rules) attemptOutcome(claimed *v1alpha1.ToolAction, reason, message stri
 		apply:        apply,
 		events:       []report{warning(reason, "Dispatch", fmt.Sprintf("attempt %d: %s", claimed.Status.Attempts, message))},
 		requeueAfter: requeue,
-		claim:        claimed.Status.Claim,
+		reapplyWhile: holdingClaim(claimed),
+	}
+}
+
+// holdingClaim: an attempt's outcome is recorded while the record is still
+// this attempt's: Executing under its claim, or Unknown because the claim
+// lapsed meanwhile, in which case this attempt's answer settles what the
+// lapse left open.
+func holdingClaim(claimed *v1alpha1.ToolAction) func(*v1alpha1.ToolAction) bool {
+	claim := claimed.Status.Claim
+	return func(latest *v1alpha1.ToolAction) bool {
+		current, phase := latest.Status.Claim, latest.Status.Phase
+		return (phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown) &&
+			current != nil && claim != nil && current.Executor == claim.Executor && current.Attempt == claim.Attempt
+	}
+}
+
+// compensatedBy records on the original that a compensation succeeded; a
+// concurrent change of the original does not lose it.
+func (p rules) compensatedBy(compensation *v1alpha1.ToolAction) transition {
+	name := compensation.Name
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) { setCompensatedBy(a, p.now, p.by, name) },
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonCompensated, action: "Compensate", related: compensation,
+			message: "compensated by ToolAction " + name + "; the original effect happened and stays recorded"}},
+		reapplyWhile: func(latest *v1alpha1.ToolAction) bool { return !slices.Contains(latest.Status.CompensatedBy, name) },
 	}
 }
 

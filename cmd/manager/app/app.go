@@ -210,6 +210,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("toolledger"),
 		Clock:     opts.Clock,
+		Actions:   reconciler,
 	}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
