@@ -283,7 +283,8 @@ func (c IdempotencyClass) Hints() MCPHints {
 // Condition type of a Tool.
 const (
 	// ConditionToolReady is True when the tool can be used: its schema
-	// compiles and its Secret and key exist.
+	// compiles and its adapter's own checks pass (for http: its URLs, and
+	// that its Secret and key exist).
 	ConditionToolReady = "Ready"
 )
 
