@@ -43,7 +43,11 @@ func TestReportGolden(t *testing.T) {
 
 func render(t *testing.T, b *bench) string {
 	t.Helper()
-	return b.report()
+	page, err := b.report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page
 }
 
 // firstDifference shows the first line on which got and want differ.
