@@ -544,7 +544,11 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if err := b.plot(pngPath); err != nil {
 		return fmt.Errorf("cannot draw the plot: %w", err)
 	}
-	if err := os.WriteFile(mdPath, []byte(b.report()), 0o644); err != nil {
+	page, err := b.report()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(mdPath, []byte(page), 0o644); err != nil {
 		return err
 	}
 	b.logf("wrote %s and %s in %s", mdPath, pngPath, b.results.Wall.Round(time.Second))

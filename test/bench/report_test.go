@@ -1,0 +1,267 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "write testdata/*.golden.md from the current renderer")
+
+// TestReportGolden renders fixed results and compares them with the
+// reviewed pages, so that any change to the rendering shows as a change to
+// a golden file. Each fixture takes other branches of the report.
+func TestReportGolden(t *testing.T) {
+	for name, b := range map[string]*bench{
+		"report":          fullBench(),
+		"report-smoke":    smokeBench(),
+		"report-verdicts": verdictsBench(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := render(t, b)
+			path := filepath.Join("testdata", name+".golden.md")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("the report differs from %s (-update rewrites it): %s", path, firstDifference(got, string(want)))
+			}
+		})
+	}
+}
+
+func render(t *testing.T, b *bench) string {
+	t.Helper()
+	page, err := b.report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page
+}
+
+// firstDifference shows the first line on which got and want differ.
+func firstDifference(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	line := func(lines []string, i int) string {
+		if i < len(lines) {
+			return lines[i]
+		}
+		return "(end of the page)"
+	}
+	for i := range max(len(g), len(w)) {
+		if line(g, i) != line(w, i) {
+			return fmt.Sprintf("line %d:\n got: %s\nwant: %s", i+1, line(g, i), line(w, i))
+		}
+	}
+	return "no line differs"
+}
+
+func msec(ms float64) time.Duration { return time.Duration(ms * float64(time.Millisecond)) }
+
+// sampleRun is a pooled load run at throughput tp whose rounds spread ±15%
+// around it, with a p99 of p99 ms.
+func sampleRun(concurrency, rounds int, tp, p99 float64) runSummary {
+	return runSummary{
+		Concurrency: concurrency, Throughput: tp, ThroughputMin: tp * 0.85, ThroughputMax: tp * 1.15, Rounds: rounds,
+		P50: msec(p99 / 4), P95: msec(p99 * 0.8), P99: msec(p99), Samples: int(tp * 6), Completed: int(tp * 6), Total: int(tp * 8),
+		WritesPerOp: 3, RequestsPerOp: 3.01, ConflictsPerOp: 0.02, EventWritesPerOp: 0, ReconcilesPerOp: 1.04,
+		CPUPerOp: processCPU{APIServer: 12.84, Etcd: 1.17, Harness: 2.37},
+	}
+}
+
+// scaled is r with its throughput multiplied by f.
+func scaled(r runSummary, f float64) runSummary {
+	r.Throughput, r.ThroughputMin, r.ThroughputMax = r.Throughput*f, r.ThroughputMin*f, r.ThroughputMax*f
+	return r
+}
+
+// allVariants are the configurations of a full run, in the order main
+// runs them: the shipped manager's first.
+func allVariants() []variant {
+	return []variant{
+		{ID: "base", Workers: 8, Baseline: true},
+		{ID: "manifest", Workers: 8, Manifest: true},
+		{ID: "manifest-nopolicy", Workers: 8, Manifest: true, NoPolicy: true},
+		{ID: "sdk-nopolicy", Workers: 8, NoPolicy: true},
+		{ID: "watch-per-invoke", Workers: 8, WatchPerInvoke: true},
+		{ID: "w32", Workers: 32},
+		{ID: "events", Workers: 8, SuccessEvents: true},
+	}
+}
+
+// levels measures every variant from concurrency 8 up; gains are each
+// variant's throughput relative to the shipped one.
+func levels(rounds int, gains map[string]float64, shared ...int) []levelResult {
+	var out []levelResult
+	for i, c := range []int{1, 8, 32, 128} {
+		tp := 60 + 5*float64(i)
+		base := sampleRun(c, rounds, tp, 40*float64(c)+4)
+		l := levelResult{Concurrency: c, Ceiling3: scaled(base, 1.12), Ceiling4: scaled(base, 0.9),
+			Toolledger: map[string]runSummary{"base": base}}
+		l.Ceiling4.WritesPerOp = 4
+		l.Ceiling3.CPUPerOp, l.Ceiling4.CPUPerOp = processCPU{APIServer: 11.22, Etcd: 1.1, Harness: 0.98}, processCPU{APIServer: 14.9, Etcd: 1.5, Harness: 1.3}
+		if c >= 8 {
+			for id, g := range gains {
+				run := scaled(base, g)
+				switch id {
+				case "events":
+					run.EventWritesPerOp = 1
+				case "watch-per-invoke":
+					run.RequestsPerOp = 4.02
+				}
+				l.Toolledger[id] = run
+			}
+		}
+		for _, s := range shared {
+			if s == c {
+				ceiling, shipped := scaled(base, 1.8), scaled(base, 1.4)
+				shipped.CPUPerOp.Harness = 3.1
+				l.SharedCeiling3, l.SharedToolledger = &ceiling, &shipped
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func fullSettings() settings {
+	return settings{
+		Warmup: 2 * time.Second, Measure: 6 * time.Second, Rounds: 3, MaxOtherLoad: 0.2, SplitCPUs: true,
+		Workers: 8, TuneMinConcurrency: 8, LatencyLoad: 0.5, LatencyDuration: 30 * time.Second,
+		WritesActions: 300, Duplicates: 200, RecoveryActions: 1000, RecoveryWorkers: 64,
+		RecoveryDelay: 2 * time.Second, RecoveryLeaseGrace: 30 * time.Second, RecoveryKillAt: 0.3,
+		MemorySteps: []int{1000, 50000}, MemoryCreateConcurrency: 32, MemoryGCWait: 130 * time.Second,
+	}
+}
+
+func fullMachine() machine {
+	return machine{CPUs: 2, CPUModel: "Intel(R) Xeon(R) Processor", MemoryGiB: 23.5, GoVersion: "go1.26.8", OS: "linux/amd64",
+		Kernel: "6.18.44", Kubernetes: "v1.37.2", Etcd: "v3.7.0", Date: "2026-11-30 22:50 UTC"}
+}
+
+func latencyRuns() []*latencyResult {
+	fresh := &latencyResult{State: "only this run's actions stored", MaxThroughput: 75, MaxAt: 32, Load: 0.5, Rate: 37.5,
+		Offered: 1125, Samples: 1050, P50: msec(18.4), P95: msec(73.2), P99: msec(101.3), Achieved: 37.4,
+		Ceiling:      openLoopSummary{Samples: 1049, P50: msec(9.1), P95: msec(30.2), P99: msec(41.7)},
+		Plane:        planeLoad{ToolActions: 1125, HeapInuse: 310 << 20, GCs: 4, Seconds: 30},
+		CeilingPlane: planeLoad{ToolActions: 1125, CeilingObjects: 1125, HeapInuse: 330 << 20, GCs: 5, Seconds: 30}}
+	full := *fresh
+	full.State, full.P95, full.P99, full.Errors = "50k finished actions stored", msec(646.1), msec(835.2), 2
+	full.Plane = planeLoad{ToolActions: 52250, HeapInuse: 2.5 * (1 << 30), GCs: 3, Seconds: 30}
+	full.CeilingPlane = planeLoad{ToolActions: 52250, CeilingObjects: 1125, HeapInuse: 2.6 * (1 << 30), Seconds: 30}
+	return []*latencyResult{fresh, &full}
+}
+
+// writeRows are the request counts of a batch of 300 actions.
+func writeRows(finalizerUpdate bool) []writeRow {
+	const n = 300.0
+	rows := []writeRow{
+		{Verb: "APPLY", Resource: "toolactions", Code: "201", Count: n, PerAction: 1},
+		{Verb: "PUT", Resource: "toolactions", Subresource: "status", Code: "200", Count: 2 * n, PerAction: 2},
+		{Verb: "WATCH", Resource: "toolactions", Code: "200", Count: 3, PerAction: 3 / n},
+	}
+	if finalizerUpdate {
+		rows = append(rows, writeRow{Verb: "PUT", Resource: "toolactions", Code: "200", Count: n, PerAction: 1})
+	}
+	return rows
+}
+
+func fullWrites() *writesResult {
+	return &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 3, ConflictsPerAction: 0.01, EventWritesPerAct: 0,
+		EtcdWritesPerAction: 3.02, EtcdMetric: true, Rows: writeRows(false),
+		Manifest:         &writesVariant{Actions: 300, WritesPerAction: 3, Rows: writeRows(false)},
+		ManifestNoPolicy: &writesVariant{Actions: 300, WritesPerAction: 4, Rows: writeRows(true)}}
+}
+
+func fullRecovery() *recoveryResult {
+	return &recoveryResult{Actions: 1000, Workers: 64, Delay: 2 * time.Second, ToolTimeout: 5 * time.Second, LeaseGrace: 30 * time.Second,
+		KillAfter: msec(4213), TerminalAtKill: 314, ExecutingAtKill: 64, HeldDownstreamAtKill: 61, RestartGap: msec(812),
+		KillToAllTerminal: msec(36712), Total: msec(41020),
+		Phases:     map[string]int{"Succeeded": 1000},
+		Paths:      map[string]int{"Claimed → Succeeded": 936, "Claimed → LeaseExpired → Recovered": 64},
+		Duplicates: 0, Lost: 0, RefMismatch: 0, Requests: 1003, Lookups: 64, Effects: 1000}
+}
+
+func fullResults() results {
+	return results{
+		Machine: fullMachine(), SplitCPUs: true,
+		Levels: levels(3, map[string]float64{"manifest": 0.85, "manifest-nopolicy": 0.7, "sdk-nopolicy": 0.95,
+			"watch-per-invoke": 0.78, "w32": 0.8, "events": 0.97}, 8, 32),
+		Latency: latencyRuns(),
+		SweepPlanes: []planeLoad{{ToolActions: 4922, CeilingObjects: 2257, HeapInuse: 700 << 20},
+			{ToolActions: 3000, CeilingObjects: 1000, HeapInuse: 887.8 * (1 << 20)}},
+		Writes: fullWrites(),
+		Duplicate: &duplicateResult{Calls: 200, P50: msec(4.7), P95: msec(17), P99: msec(25.5), RequestsPerCall: 1, MaxRequests: 1,
+			EtcdMetric: true, VerbsSeen: []writeRow{
+				{Verb: "APPLY", Resource: "toolactions", Code: "200", Count: 200, PerAction: 1},
+				{Verb: "GET", Resource: "toolactions", Code: "200", Count: 400, PerAction: 2},
+			}},
+		Limiter:  &limiterResult{Concurrency: 8, QPS: 5, Burst: 10, Limited: sampleRun(8, 1, 5.1, 1900), Unlimited: sampleRun(8, 1, 71.2, 250)},
+		Recovery: fullRecovery(),
+		Memory: []memoryStep{
+			{Present: 1000, Created: 1000, CreateTime: msec(8200), SettleTime: msec(3400), HeapLive: 5.3e6, HeapInuse: 7e6, RSS: 40e6,
+				AfterGC: true, GCWaited: msec(118000), HeapLiveAfterGC: 5.1e6, HeapInuseAfterGC: 6.8e6, RSSAfterGC: 41e6},
+			{Present: 50000, Created: 48700, CreateTime: msec(402000), SettleTime: msec(9100), HeapLive: 5.6e6, HeapInuse: 8e6, RSS: 42e6,
+				AfterGC: true, GCWaited: msec(96000), HeapLiveAfterGC: 10.98e6, HeapInuseAfterGC: 7.1e6, RSSAfterGC: 39.8e6},
+		},
+		SizesSDK: objectSizes{Namespace: "tl-writes", Sampled: 50, Bytes: 4210, ManagedFields: 1630, History: 610},
+		Failures: []string{"latency run (50k finished actions stored): 2 errors, first: context deadline exceeded", "create→Succeeded p99 835.2 ms > 250 ms"},
+		Wall:     29*time.Minute + 44*time.Second, SetupTime: msec(9300),
+		CPUBusy: 1749, CPUOurs: 1739, CPUKnown: true,
+		OtherLoad: []float64{0.01, 0.03, 0.02}, Repeated: 1, KeptBusy: 0,
+	}
+}
+
+// fullBench is a full run on two CPUs split between the control plane
+// and the rest, with every step and configuration, and failures.
+func fullBench() *bench {
+	return &bench{settings: fullSettings(), variants: allVariants(), layout: &cpuLayout{split: true, cpus: 2}, results: fullResults()}
+}
+
+// smokeBench is a one-level, one-round run on shared CPUs with none of the
+// optional steps and no failures.
+func smokeBench() *bench {
+	s := fullSettings()
+	s.Smoke, s.Rounds, s.SplitCPUs, s.MemoryGCWait, s.EtcdDir = true, 1, false, 0, "/var/tmp/bench"
+	base := sampleRun(4, 1, 41.3, 52)
+	r := results{
+		Machine: machine{CPUs: 2, MemoryGiB: 7.8, GoVersion: "go1.26.8", OS: "linux/arm64", Kubernetes: "v1.37.2", Etcd: "v3.7.0", Date: "2026-12-01 08:00 UTC"},
+		Levels:  []levelResult{{Concurrency: 4, Ceiling3: scaled(base, 1.2), Ceiling4: scaled(base, 1.1), Toolledger: map[string]runSummary{"base": base}}},
+		Latency: []*latencyResult{{State: "only this run's actions stored", MaxThroughput: 41.3, MaxAt: 4, Load: 0.5, Rate: 20.65,
+			Offered: 62, Samples: 55, P50: msec(21), P95: msec(60.4), P99: msec(270.9), Achieved: 20.1}},
+		Memory: []memoryStep{{Present: 100, Created: 100, CreateTime: msec(1500), SettleTime: msec(3100), HeapLive: 3.2e6, HeapInuse: 5e6, RSS: 30e6}},
+		Wall:   3*time.Minute + 12*time.Second, SetupTime: msec(8100),
+	}
+	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
+}
+
+// verdictsBench takes the other verdicts of the tuning section: more
+// workers faster, events beyond the noise, the watch change within it,
+// writes not at the ceiling's, no manifest configurations, memory readings
+// without a GC, on four CPUs.
+func verdictsBench() *bench {
+	s := fullSettings()
+	s.Rounds = 2
+	variants := []variant{allVariants()[0], allVariants()[4], {ID: "w16", Workers: 16}, allVariants()[6]}
+	r := fullResults()
+	r.Machine.CPUs = 4
+	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})
+	r.Levels[0].Ceiling3 = scaled(r.Levels[0].Ceiling3, 1.3)
+	r.SweepPlanes, r.OtherLoad, r.Failures, r.Limiter, r.SizesSDK = nil, nil, nil, nil, objectSizes{}
+	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true)}
+	r.Duplicate.EtcdMetric, r.Duplicate.RVChanged, r.Duplicate.NotDeduplicated = false, 1, 2
+	r.Recovery.Lost, r.Recovery.TimedOut = 1, true
+	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
+	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
+}
