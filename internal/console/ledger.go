@@ -6,11 +6,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 const (
@@ -31,16 +30,9 @@ type ledger struct {
 }
 
 func newLedger(cfg *rest.Config) (*ledger, error) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("cannot register the toolledger API types: %w", err)
-	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.GroupVersion = &v1alpha1.GroupVersion
-	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	rest.AddUserAgent(cfg, "kubectl-toolledger")
-	client, err := rest.RESTClientFor(cfg)
+	client, err := sdk.NewRESTClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot build a client for %s: %w", v1alpha1.GroupVersion, err)
 	}
