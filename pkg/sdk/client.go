@@ -135,7 +135,7 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 		return nil, err
 	}
 	outcome := newOutcome(action, deduplicated)
-	if settled(outcome.Phase) {
+	if outcome.Phase.IsSettled() {
 		c.leave(early)
 		return outcome, nil
 	}

@@ -110,7 +110,7 @@ func (f *follower) observe(o observation) (bool, error) {
 	}
 	f.outcome = newOutcome(o.action, f.outcome.Deduplicated)
 	f.resourceVersion = o.resourceVersion
-	return settled(f.outcome.Phase), nil
+	return f.outcome.Phase.IsSettled(), nil
 }
 
 // newer reports whether resourceVersion a comes after b. Kubernetes

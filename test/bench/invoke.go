@@ -114,7 +114,7 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 	}
 	rv := action.ResourceVersion
 	for range 100 { // a watch the server ends is resumed; bounded anyway
-		if settledPhase(action.Status.Phase) {
+		if action.Status.Phase.IsSettled() {
 			break
 		}
 		w, err := f.rest.Get().Namespace(namespace).Resource("toolactions").
@@ -131,7 +131,7 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 			}
 			if a, ok := event.Object.(*v1alpha1.ToolAction); ok {
 				action, rv = *a, a.ResourceVersion
-				if settledPhase(a.Status.Phase) {
+				if a.Status.Phase.IsSettled() {
 					break
 				}
 			}
@@ -145,8 +145,4 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 		return fmt.Errorf("toolaction %s/%s settled as %q", namespace, key, action.Status.Phase)
 	}
 	return nil
-}
-
-func settledPhase(p v1alpha1.Phase) bool {
-	return p.IsTerminal() || p == v1alpha1.PhaseEscalated
 }

@@ -310,7 +310,7 @@ func trackNamespace(ctx context.Context, c *cluster, ns string) (func() (termina
 		}
 		for i := range list.Items {
 			switch p := list.Items[i].Status.Phase; {
-			case settledPhase(p):
+			case p.IsSettled():
 				terminal++
 			case p == v1alpha1.PhaseExecuting:
 				executing++

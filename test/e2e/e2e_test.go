@@ -173,16 +173,11 @@ func (s *suite) invokeAll(ctx context.Context, tr *trial, keys []string, wg *syn
 				tr.violation(key, "the agent got no outcome: %v", err)
 				return
 			}
-			if out.Phase != v1alpha1.PhaseSucceeded && out.Phase != v1alpha1.PhaseFailed && out.Phase != v1alpha1.PhaseEscalated {
+			if !out.Phase.IsSettled() {
 				tr.violation(key, "Invoke returned unsettled phase %q", out.Phase)
 			}
 		})
 	}
-}
-
-// settled reports whether a phase ends the automatic handling of an action.
-func settled(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseEscalated
 }
 
 // settleTimeout bounds the wait, after a scenario's load, for every intent
@@ -207,7 +202,7 @@ func (s *suite) waitSettled(trials []*trial, timeout time.Duration) {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
 			for _, key := range tr.keys {
-				if !settled(phases[key]) {
+				if !phases[key].IsSettled() {
 					return false
 				}
 			}

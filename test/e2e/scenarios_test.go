@@ -657,7 +657,7 @@ func (s *suite) snapshot(tr *trial) (map[string]map[stage]int, error) {
 		key := a.Namespace + "/" + a.Name
 		claim := a.Status.Claim
 		switch {
-		case claim == nil && !settled(a.Status.Phase):
+		case claim == nil && !a.Status.Phase.IsSettled():
 			count("", stageUnclaimed)
 		case a.Status.Phase != v1alpha1.PhaseExecuting || claim == nil:
 		case st.Requests[key] < int(a.Status.Attempts):
