@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -41,12 +42,7 @@ func newLedger(cfg *rest.Config) (*ledger, error) {
 
 // getAction reads one ToolAction; a missing one is reported in plain words.
 func (l *ledger) getAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
-	var action v1alpha1.ToolAction
-	err := l.rest.Get().Namespace(namespace).Resource(resourceActions).Name(name).Do(ctx).Into(&action)
-	if err != nil {
-		return nil, describeGetError(err, "ToolAction", namespace, name)
-	}
-	return &action, nil
+	return getObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
 // listActions reads the ToolActions of a namespace ("" for all) that match
@@ -72,12 +68,20 @@ func (l *ledger) listActions(ctx context.Context, namespace, fieldSelector strin
 }
 
 func (l *ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
-	var resolution v1alpha1.ToolResolution
-	err := l.rest.Get().Namespace(namespace).Resource(resourceResolutions).Name(name).Do(ctx).Into(&resolution)
-	if err != nil {
-		return nil, describeGetError(err, "ToolResolution", namespace, name)
+	return getObject[v1alpha1.ToolResolution](ctx, l, resourceResolutions, "ToolResolution", namespace, name)
+}
+
+// getObject reads the object of a resource into a new T, which the kind
+// names in errors.
+func getObject[T any, PT interface {
+	*T
+	runtime.Object
+}](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
+	object := PT(new(T))
+	if err := l.rest.Get().Namespace(namespace).Resource(resource).Name(name).Do(ctx).Into(object); err != nil {
+		return nil, describeGetError(err, kind, namespace, name)
 	}
-	return &resolution, nil
+	return object, nil
 }
 
 func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
