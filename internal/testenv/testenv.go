@@ -1,8 +1,8 @@
 // Package testenv starts what the test harnesses share: a real
 // kube-apiserver and etcd with toolledger's CRDs installed, the demo
 // downstream, toolledger managers, and the Tools they call. The envtest
-// suites, the end-to-end suite and the benchmarks use it; no production
-// binary does.
+// suites, the end-to-end suite and the benchmarks use it; of the commands,
+// only the local runner toolledger-dev does, for ApplyFile.
 package testenv
 
 import (
