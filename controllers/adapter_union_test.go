@@ -9,7 +9,7 @@ import (
 
 var _ = Describe("The adapter union", func() {
 	It("refuses a Tool that names no adapter, with a message that says so", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		manifest := writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: Tool
 metadata: {name: nothing, namespace: %s}

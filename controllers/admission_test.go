@@ -46,7 +46,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 
 	It("gives a manifest its finalizer at creation, so the controller writes only the claim and the outcome", func() {
 		ctx := context.Background()
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
 		// The API server loads a new policy within moments; a server-side
 		// dry run shows when it applies.
@@ -61,7 +61,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(ContainSubstring(v1alpha1.Finalizer), "the finalizer is there from the first version")
 
-		done := waitForPhase(ns, "order-4004", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-4004", v1alpha1.PhaseSucceeded)
 		Expect(controllerUpdates(done)).To(BeEmpty(), "no write besides the create, the claim and the outcome")
 		Expect(downstream.Effects(keyOf(ns, "order-4004"))).To(Equal(1))
 
@@ -69,7 +69,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 		// the same manifest again, as a GitOps sync does, keeps it.
 		out, err = kubectl("apply", "--server-side", "-f", manifest)
 		Expect(err).NotTo(HaveOccurred(), out)
-		Expect(get(ns, "order-4004").Finalizers).To(ContainElement(v1alpha1.Finalizer))
+		Expect(env.Get(ns, "order-4004").Finalizers).To(ContainElement(v1alpha1.Finalizer))
 
 		Expect(k8s.Delete(ctx, done)).To(Succeed())
 		Eventually(func() bool {
@@ -78,7 +78,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 	})
 
 	It("leaves a finalizer list that already has it as it is", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
 		manifest := strings.Replace(chargeManifest(ns, "order-4005", 4005), "  namespace: "+ns+"\n",
 			"  namespace: "+ns+"\n  finalizers: [example.com/keep, "+v1alpha1.Finalizer+"]\n", 1)
@@ -90,7 +90,7 @@ var _ = Describe("The outcome finalizer admission policy (config/admission)", Or
 
 var _ = Describe("A manifest without the admission policy", func() {
 	It("gets its finalizer from the controller, with one more write", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
 		manifest := writeManifest(chargeManifest(ns, "order-4006", 4006))
 		// The policy of the spec above may still be unloading.
@@ -100,7 +100,7 @@ var _ = Describe("A manifest without the admission policy", func() {
 		}).Should(BeEmpty())
 		out, err := kubectl("apply", "--server-side", "-f", manifest)
 		Expect(err).NotTo(HaveOccurred(), out)
-		done := waitForPhase(ns, "order-4006", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-4006", v1alpha1.PhaseSucceeded)
 		Expect(done.Finalizers).To(ContainElement(v1alpha1.Finalizer))
 		Expect(controllerUpdates(done)).To(HaveLen(1))
 	})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 var _ = Describe("The manager's cache", func() {
@@ -27,13 +28,13 @@ var _ = Describe("The manager's cache", func() {
 		// The ToolAction informer starts on first use, once the cache runs.
 		Eventually(func() error { return informers.List(ctx, &v1alpha1.ToolActionList{}) }).Should(Succeed())
 
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
-		newTool(ns, func(t *v1alpha1.Tool) { t.Name, t.Spec.ApprovalRequired = "charge-approved", true })
+		createTool(ns, "charge-approved", testenv.WithApprovalRequired())
 		Expect(k8s.Create(ctx, newAction(ns, "order-held", "charge-approved", charge(1)))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "order-finished", "charge", charge(2)))).To(Succeed())
-		waitForPhase(ns, "order-finished", v1alpha1.PhaseSucceeded)
-		Expect(waitForPhase(ns, "order-held", v1alpha1.PhaseAccepted).ManagedFields).NotTo(BeEmpty())
+		env.WaitForPhase(ns, "order-finished", v1alpha1.PhaseSucceeded)
+		Expect(env.WaitForPhase(ns, "order-held", v1alpha1.PhaseAccepted).ManagedFields).NotTo(BeEmpty())
 
 		Eventually(func(g Gomega) {
 			var cached v1alpha1.ToolActionList

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -35,28 +36,23 @@ const chargeSchema = `{
 }`
 
 var _ = Describe("The tool contract", func() {
-	var (
-		ctx context.Context
-		ns  string
-	)
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newTenant()
-	})
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = env.NewTenant() })
 
 	It("fails parameters that violate the schema before anything is sent, naming the field", func() {
-		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(chargeSchema)} })
+		newTool(ns, testenv.WithParametersSchema(chargeSchema))
 		Expect(k8s.Create(ctx, newAction(ns, "order-bad-currency", "charge",
 			params(map[string]any{"amount": 100, "currency": "GBP"})))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "order-extra", "charge",
 			params(map[string]any{"amount": 0, "currency": "EUR", "tip": 5})))).To(Succeed())
 
-		bad := waitForPhase(ns, "order-bad-currency", v1alpha1.PhaseFailed)
+		bad := env.WaitForPhase(ns, "order-bad-currency", v1alpha1.PhaseFailed)
 		Expect(bad.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 		Expect(bad.Status.Error.Reason).To(Equal("InvalidParameters"))
 		Expect(bad.Status.Error.Message).To(Equal(`spec.parameters.currency: Unsupported value: "GBP": supported values: "EUR", "USD"`))
 
-		extra := waitForPhase(ns, "order-extra", v1alpha1.PhaseFailed)
+		extra := env.WaitForPhase(ns, "order-extra", v1alpha1.PhaseFailed)
 		Expect(extra.Status.Error.Message).To(ContainSubstring("spec.parameters.amount: Invalid value: 0: amount in body should be greater than or equal to 1"))
 		Expect(extra.Status.Error.Message).To(ContainSubstring(`spec.parameters: Invalid value: "tip": .tip in body is a forbidden property`))
 
@@ -66,9 +62,7 @@ var _ = Describe("The tool contract", func() {
 	})
 
 	It("digests only the consequential fields, while the key still pins the whole request", func() {
-		newTool(ns, func(t *v1alpha1.Tool) {
-			t.Spec.ConsequentialFields = []string{"/amount", "/currency", "/customer"}
-		})
+		newTool(ns, testenv.WithConsequentialFields("/amount", "/currency", "/customer"))
 		withMemo := func(memo string) map[string]apiextensionsv1.JSON {
 			return params(map[string]any{"amount": 900, "currency": "EUR", "customer": "cus_42", "memo": memo})
 		}
@@ -76,9 +70,9 @@ var _ = Describe("The tool contract", func() {
 		Expect(k8s.Create(ctx, newAction(ns, "order-b", "charge", withMemo("re-derived after compaction")))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "order-c", "charge",
 			params(map[string]any{"amount": 901, "currency": "EUR", "customer": "cus_42", "memo": "first try"})))).To(Succeed())
-		a := waitForPhase(ns, "order-a", v1alpha1.PhaseSucceeded)
-		b := waitForPhase(ns, "order-b", v1alpha1.PhaseSucceeded)
-		c := waitForPhase(ns, "order-c", v1alpha1.PhaseSucceeded)
+		a := env.WaitForPhase(ns, "order-a", v1alpha1.PhaseSucceeded)
+		b := env.WaitForPhase(ns, "order-b", v1alpha1.PhaseSucceeded)
+		c := env.WaitForPhase(ns, "order-c", v1alpha1.PhaseSucceeded)
 		Expect(a.Status.RequestDigest).To(Equal(b.Status.RequestDigest), "a memo is not part of the intent")
 		Expect(c.Status.RequestDigest).NotTo(Equal(a.Status.RequestDigest), "the amount is")
 
@@ -93,15 +87,8 @@ var _ = Describe("The tool contract", func() {
 
 	It("publishes whether a tool can be used, and its MCP hints", func() {
 		newTool(ns)
-		newTool(ns, func(t *v1alpha1.Tool) {
-			t.Name = "charge-locked"
-			t.Spec.IdempotencyClass = v1alpha1.NonRepeatable
-			t.Spec.HTTP.AuthHeader = &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "missing", Key: "token"}}
-		})
-		newTool(ns, func(t *v1alpha1.Tool) {
-			t.Name = "charge-badschema"
-			t.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(`{"type": "object", "properties": {"amount": {"type": "money"}}}`)}
-		})
+		createTool(ns, "charge-locked", testenv.WithClass(v1alpha1.NonRepeatable), testenv.WithAuthSecret("missing", "token"))
+		createTool(ns, "charge-badschema", testenv.WithParametersSchema(`{"type": "object", "properties": {"amount": {"type": "money"}}}`))
 
 		Eventually(func(g Gomega) {
 			ready := toolCondition(g, ns, "charge")
@@ -133,9 +120,9 @@ var _ = Describe("The tool contract", func() {
 	})
 
 	It("holds every action of a tool that requires approval, without a dispatch", func() {
-		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.ApprovalRequired = true })
+		newTool(ns, testenv.WithApprovalRequired())
 		Expect(k8s.Create(ctx, newAction(ns, "order-approve", "charge", charge(5000)))).To(Succeed())
-		waiting := waitForPhase(ns, "order-approve", v1alpha1.PhaseAccepted)
+		waiting := env.WaitForPhase(ns, "order-approve", v1alpha1.PhaseAccepted)
 		approved := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionApproved)
 		Expect(approved).NotTo(BeNil())
 		Expect(approved.Status).To(Equal(metav1.ConditionFalse))
@@ -145,9 +132,9 @@ var _ = Describe("The tool contract", func() {
 	})
 
 	It("deletes a finished action once its key retention has passed", func() {
-		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.KeyRetention = &metav1.Duration{Duration: 2 * time.Second} })
+		newTool(ns, testenv.WithKeyRetention(2*time.Second))
 		Expect(k8s.Create(ctx, newAction(ns, "order-ttl", "charge", charge(11)))).To(Succeed())
-		done := waitForPhase(ns, "order-ttl", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-ttl", v1alpha1.PhaseSucceeded)
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(done), &v1alpha1.ToolAction{}))
 		}).Should(BeTrue())
@@ -157,12 +144,9 @@ var _ = Describe("The tool contract", func() {
 	It("deletes an action rejected before any dispatch once its key retention has passed", func() {
 		// Only the retention sweep sees this one: no executor finished it
 		// after a dispatch, and finished actions are not cached.
-		newTool(ns, func(t *v1alpha1.Tool) {
-			t.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(chargeSchema)}
-			t.Spec.KeyRetention = &metav1.Duration{Duration: time.Second}
-		})
+		newTool(ns, testenv.WithParametersSchema(chargeSchema), testenv.WithKeyRetention(time.Second))
 		Expect(k8s.Create(ctx, newAction(ns, "order-bad-ttl", "charge", params(map[string]any{"amount": -1})))).To(Succeed())
-		rejected := waitForPhase(ns, "order-bad-ttl", v1alpha1.PhaseFailed)
+		rejected := env.WaitForPhase(ns, "order-bad-ttl", v1alpha1.PhaseFailed)
 		Expect(rejected.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 		Eventually(func() bool {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(rejected), &v1alpha1.ToolAction{}))
@@ -171,13 +155,13 @@ var _ = Describe("The tool contract", func() {
 	})
 
 	It("sends the same key in two tenants as two intents with two Idempotency-Keys", func() {
-		other := newTenant()
+		other := env.NewTenant()
 		newTool(ns)
 		newTool(other)
 		Expect(k8s.Create(ctx, newAction(ns, "order-shared", "charge", charge(10)))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(other, "order-shared", "charge", charge(10)))).To(Succeed())
-		first := waitForPhase(ns, "order-shared", v1alpha1.PhaseSucceeded)
-		second := waitForPhase(other, "order-shared", v1alpha1.PhaseSucceeded)
+		first := env.WaitForPhase(ns, "order-shared", v1alpha1.PhaseSucceeded)
+		second := env.WaitForPhase(other, "order-shared", v1alpha1.PhaseSucceeded)
 
 		Expect(first.Status.IdempotencyKey).To(Equal(ns + "/order-shared"))
 		Expect(second.Status.IdempotencyKey).To(Equal(other + "/order-shared"))
@@ -201,14 +185,7 @@ var _ = Describe("ClusterTools", func() {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1alpha1.ClusterToolSpec{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"toolledger.dev/tier": "gold"}},
-				ToolSpec: v1alpha1.ToolSpec{
-					Operation: "payments.charge", Version: "v1", IdempotencyClass: v1alpha1.KeyProtected,
-					HTTP: &v1alpha1.HTTPAdapter{
-						URL:      httpServer.URL + "/charges",
-						Timeout:  &metav1.Duration{Duration: 5 * time.Second},
-						Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"},
-					},
-				},
+				ToolSpec:          testenv.NewTool("", name, env.DownstreamURL+"/charges", testenv.WithTimeout(5*time.Second)).Spec,
 			},
 		}
 		Expect(k8s.Create(ctx, clusterTool)).To(Succeed())
@@ -222,10 +199,10 @@ var _ = Describe("ClusterTools", func() {
 		Expect(k8s.Create(ctx, viaClusterTool(gold.Name, "order-gold"))).To(Succeed())
 		Expect(k8s.Create(ctx, viaClusterTool(plain.Name, "order-plain"))).To(Succeed())
 
-		waitForPhase(gold.Name, "order-gold", v1alpha1.PhaseSucceeded)
+		env.WaitForPhase(gold.Name, "order-gold", v1alpha1.PhaseSucceeded)
 		Expect(downstream.Effects(keyOf(gold.Name, "order-gold"))).To(Equal(1))
 
-		denied := waitForPhase(plain.Name, "order-plain", v1alpha1.PhaseFailed)
+		denied := env.WaitForPhase(plain.Name, "order-plain", v1alpha1.PhaseFailed)
 		Expect(denied.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDenied))
 		Expect(denied.Status.Error.Reason).To(Equal("ToolNotAdmitted"))
 		Expect(denied.Status.Error.Message).To(Equal(`clustertool "` + name + `" does not admit namespace "` + plain.Name + `"`))
@@ -233,7 +210,7 @@ var _ = Describe("ClusterTools", func() {
 
 		// A namespaced Tool of the same name is not a ClusterTool.
 		Expect(k8s.Create(ctx, newAction(plain.Name, "order-wrong-kind", name, charge(1)))).To(Succeed())
-		wrong := waitForPhase(plain.Name, "order-wrong-kind", v1alpha1.PhaseFailed)
+		wrong := env.WaitForPhase(plain.Name, "order-wrong-kind", v1alpha1.PhaseFailed)
 		Expect(wrong.Status.Error.Reason).To(Equal("ToolNotFound"))
 	})
 })
@@ -241,7 +218,7 @@ var _ = Describe("ClusterTools", func() {
 var _ = Describe("Tenancy", func() {
 	It("confines an agent's service account to its own namespace and keeps it off the catalog", func() {
 		ctx := context.Background()
-		home, away := newTenant(), newTenant()
+		home, away := env.NewTenant(), env.NewTenant()
 		role := loadClusterRole("role_agent.yaml", home)
 		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "agents"},
@@ -256,7 +233,7 @@ var _ = Describe("Tenancy", func() {
 		Eventually(func() error {
 			return agent.Create(ctx, newAction(home, "order-home", "charge", charge(2)))
 		}).Should(Succeed(), "the binding takes effect")
-		waitForPhase(home, "order-home", v1alpha1.PhaseSucceeded)
+		env.WaitForPhase(home, "order-home", v1alpha1.PhaseSucceeded)
 
 		// The role is enough for the SDK's one-request invoke.
 		agentConfig := rest.CopyConfig(cfg)
@@ -286,11 +263,8 @@ var _ = Describe("Tenancy", func() {
 		forbidden(agent.Create(ctx, newAction(away, "order-sneaky", "charge", charge(1))), "create in another namespace")
 		_, err = agent.Watch(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(away))
 		forbidden(err, "watch in another namespace")
-		forbidden(agent.Create(ctx, &v1alpha1.Tool{
-			ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "my-own-url"},
-			Spec: v1alpha1.ToolSpec{Operation: "x", Version: "v1", IdempotencyClass: v1alpha1.ReadOnly,
-				HTTP: &v1alpha1.HTTPAdapter{URL: "http://127.0.0.1:1/"}},
-		}), "create a Tool")
+		forbidden(agent.Create(ctx, testenv.NewTool(home, "my-own-url", "http://127.0.0.1:1/",
+			testenv.WithOperation("x"), testenv.WithClass(v1alpha1.ReadOnly))), "create a Tool")
 		own.Status.Phase = v1alpha1.PhaseFailed
 		forbidden(agent.Status().Update(ctx, &own), "write status")
 		forbidden(agent.Get(ctx, client.ObjectKey{Namespace: home, Name: "anything"}, &corev1.Secret{}), "read Secrets")

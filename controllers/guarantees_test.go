@@ -23,30 +23,23 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 var _ = Describe("Unknown outcomes", func() {
-	var (
-		ctx context.Context
-		ns  string
-	)
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = env.NewTenant() })
 
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newTenant()
-		downstream.ClearFaults()
-		DeferCleanup(downstream.ClearFaults)
-	})
-
-	short := func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: time.Second} }
-	compensatable := func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.Compensatable }
+	short := testenv.WithTimeout(time.Second)
+	compensatable := testenv.WithClass(v1alpha1.Compensatable)
 
 	It("retries under the same key when the lookup shows the request did not apply", func() {
 		newTool(ns, short, compensatable)
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropBeforeCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-absent", "charge", charge(100)))).To(Succeed())
 
-		done := waitForPhase(ns, "order-absent", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-absent", v1alpha1.PhaseSucceeded)
 		Expect(transitions(done)).To(Equal([]string{
 			"Executing/Executing", "Unknown/OutcomeUnknown", "Executing/AbsentByLookup", "Succeeded/Succeeded",
 		}))
@@ -57,14 +50,12 @@ var _ = Describe("Unknown outcomes", func() {
 	})
 
 	It("escalates when no lookup answers by the deadline, and a ToolResolution closes it", func() {
-		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) {
-			t.Spec.UnknownOutcomeDeadline = &metav1.Duration{Duration: 2 * time.Second}
-		})
+		newTool(ns, short, compensatable, testenv.WithUnknownOutcomeDeadline(2*time.Second))
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultLookupUnavailable, Count: 1000})
 		Expect(k8s.Create(ctx, newAction(ns, "order-dark", "charge", charge(200)))).To(Succeed())
 
-		escalated := waitForPhase(ns, "order-dark", v1alpha1.PhaseEscalated)
+		escalated := env.WaitForPhase(ns, "order-dark", v1alpha1.PhaseEscalated)
 		key := keyOf(ns, "order-dark")
 		Expect(escalated.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
 		Expect(escalated.Status.Error.Message).To(ContainSubstring("no lookup proved the outcome of attempt 1 within the tool's deadline of 2s"))
@@ -89,7 +80,7 @@ var _ = Describe("Unknown outcomes", func() {
 		Expect(out).NotTo(BeEmpty())
 
 		// Nothing moves an escalated action but a human.
-		Consistently(func() v1alpha1.Phase { return get(ns, "order-dark").Status.Phase }, time.Second, 100*time.Millisecond).
+		Consistently(func() v1alpha1.Phase { return env.Get(ns, "order-dark").Status.Phase }, time.Second, 100*time.Millisecond).
 			Should(Equal(v1alpha1.PhaseEscalated))
 
 		downstream.ClearFaults()
@@ -106,7 +97,7 @@ var _ = Describe("Unknown outcomes", func() {
 		}
 		Expect(k8s.Create(ctx, resolution)).To(Succeed())
 
-		done := waitForPhase(ns, "order-dark", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-dark", v1alpha1.PhaseSucceeded)
 		Expect(done.Status.ExternalRef).To(Equal(charged.ID))
 		Expect(transitions(done)).To(Equal([]string{
 			"Executing/Executing", "Unknown/OutcomeUnknown", "Escalated/OutcomeUnknown", "Succeeded/Resolved",
@@ -137,7 +128,7 @@ var _ = Describe("Unknown outcomes", func() {
 	It("refuses a resolution for an action whose outcome is known", func() {
 		newTool(ns)
 		Expect(k8s.Create(ctx, newAction(ns, "order-known", "charge", charge(5)))).To(Succeed())
-		waitForPhase(ns, "order-known", v1alpha1.PhaseSucceeded)
+		env.WaitForPhase(ns, "order-known", v1alpha1.PhaseSucceeded)
 		resolution := &v1alpha1.ToolResolution{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "too-late"},
 			Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-known", Outcome: v1alpha1.ResolvedFailed, Reason: "mistake"},
@@ -151,30 +142,30 @@ var _ = Describe("Unknown outcomes", func() {
 			g.Expect(applied.Status).To(Equal(metav1.ConditionFalse))
 			g.Expect(applied.Message).To(Equal(`ToolAction "order-known" is Succeeded; only Unknown or Escalated actions take a resolution`))
 		}).Should(Succeed())
-		Expect(get(ns, "order-known").Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(env.Get(ns, "order-known").Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 	})
 
 	It("escalates a NonRepeatable tool's unknown outcome at once and never sends again", func() {
 		// The tool's 5s timeout delays only lookups, never an escalation.
-		newTool(ns, func(t *v1alpha1.Tool) { t.Spec.IdempotencyClass = v1alpha1.NonRepeatable })
+		newTool(ns, testenv.WithClass(v1alpha1.NonRepeatable))
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-once", "charge", charge(300)))).To(Succeed())
 
-		Eventually(func() v1alpha1.Phase { return get(ns, "order-once").Status.Phase }, 4*time.Second).Should(Equal(v1alpha1.PhaseEscalated))
-		escalated := get(ns, "order-once")
+		Eventually(func() v1alpha1.Phase { return env.Get(ns, "order-once").Status.Phase }, 4*time.Second).Should(Equal(v1alpha1.PhaseEscalated))
+		escalated := env.Get(ns, "order-once")
 		Expect(escalated.Status.Error.Message).To(Equal("the outcome of attempt 1 is unknown and a NonRepeatable tool is never repeated or settled automatically; resolve it with a ToolResolution"))
 		Expect(escalated.Status.Lookups).To(Equal(int32(0)))
 		key := keyOf(ns, "order-once")
 		Consistently(func() int { return downstream.Requests(key) }, 2*time.Second, 100*time.Millisecond).Should(Equal(1))
-		Expect(get(ns, "order-once").Status.Phase).To(Equal(v1alpha1.PhaseEscalated))
+		Expect(env.Get(ns, "order-once").Status.Phase).To(Equal(v1alpha1.PhaseEscalated))
 	})
 
 	It("re-sends under the same key a KeyProtected tool's unknown outcome when it has no lookup", func() {
-		newTool(ns, short, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
+		newTool(ns, short, testenv.WithoutLookup())
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-keyed", "charge", charge(400)))).To(Succeed())
 
-		done := waitForPhase(ns, "order-keyed", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-keyed", v1alpha1.PhaseSucceeded)
 		key := keyOf(ns, "order-keyed")
 		charged, _ := downstream.Charge(key)
 		Expect(done.Status.ExternalRef).To(Equal(charged.ID), "the downstream replays the original charge")
@@ -188,15 +179,11 @@ var _ = Describe("Unknown outcomes", func() {
 	It("escalates, never fails, when retries run out after an attempt whose outcome was unknown", func() {
 		// The downstream holds the first request past the tool's timeout and
 		// answers every re-send under the same key "409 in progress".
-		newTool(ns, func(t *v1alpha1.Tool) {
-			t.Spec.HTTP.Lookup = nil
-			t.Spec.HTTP.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond}
-			t.Spec.Retry.MaxAttempts = 2
-		})
+		newTool(ns, testenv.WithoutLookup(), testenv.WithTimeout(300*time.Millisecond), testenv.WithMaxAttempts(2))
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 3 * time.Second, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-held", "charge", charge(460)))).To(Succeed())
 
-		escalated := waitForPhase(ns, "order-held", v1alpha1.PhaseEscalated)
+		escalated := env.WaitForPhase(ns, "order-held", v1alpha1.PhaseEscalated)
 		Expect(escalated.Status.Attempts).To(Equal(int32(2)))
 		Expect(escalated.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
 		Expect(escalated.Status.Error.Message).To(HavePrefix("all 2 attempts are used, but an earlier attempt's outcome was unknown and may have applied"))
@@ -205,10 +192,10 @@ var _ = Describe("Unknown outcomes", func() {
 	})
 
 	It("escalates a Compensatable tool's unknown outcome at once when it has no lookup", func() {
-		newTool(ns, short, compensatable, func(t *v1alpha1.Tool) { t.Spec.HTTP.Lookup = nil })
+		newTool(ns, short, compensatable, testenv.WithoutLookup())
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		Expect(k8s.Create(ctx, newAction(ns, "order-nolookup", "charge", charge(450)))).To(Succeed())
-		escalated := waitForPhase(ns, "order-nolookup", v1alpha1.PhaseEscalated)
+		escalated := env.WaitForPhase(ns, "order-nolookup", v1alpha1.PhaseEscalated)
 		Expect(escalated.Status.Error.Message).To(Equal("the outcome of attempt 1 is unknown and a Compensatable tool without a lookup call is never repeated automatically; resolve it with a ToolResolution"))
 		Expect(downstream.Requests(keyOf(ns, "order-nolookup"))).To(Equal(1))
 	})
@@ -217,16 +204,15 @@ var _ = Describe("Unknown outcomes", func() {
 var _ = Describe("Deletion", func() {
 	It("keeps an Executing action until its outcome is recorded", func() {
 		ctx := context.Background()
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 2 * time.Second, Count: 1})
-		DeferCleanup(downstream.ClearFaults)
 		Expect(k8s.Create(ctx, newAction(ns, "order-busy", "charge", charge(600)))).To(Succeed())
-		executing := waitForPhase(ns, "order-busy", v1alpha1.PhaseExecuting)
+		executing := env.WaitForPhase(ns, "order-busy", v1alpha1.PhaseExecuting)
 		Expect(executing.Finalizers).To(ContainElement(v1alpha1.Finalizer))
 
 		Expect(k8s.Delete(ctx, executing)).To(Succeed())
-		pending := get(ns, "order-busy")
+		pending := env.Get(ns, "order-busy")
 		Expect(pending.DeletionTimestamp).NotTo(BeNil())
 		Expect(pending.Status.Phase).To(Equal(v1alpha1.PhaseExecuting))
 
@@ -241,16 +227,16 @@ var _ = Describe("Deletion", func() {
 
 	It("lets a finished action go at once", func() {
 		ctx := context.Background()
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns)
 		Expect(k8s.Create(ctx, newAction(ns, "order-done", "charge", charge(601)))).To(Succeed())
-		done := waitForPhase(ns, "order-done", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-done", v1alpha1.PhaseSucceeded)
 		// The manager no longer caches it: its DeletionWatch sees the deletion
 		// and releases the finalizer. The bound is well under the suite's
 		// lease (10s), after which a requeue left from the claim could also
 		// come across it.
 		Expect(done.Finalizers).To(ContainElement(v1alpha1.Finalizer))
-		Consistently(func() v1alpha1.Phase { return get(ns, "order-done").Status.Phase }, time.Second, 100*time.Millisecond).
+		Consistently(func() v1alpha1.Phase { return env.Get(ns, "order-done").Status.Phase }, time.Second, 100*time.Millisecond).
 			Should(Equal(v1alpha1.PhaseSucceeded))
 		Expect(k8s.Delete(ctx, done)).To(Succeed())
 		Eventually(func() bool {
@@ -269,7 +255,7 @@ var _ = Describe("Compensation", func() {
 
 	BeforeEach(func() {
 		ctx = context.Background()
-		ns = newTenant()
+		ns = env.NewTenant()
 		count.Store(0)
 		refunds = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			n := count.Add(1)
@@ -279,27 +265,21 @@ var _ = Describe("Compensation", func() {
 		}))
 		DeferCleanup(refunds.Close)
 		newTool(ns)
-		Expect(k8s.Create(ctx, &v1alpha1.Tool{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "refund"},
-			Spec: v1alpha1.ToolSpec{
-				Operation: "payments.refund", Version: "v1", IdempotencyClass: v1alpha1.KeyProtected,
-				HTTP: &v1alpha1.HTTPAdapter{URL: refunds.URL, Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"}},
-			},
-		})).To(Succeed())
+		Expect(k8s.Create(ctx, testenv.NewTool(ns, "refund", refunds.URL, testenv.WithOperation("payments.refund")))).To(Succeed())
 	})
 
 	It("links a succeeded compensation to the original, which stays succeeded", func() {
 		Expect(k8s.Create(ctx, newAction(ns, "order-7", "charge", charge(700)))).To(Succeed())
-		original := waitForPhase(ns, "order-7", v1alpha1.PhaseSucceeded)
+		original := env.WaitForPhase(ns, "order-7", v1alpha1.PhaseSucceeded)
 
 		refund := newAction(ns, "order-7-refund", "refund", params(map[string]any{"charge": original.Status.ExternalRef, "amount": 700}))
 		refund.Spec.Compensates = "order-7"
 		Expect(k8s.Create(ctx, refund)).To(Succeed())
-		done := waitForPhase(ns, "order-7-refund", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-7-refund", v1alpha1.PhaseSucceeded)
 		Expect(done.Status.ExternalRef).To(Equal("re_1"))
 
 		Eventually(func(g Gomega) {
-			o := get(ns, "order-7")
+			o := env.Get(ns, "order-7")
 			g.Expect(o.Status.CompensatedBy).To(Equal([]string{"order-7-refund"}))
 			g.Expect(conditionStatus(o, v1alpha1.ConditionCompensated)).To(Equal(metav1.ConditionTrue))
 			g.Expect(o.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
@@ -314,7 +294,7 @@ var _ = Describe("Compensation", func() {
 		refund := newAction(ns, "ghost-refund", "refund", params(map[string]any{"amount": 1}))
 		refund.Spec.Compensates = "ghost"
 		Expect(k8s.Create(ctx, refund)).To(Succeed())
-		failed := waitForPhase(ns, "ghost-refund", v1alpha1.PhaseFailed)
+		failed := env.WaitForPhase(ns, "ghost-refund", v1alpha1.PhaseFailed)
 		Expect(failed.Status.Error.Reason).To(Equal("CompensationTargetInvalid"))
 		Expect(failed.Status.Error.Message).To(Equal(`spec.compensates: ToolAction "ghost" not found in namespace "` + ns + `"`))
 		Expect(count.Load()).To(BeZero())
@@ -329,17 +309,10 @@ var _ = Describe("Compensation", func() {
 	})
 })
 
-func get(namespace, name string) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var action v1alpha1.ToolAction
-	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &action)).To(Succeed())
-	return &action
-}
-
 var _ = Describe("Who may resolve", func() {
 	It("is the shipped resolver role: it creates resolutions and cannot touch the ledger", func() {
 		ctx := context.Background()
-		ns := newTenant()
+		ns := env.NewTenant()
 		manifest, err := os.ReadFile(filepath.Join("..", "config", "rbac", "toolresolution_resolver_role.yaml"))
 		Expect(err).NotTo(HaveOccurred())
 		var role rbacv1.ClusterRole
@@ -354,7 +327,7 @@ var _ = Describe("Who may resolve", func() {
 		})).To(Succeed())
 		newTool(ns)
 		Expect(k8s.Create(ctx, newAction(ns, "order-rbac", "charge", charge(9)))).To(Succeed())
-		waitForPhase(ns, "order-rbac", v1alpha1.PhaseSucceeded)
+		env.WaitForPhase(ns, "order-rbac", v1alpha1.PhaseSucceeded)
 
 		as := func(user string) client.Client {
 			impersonated := rest.CopyConfig(cfg)

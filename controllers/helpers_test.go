@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,50 +11,31 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
-// newTenant creates a namespace of its own for one spec, so that keys and
-// downstream counters of different specs never meet.
-func newTenant() string {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-	Expect(k8s.Create(context.Background(), ns)).To(Succeed())
-	return ns.Name
+// newTool creates the payments tool "charge" that createTool describes.
+func newTool(namespace string, opts ...testenv.ToolOption) {
+	GinkgoHelper()
+	createTool(namespace, "charge", opts...)
 }
 
-// newTool creates a payments tool that talks to the suite's downstream.
-func newTool(namespace string, mutate ...func(*v1alpha1.Tool)) {
-	tool := &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "charge"},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "payments.charge",
-			Version:          "v1",
-			IdempotencyClass: v1alpha1.KeyProtected,
-			HTTP: &v1alpha1.HTTPAdapter{
-				URL:     httpServer.URL + "/charges",
-				Timeout: &metav1.Duration{Duration: 5 * time.Second},
-				Lookup:  &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},
-				Response: v1alpha1.HTTPResponse{
-					ExternalIDPointer: "/id",
-					ResultPointers:    []string{"/status", "/amount", "/currency"},
-				},
-			},
-			Retry: v1alpha1.RetryPolicy{
-				MaxAttempts:    5,
-				InitialBackoff: &metav1.Duration{Duration: 100 * time.Millisecond},
-				MaxBackoff:     &metav1.Duration{Duration: time.Second},
-			},
-		},
+// createTool creates a payments tool on the suite's downstream with a lookup
+// by key, three result fields and quick retries; opts change it further.
+func createTool(namespace, name string, opts ...testenv.ToolOption) {
+	GinkgoHelper()
+	defaults := []testenv.ToolOption{
+		testenv.WithTimeout(5 * time.Second),
+		testenv.WithKeyLookup(),
+		testenv.WithResultPointers("/status", "/amount", "/currency"),
+		testenv.WithMaxAttempts(5),
+		testenv.WithBackoff(100*time.Millisecond, time.Second),
 	}
-	for _, m := range mutate {
-		m(tool)
-	}
-	Expect(k8s.Create(context.Background(), tool)).To(Succeed())
+	env.CreateTool(namespace, name, append(defaults, opts...)...)
 }
 
 func params(members map[string]any) map[string]apiextensionsv1.JSON {
@@ -80,17 +60,6 @@ func newAction(namespace, name, tool string, parameters map[string]apiextensions
 			Parameters: parameters,
 		},
 	}
-}
-
-// waitForPhase waits until the action reaches the phase and returns it.
-func waitForPhase(namespace, name string, phase v1alpha1.Phase) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var action v1alpha1.ToolAction
-	Eventually(func(g Gomega) {
-		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &action)).To(Succeed())
-		g.Expect(action.Status.Phase).To(Equal(phase), "status: %+v", action.Status)
-	}).Should(Succeed())
-	return &action
 }
 
 func conditionStatus(action *v1alpha1.ToolAction, conditionType string) metav1.ConditionStatus {
@@ -124,19 +93,7 @@ func writeManifest(content string) string {
 }
 
 func chargeManifest(namespace, name string, amount int) string {
-	return fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
-kind: ToolAction
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  toolRef:
-    name: charge
-  parameters:
-    amount: %d
-    currency: EUR
-    customer: cus_42
-`, name, namespace, amount)
+	return testenv.ChargeManifest(namespace, name, int64(amount), "cus_42")
 }
 
 // transitions summarises the history as "to/reason" entries.

@@ -1,8 +1,6 @@
 package controllers_test
 
 import (
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,22 +9,21 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 // The suite runs the operator against a real kube-apiserver and etcd
 // (envtest) and a real HTTP downstream that counts requests and effects per
 // idempotency key.
 var (
-	testEnv    *envtest.Environment
+	env        *specenv.Env
 	cfg        *rest.Config
 	k8s        client.Client
 	downstream *demo.Server
-	httpServer *httptest.Server
 	kubeconfig string
 )
 
@@ -38,26 +35,15 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
-	plane, err := testenv.StartControlPlane("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
-	testEnv, cfg, k8s = plane.Env, plane.Config, plane.Client
+	env = specenv.Start(testenv.SuiteOptions{
+		Manager: &app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond},
+	})
+	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
 
-	admin, err := testEnv.AddUser(envtest.User{Name: "suite-admin", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	kubeconfigBytes, err := admin.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, kubeconfigBytes, 0o600)).To(Succeed())
-
-	downstream, httpServer = testenv.StartDownstream()
-	DeferCleanup(httpServer.Close)
-
-	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond})
+	_, err := env.AddAdmin("suite-admin", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
 })

@@ -17,22 +17,16 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
 const immutableMessage = "spec is immutable: this idempotency key (metadata.name) already records a different request; use a new name for a new intent"
 
 var _ = Describe("ToolAction", func() {
-	var (
-		ctx context.Context
-		ns  string
-	)
-
-	BeforeEach(func() {
-		ctx = context.Background()
-		ns = newTenant()
-		downstream.ClearFaults()
-	})
+	ctx := context.Background()
+	var ns string
+	BeforeEach(func() { ns = env.NewTenant() })
 
 	Context("on the happy path", func() {
 		It("executes once and records the external id, result, digest and key", func() {
@@ -44,7 +38,7 @@ var _ = Describe("ToolAction", func() {
 			}
 			Expect(k8s.Create(ctx, action)).To(Succeed())
 
-			done := waitForPhase(ns, "order-1001", v1alpha1.PhaseSucceeded)
+			done := env.WaitForPhase(ns, "order-1001", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-1001")
 			Expect(downstream.Requests(key)).To(Equal(1))
 			Expect(downstream.Effects(key)).To(Equal(1))
@@ -93,7 +87,7 @@ var _ = Describe("ToolAction", func() {
 			Expect(err).NotTo(HaveOccurred())
 			action.Spec.RequestDigest = d
 			Expect(k8s.Create(ctx, action)).To(Succeed())
-			done := waitForPhase(ns, "order-digest-ok", v1alpha1.PhaseSucceeded)
+			done := env.WaitForPhase(ns, "order-digest-ok", v1alpha1.PhaseSucceeded)
 			Expect(done.Status.RequestDigest).To(Equal(d))
 			Expect(downstream.Effects(keyOf(ns, "order-digest-ok"))).To(Equal(1))
 		})
@@ -105,7 +99,7 @@ var _ = Describe("ToolAction", func() {
 			manifest := writeManifest(chargeManifest(ns, "order-2002", 2000))
 			out, err := kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
-			waitForPhase(ns, "order-2002", v1alpha1.PhaseSucceeded)
+			env.WaitForPhase(ns, "order-2002", v1alpha1.PhaseSucceeded)
 
 			out, err = kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
@@ -122,7 +116,7 @@ var _ = Describe("ToolAction", func() {
 		It("rejects a changed parameter under the same key with the immutability message", func() {
 			newTool(ns)
 			Expect(k8s.Create(ctx, newAction(ns, "order-3003", "charge", charge(3000)))).To(Succeed())
-			waitForPhase(ns, "order-3003", v1alpha1.PhaseSucceeded)
+			env.WaitForPhase(ns, "order-3003", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-3003")
 
 			out, err := kubectl("apply", "-f", writeManifest(chargeManifest(ns, "order-3003", 9999)))
@@ -175,7 +169,7 @@ var _ = Describe("ToolAction", func() {
 			Expect(created).To(Equal(1))
 			Expect(existing).To(Equal(callers - 1))
 
-			waitForPhase(ns, "order-race", v1alpha1.PhaseSucceeded)
+			env.WaitForPhase(ns, "order-race", v1alpha1.PhaseSucceeded)
 			var list v1alpha1.ToolActionList
 			Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 			Expect(list.Items).To(HaveLen(1))
@@ -191,7 +185,7 @@ var _ = Describe("ToolAction", func() {
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultUnavailable, Count: 2})
 			Expect(k8s.Create(ctx, newAction(ns, "order-503", "charge", charge(503)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-503", v1alpha1.PhaseSucceeded)
+			done := env.WaitForPhase(ns, "order-503", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-503")
 			Expect(done.Status.Attempts).To(Equal(int32(3)))
 			Expect(downstream.Requests(key)).To(Equal(3), "all attempts carry the same key")
@@ -202,11 +196,11 @@ var _ = Describe("ToolAction", func() {
 		})
 
 		It("fails with RetriesExhausted once every attempt got 503", func() {
-			newTool(ns, func(t *v1alpha1.Tool) { t.Spec.Retry.MaxAttempts = 2 })
+			newTool(ns, testenv.WithMaxAttempts(2))
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultUnavailable, Count: 2})
 			Expect(k8s.Create(ctx, newAction(ns, "order-exhausted", "charge", charge(1)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-exhausted", v1alpha1.PhaseFailed)
+			done := env.WaitForPhase(ns, "order-exhausted", v1alpha1.PhaseFailed)
 			Expect(done.Status.Attempts).To(Equal(int32(2)))
 			Expect(done.Status.Error.Class).To(Equal(v1alpha1.ErrorClassRetriesExhausted))
 			Expect(done.Status.Error.Reason).To(Equal("HTTP503"))
@@ -217,11 +211,11 @@ var _ = Describe("ToolAction", func() {
 		})
 
 		It("resolves a response lost after the commit by lookup: same external ref, one effect", func() {
-			newTool(ns, func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: time.Second} })
+			newTool(ns, testenv.WithTimeout(time.Second))
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 			Expect(k8s.Create(ctx, newAction(ns, "order-lost", "charge", charge(777)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-lost", v1alpha1.PhaseSucceeded)
+			done := env.WaitForPhase(ns, "order-lost", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-lost")
 			charged, ok := downstream.Charge(key)
 			Expect(ok).To(BeTrue())
@@ -237,11 +231,11 @@ var _ = Describe("ToolAction", func() {
 		})
 
 		It("looks up, without a re-send, an answer that comes after the timeout", func() {
-			newTool(ns, func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond} })
+			newTool(ns, testenv.WithTimeout(300*time.Millisecond))
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 1500 * time.Millisecond, Count: 1})
 			Expect(k8s.Create(ctx, newAction(ns, "order-slow", "charge", charge(888)))).To(Succeed())
 
-			done := waitForPhase(ns, "order-slow", v1alpha1.PhaseSucceeded)
+			done := env.WaitForPhase(ns, "order-slow", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-slow")
 			Expect(transitions(done)).To(Equal([]string{
 				"Executing/Executing", "Unknown/OutcomeUnknown", "Succeeded/FoundByLookup",
@@ -257,7 +251,7 @@ var _ = Describe("ToolAction", func() {
 		It("fails finally with InvalidInput when the downstream rejects the request", func() {
 			newTool(ns)
 			Expect(k8s.Create(ctx, newAction(ns, "order-negative", "charge", charge(-5)))).To(Succeed())
-			done := waitForPhase(ns, "order-negative", v1alpha1.PhaseFailed)
+			done := env.WaitForPhase(ns, "order-negative", v1alpha1.PhaseFailed)
 			Expect(done.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 			Expect(done.Status.Error.Reason).To(Equal("HTTP400"))
 			Expect(done.Status.Error.Message).To(ContainSubstring("amount"))
@@ -268,14 +262,10 @@ var _ = Describe("ToolAction", func() {
 
 	Context("with credentials", func() {
 		It("waits, without a dispatch, for the tool's Secret and then sends its header", func() {
-			newTool(ns, func(t *v1alpha1.Tool) {
-				t.Spec.HTTP.AuthHeader = &v1alpha1.SecretHeader{
-					SecretKeyRef: v1alpha1.SecretKeySelector{Name: "payments-api", Key: "token"},
-				}
-			})
+			newTool(ns, testenv.WithAuthSecret("payments-api", "token"))
 			Expect(k8s.Create(ctx, newAction(ns, "order-auth", "charge", charge(42)))).To(Succeed())
 
-			waiting := waitForPhase(ns, "order-auth", v1alpha1.PhaseAccepted)
+			waiting := env.WaitForPhase(ns, "order-auth", v1alpha1.PhaseAccepted)
 			reconciling := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionReconciling)
 			Expect(reconciling).NotTo(BeNil())
 			Expect(reconciling.Reason).To(Equal("ToolNotReady"))
@@ -288,7 +278,7 @@ var _ = Describe("ToolAction", func() {
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-api"},
 				StringData: map[string]string{"token": "Bearer sk_test_42"},
 			})).To(Succeed())
-			waitForPhase(ns, "order-auth", v1alpha1.PhaseSucceeded)
+			env.WaitForPhase(ns, "order-auth", v1alpha1.PhaseSucceeded)
 			Expect(downstream.Requests(key)).To(Equal(1))
 			Expect(downstream.LastAuthorization()).To(Equal("Bearer sk_test_42"))
 		})
@@ -297,7 +287,7 @@ var _ = Describe("ToolAction", func() {
 	Context("with bad input", func() {
 		It("fails finally, without a downstream call, when the tool does not exist", func() {
 			Expect(k8s.Create(ctx, newAction(ns, "order-notool", "nope", charge(1)))).To(Succeed())
-			done := waitForPhase(ns, "order-notool", v1alpha1.PhaseFailed)
+			done := env.WaitForPhase(ns, "order-notool", v1alpha1.PhaseFailed)
 			Expect(done.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 			Expect(done.Status.Error.Reason).To(Equal("ToolNotFound"))
 			Expect(done.Status.Error.Message).To(Equal(`tool "nope" not found in namespace "` + ns + `"`))
@@ -327,7 +317,7 @@ var _ = Describe("ToolAction", func() {
 			action := newAction(ns, "order-digest-bad", "charge", charge(100))
 			action.Spec.RequestDigest = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 			Expect(k8s.Create(ctx, action)).To(Succeed())
-			done := waitForPhase(ns, "order-digest-bad", v1alpha1.PhaseFailed)
+			done := env.WaitForPhase(ns, "order-digest-bad", v1alpha1.PhaseFailed)
 			Expect(done.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 			Expect(done.Status.Error.Reason).To(Equal("RequestDigestMismatch"))
 			Expect(done.Status.Error.Message).To(MatchRegexp(`^spec.requestDigest sha256:0123456789abcdef\w+ does not match the request's digest sha256:[0-9a-f]{64} `))

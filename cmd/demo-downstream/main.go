@@ -8,21 +8,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/toolledger/toolledger/internal/demo"
 )
-
-const shutdownTimeout = 5 * time.Second
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8089", "address to listen on")
@@ -43,32 +37,22 @@ func run(addr string, opts []demo.Option, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// Listening first makes the logged address the real one, also for ":0".
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
+	service, err := demo.Start(ctx, addr, log, opts...)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           demo.LogRequests(demo.NewServer(opts...), log),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info("demo downstream listening", "addr", ln.Addr().String(), "naive", len(opts) > 0)
+	log.Info("demo downstream listening", "addr", service.Addr(), "naive", len(opts) > 0)
 
 	select {
-	case err := <-served:
+	case err := <-service.Served():
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := service.Shutdown(); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+	if err := <-service.Served(); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
 	return nil

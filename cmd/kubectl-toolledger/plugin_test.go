@@ -10,7 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,15 +17,17 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 var _ = Describe("kubectl toolledger status", func() {
 	It("prints the timeline of an action whose outcome was unknown and found by lookup", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns, v1alpha1.KeyProtected)
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		createAction(ns, "order-found")
-		done := waitForPhase(ns, "order-found", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-found", v1alpha1.PhaseSucceeded)
 		charged, ok := downstream.Charge(ns + "/order-found")
 		Expect(ok).To(BeTrue())
 
@@ -54,7 +55,7 @@ var _ = Describe("kubectl toolledger status", func() {
 		Expect(fromJSON.ManagedFields).To(BeEmpty())
 		Expect(fromJSON.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(fromJSON.Status.ExternalRef).To(Equal(charged.ID))
-		Expect(reasons(&fromJSON)).To(Equal([]string{"Executing", "OutcomeUnknown", "FoundByLookup"}))
+		Expect(specenv.Reasons(&fromJSON)).To(Equal([]string{"Executing", "OutcomeUnknown", "FoundByLookup"}))
 
 		r = in(ns, "status", "order-found", "-o", "yaml")
 		Expect(r.code).To(Equal(0), r.stderr)
@@ -64,10 +65,10 @@ var _ = Describe("kubectl toolledger status", func() {
 	})
 
 	It("exits 1 with a clear message for a missing key, and honours --namespace and --context", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns, v1alpha1.KeyProtected)
 		createAction(ns, "order-here")
-		waitForPhase(ns, "order-here", v1alpha1.PhaseSucceeded)
+		env.WaitForPhase(ns, "order-here", v1alpha1.PhaseSucceeded)
 
 		r := in(ns, "status", "order-nowhere")
 		Expect(r.code).To(Equal(1))
@@ -96,19 +97,19 @@ var _ = Describe("kubectl toolledger status", func() {
 
 var _ = Describe("kubectl toolledger queue and resolve", func() {
 	It("lists escalated actions oldest first, and a resolution closes one", func() {
-		ns := newTenant()
+		ns := env.NewTenant()
 		newTool(ns, v1alpha1.NonRepeatable)
 
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		createAction(ns, "order-older")
-		older := waitForPhase(ns, "order-older", v1alpha1.PhaseEscalated)
+		older := env.WaitForPhase(ns, "order-older", v1alpha1.PhaseEscalated)
 		Expect(older.Status.UnknownSince).NotTo(BeNil())
 		// The API stores seconds: let the second of the first escalation pass,
 		// so that the two are told apart by age alone.
 		time.Sleep(time.Until(older.Status.UnknownSince.Add(1100 * time.Millisecond)))
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
 		createAction(ns, "order-newer")
-		newer := waitForPhase(ns, "order-newer", v1alpha1.PhaseEscalated)
+		newer := env.WaitForPhase(ns, "order-newer", v1alpha1.PhaseEscalated)
 		Expect(newer.Status.UnknownSince.After(older.Status.UnknownSince.Time)).To(BeTrue())
 
 		r := in(ns, "queue")
@@ -213,41 +214,17 @@ var _ = Describe("kubectl toolledger queue and resolve", func() {
 		Expect(resolution.Spec.Outcome).To(Equal(v1alpha1.ResolvedFailed))
 		Expect(resolution.Status.Conditions).To(ContainElement(And(
 			HaveField("Type", v1alpha1.ConditionApplied), HaveField("Status", metav1.ConditionTrue))))
-		Expect(get(ns, "order-newer").Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+		Expect(env.Get(ns, "order-newer").Status.Phase).To(Equal(v1alpha1.PhaseFailed))
 	})
 })
 
-func newTenant() string {
-	GinkgoHelper()
-	tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-	Expect(k8s.Create(context.Background(), tenant)).To(Succeed())
-	downstream.ClearFaults()
-	DeferCleanup(downstream.ClearFaults)
-	return tenant.Name
-}
-
-// newTool creates a payments tool on the demo downstream with a lookup and
-// a short timeout, so that an unknown outcome is looked up after a second.
+// newTool creates the payments tool "charge" on the suite's downstream with
+// a lookup by key and a short timeout, so that an unknown outcome is looked
+// up after a second.
 func newTool(namespace string, class v1alpha1.IdempotencyClass) {
 	GinkgoHelper()
-	Expect(k8s.Create(context.Background(), &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "charge"},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "payments.charge",
-			Version:          "v1",
-			IdempotencyClass: class,
-			HTTP: &v1alpha1.HTTPAdapter{
-				URL:      httpServer.URL + "/charges",
-				Timeout:  &metav1.Duration{Duration: time.Second},
-				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},
-				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"},
-			},
-			Retry: v1alpha1.RetryPolicy{
-				InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
-				MaxBackoff:     &metav1.Duration{Duration: time.Second},
-			},
-		},
-	})).To(Succeed())
+	env.CreateTool(namespace, "charge", testenv.WithClass(class), testenv.WithTimeout(time.Second),
+		testenv.WithKeyLookup(), testenv.WithBackoff(200*time.Millisecond, time.Second))
 }
 
 func createAction(namespace, name string) {
@@ -264,38 +241,11 @@ func createAction(namespace, name string) {
 	})).To(Succeed())
 }
 
-func get(namespace, name string) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var action v1alpha1.ToolAction
-	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &action)).To(Succeed())
-	return &action
-}
-
-func waitForPhase(namespace, name string, phase v1alpha1.Phase) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var action *v1alpha1.ToolAction
-	Eventually(func(g Gomega) {
-		var a v1alpha1.ToolAction
-		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a)).To(Succeed())
-		g.Expect(a.Status.Phase).To(Equal(phase), "history: %+v", a.Status.History)
-		action = &a
-	}).Should(Succeed())
-	return action
-}
-
 func resolutions(namespace string) []v1alpha1.ToolResolution {
 	GinkgoHelper()
 	var list v1alpha1.ToolResolutionList
 	Expect(k8s.List(context.Background(), &list, client.InNamespace(namespace))).To(Succeed())
 	return list.Items
-}
-
-func reasons(action *v1alpha1.ToolAction) []string {
-	out := make([]string, 0, len(action.Status.History))
-	for _, t := range action.Status.History {
-		out = append(out, t.Reason)
-	}
-	return out
 }
 
 // timelineRow is a row of the status history table: time, transition,

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,18 +18,17 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 var (
-	testEnv    *envtest.Environment
+	env        *specenv.Env
 	k8s        client.Client
 	downstream *demo.Server
-	httpServer *httptest.Server
 
 	// pluginBinary is the kubectl-toolledger the suite built.
 	pluginBinary string
@@ -60,32 +58,19 @@ func TestKubectlToolledger(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(100 * time.Millisecond)
 
 	pluginBinary = buildPlugin()
 
-	plane, err := testenv.StartControlPlane("")
-	Expect(err).NotTo(HaveOccurred())
-	// Cleanups run last-registered first: the manager and the downstream
-	// stop before the control plane does.
-	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
-	testEnv, k8s = plane.Env, plane.Client
-
-	writeKubeconfigs()
-
-	downstream, httpServer = testenv.StartDownstream()
-	DeferCleanup(httpServer.Close)
-
 	grace := 5 * time.Second
-	stopManager, err := testenv.StartManager(plane.Config, app.Options{
+	env = specenv.Start(testenv.SuiteOptions{Manager: &app.Options{
 		ExecutorID:              "plugin-suite",
 		LeaseGrace:              time.Second,
 		GracefulShutdownTimeout: &grace,
-	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
+	}})
+	k8s, downstream = env.Client, env.Downstream
+	writeKubeconfigs()
 })
 
 // buildPlugin builds the plugin from this package, as `go install` would.
@@ -104,17 +89,14 @@ func buildPlugin() string {
 // writeKubeconfigs writes the kubeconfigs the plugin is run with, for a user
 // of the suite's API server in system:masters.
 func writeKubeconfigs() {
-	user, err := testEnv.AddUser(envtest.User{Name: "plugin-operator", Groups: []string{"system:masters"}}, nil)
-	Expect(err).NotTo(HaveOccurred())
-	data, err := user.KubeConfig()
-	Expect(err).NotTo(HaveOccurred())
 	dir := GinkgoT().TempDir()
 	home = filepath.Join(dir, "home")
 	Expect(os.Mkdir(home, 0o700)).To(Succeed())
 	kubeconfig = filepath.Join(dir, "kubeconfig")
-	Expect(os.WriteFile(kubeconfig, data, 0o600)).To(Succeed())
+	_, err := env.AddAdmin("plugin-operator", kubeconfig)
+	Expect(err).NotTo(HaveOccurred())
 
-	config, err := clientcmd.Load(data)
+	config, err := clientcmd.LoadFromFile(kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 	workingContext = config.CurrentContext
 	working := config.Contexts[workingContext]

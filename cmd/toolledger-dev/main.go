@@ -8,18 +8,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -184,24 +180,17 @@ func startDownstream(ctx context.Context, listen string) (string, func(), error)
 	if listen == "" {
 		return "", func() {}, nil
 	}
-	var lc net.ListenConfig
-	listener, err := lc.Listen(ctx, "tcp", listen)
+	logger := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("component", "demo-downstream")
+	service, err := demo.Start(ctx, listen, logger)
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot start the demo downstream on %s (set --downstream-listen): %w", listen, err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stdout, nil)).With("component", "demo-downstream")
-	server := &http.Server{Handler: demo.LogRequests(demo.NewServer(), logger), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		if err := server.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := <-service.Served(); err != nil {
 			logger.Error("demo downstream stopped", "error", err)
 		}
 	}()
-	stop := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(ctx)
-	}
-	return "http://" + listener.Addr().String(), stop, nil
+	return "http://" + service.Addr(), func() { _ = service.Shutdown() }, nil
 }
 
 // applySampleTool server-side-applies the sample Tool, pointed at the demo

@@ -113,6 +113,20 @@ func (c *console) namespace() (string, error) {
 	return ns, nil
 }
 
+// connect returns the namespace of the request and a ledger client for the
+// API server that the kubeconfig and flags select.
+func (c *console) connect() (string, *ledger, error) {
+	namespace, err := c.namespace()
+	if err != nil {
+		return "", nil, err
+	}
+	ledger, err := c.ledger()
+	if err != nil {
+		return "", nil, err
+	}
+	return namespace, ledger, nil
+}
+
 // ledger connects to the API server that the kubeconfig and flags select.
 func (c *console) ledger() (*ledger, error) {
 	cfg, err := c.config.ToRESTConfig()

@@ -7,10 +7,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 const (
@@ -31,16 +31,9 @@ type ledger struct {
 }
 
 func newLedger(cfg *rest.Config) (*ledger, error) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("cannot register the toolledger API types: %w", err)
-	}
 	cfg = rest.CopyConfig(cfg)
-	cfg.GroupVersion = &v1alpha1.GroupVersion
-	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	rest.AddUserAgent(cfg, "kubectl-toolledger")
-	client, err := rest.RESTClientFor(cfg)
+	client, err := sdk.NewRESTClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot build a client for %s: %w", v1alpha1.GroupVersion, err)
 	}
@@ -49,12 +42,7 @@ func newLedger(cfg *rest.Config) (*ledger, error) {
 
 // getAction reads one ToolAction; a missing one is reported in plain words.
 func (l *ledger) getAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
-	var action v1alpha1.ToolAction
-	err := l.rest.Get().Namespace(namespace).Resource(resourceActions).Name(name).Do(ctx).Into(&action)
-	if err != nil {
-		return nil, describeGetError(err, "ToolAction", namespace, name)
-	}
-	return &action, nil
+	return getObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
 // listActions reads the ToolActions of a namespace ("" for all) that match
@@ -80,12 +68,20 @@ func (l *ledger) listActions(ctx context.Context, namespace, fieldSelector strin
 }
 
 func (l *ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
-	var resolution v1alpha1.ToolResolution
-	err := l.rest.Get().Namespace(namespace).Resource(resourceResolutions).Name(name).Do(ctx).Into(&resolution)
-	if err != nil {
-		return nil, describeGetError(err, "ToolResolution", namespace, name)
+	return getObject[v1alpha1.ToolResolution](ctx, l, resourceResolutions, "ToolResolution", namespace, name)
+}
+
+// getObject reads the object of a resource into a new T, which the kind
+// names in errors.
+func getObject[T any, PT interface {
+	*T
+	runtime.Object
+}](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
+	object := PT(new(T))
+	if err := l.rest.Get().Namespace(namespace).Resource(resource).Name(name).Do(ctx).Into(object); err != nil {
+		return nil, describeGetError(err, kind, namespace, name)
 	}
-	return &resolution, nil
+	return object, nil
 }
 
 func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {

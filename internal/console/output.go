@@ -9,8 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
 // output is the value of -o/--output: human text when empty.
@@ -66,6 +69,19 @@ func printStructured(w io.Writer, format output, v any) error {
 		return fmt.Errorf("cannot write the output: %w", err)
 	}
 	return nil
+}
+
+// forOutput is an object as -o json|yaml prints it: with its kind, which
+// the decoder leaves empty, and without managedFields, as kubectl prints
+// objects by default.
+func forOutput[T interface {
+	runtime.Object
+	SetManagedFields([]metav1.ManagedFieldsEntry)
+}](object T, kind string) T {
+	out := object.DeepCopyObject().(T)
+	out.GetObjectKind().SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(kind))
+	out.SetManagedFields(nil)
+	return out
 }
 
 // timestamp formats a time as RFC 3339 in UTC, the form the API stores.

@@ -144,11 +144,7 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 	if err := opts.validate(); err != nil {
 		return err
 	}
-	namespace, err := c.namespace()
-	if err != nil {
-		return err
-	}
-	ledger, err := c.ledger()
+	namespace, ledger, err := c.connect()
 	if err != nil {
 		return err
 	}
@@ -174,7 +170,7 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 	}
 	if !opts.wait {
 		if opts.format != outputText {
-			return printStructured(c.streams.Out, opts.format, resolutionForOutput(created))
+			return printStructured(c.streams.Out, opts.format, forOutput(created, "ToolResolution"))
 		}
 		return nil
 	}
@@ -184,7 +180,7 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 		return err
 	}
 	if opts.format != outputText {
-		if err := printStructured(c.streams.Out, opts.format, resolutionForOutput(latest)); err != nil {
+		if err := printStructured(c.streams.Out, opts.format, forOutput(latest, "ToolResolution")); err != nil {
 			return err
 		}
 	} else {
@@ -242,14 +238,4 @@ func waitApplied(ctx context.Context, l *ledger, r *v1alpha1.ToolResolution, tim
 				r.Name, timeout, r.Name, r.Namespace)
 		}
 	}
-}
-
-// resolutionForOutput is the resolution as -o json|yaml prints it: with its
-// kind, which the decoder leaves empty, and without managedFields.
-func resolutionForOutput(r *v1alpha1.ToolResolution) *v1alpha1.ToolResolution {
-	out := r.DeepCopy()
-	out.APIVersion = v1alpha1.GroupVersion.String()
-	out.Kind = "ToolResolution"
-	out.ManagedFields = nil
-	return out
 }

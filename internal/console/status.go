@@ -30,11 +30,7 @@ With -o json or -o yaml it prints the ToolAction itself (without managedFields).
   kubectl toolledger status order-1002-charge -o yaml`,
 		Args: keyArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			namespace, err := c.namespace()
-			if err != nil {
-				return err
-			}
-			ledger, err := c.ledger()
+			namespace, ledger, err := c.connect()
 			if err != nil {
 				return err
 			}
@@ -43,7 +39,7 @@ With -o json or -o yaml it prints the ToolAction itself (without managedFields).
 				return err
 			}
 			if format != outputText {
-				return printStructured(c.streams.Out, format, actionForOutput(action))
+				return printStructured(c.streams.Out, format, forOutput(action, "ToolAction"))
 			}
 			return writeStatus(c.streams.Out, action, c.now())
 		},
@@ -63,17 +59,6 @@ func keyArg(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("%q cannot name a ToolAction: %s", args[0], strings.Join(problems, "; "))
 	}
 	return nil
-}
-
-// actionForOutput is the action as -o json|yaml prints it: with its kind,
-// which the decoder leaves empty, and without managedFields, as kubectl
-// prints objects by default.
-func actionForOutput(action *v1alpha1.ToolAction) *v1alpha1.ToolAction {
-	out := action.DeepCopy()
-	out.APIVersion = v1alpha1.GroupVersion.String()
-	out.Kind = "ToolAction"
-	out.ManagedFields = nil
-	return out
 }
 
 // writeStatus prints the record in sections: the summary fields, the

@@ -1,6 +1,8 @@
-// Package testenv starts what the envtest suites share: a real
+// Package testenv starts what the test harnesses share: a real
 // kube-apiserver and etcd with toolledger's CRDs installed, the demo
-// downstream, and toolledger managers. It is imported by tests only.
+// downstream, toolledger managers, and the Tools they call. The envtest
+// suites, the end-to-end suite and the benchmarks use it; of the commands,
+// only the local runner toolledger-dev does, for ApplyFile.
 package testenv
 
 import (
@@ -8,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"runtime"
 	"time"
@@ -22,10 +25,19 @@ import (
 	"github.com/toolledger/toolledger/internal/demo"
 )
 
-// repoRoot is found from this file, so suites in any folder find bin/ and config/.
+// repoRoot is found from this file, so harnesses in any folder find bin/ and config/.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// BinDir is the folder of the binaries the harnesses run: KUBEBUILDER_ASSETS
+// when set (the Makefile sets it to BIN), else the repository's bin/.
+func BinDir() string {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join(repoRoot(), "bin")
 }
 
 // ControlPlane is a running kube-apiserver and etcd.
@@ -38,21 +50,41 @@ type ControlPlane struct {
 	Client client.Client
 }
 
-// StartControlPlane starts the control plane from bin/ (KUBEBUILDER_ASSETS
-// wins when set) with the CRDs from config/crd/bases. A non-empty
-// etcdDataDir survives an etcd restart.
-func StartControlPlane(etcdDataDir string) (*ControlPlane, error) {
+// ControlPlaneOptions shape a control plane. The zero value is what an
+// envtest suite needs: temporary directories, no logs, envtest's timeouts.
+type ControlPlaneOptions struct {
+	// EtcdDataDir keeps etcd's data, so that it survives an etcd restart.
+	EtcdDataDir string
+	// APIServerCertDir keeps the API server's serving certificate and client
+	// CA, so that a restarted API server keeps its port and every client
+	// keeps working.
+	APIServerCertDir string
+	// APIServerLog and EtcdLog receive the processes' output.
+	APIServerLog, EtcdLog io.Writer
+	// StartTimeout and StopTimeout bound each process's start and its stop,
+	// after which it is SIGKILLed.
+	StartTimeout, StopTimeout time.Duration
+}
+
+// StartControlPlane starts the control plane from BinDir with the CRDs from
+// config/crd/bases.
+func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 	root := repoRoot()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: filepath.Join(root, "bin"),
-	}
-	if etcdDataDir != "" {
-		env.ControlPlane = envtest.ControlPlane{Etcd: &envtest.Etcd{DataDir: etcdDataDir}}
+		BinaryAssetsDirectory: BinDir(),
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{CertDir: opts.APIServerCertDir, Out: opts.APIServerLog, Err: opts.APIServerLog},
+			Etcd:      &envtest.Etcd{DataDir: opts.EtcdDataDir, Out: opts.EtcdLog, Err: opts.EtcdLog},
+		},
+		ControlPlaneStartTimeout: opts.StartTimeout,
+		ControlPlaneStopTimeout:  opts.StopTimeout,
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// Whichever process did start must not outlive the attempt.
+		_ = env.Stop()
 		return nil, fmt.Errorf("cannot start the control plane (run `make controlplane` to build bin/kube-apiserver and bin/etcd): %w", err)
 	}
 	cfg.QPS, cfg.Burst = 500, 1000
@@ -66,6 +98,24 @@ func StartControlPlane(etcdDataDir string) (*ControlPlane, error) {
 
 // Stop stops the control plane.
 func (p *ControlPlane) Stop() error { return p.Env.Stop() }
+
+// AddAdmin adds a user in system:masters, writes a kubeconfig for it to
+// kubeconfigPath, for the processes and commands a harness runs, and
+// returns its config.
+func (p *ControlPlane) AddAdmin(name, kubeconfigPath string) (*rest.Config, error) {
+	user, err := p.Env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot add the admin user %s: %w", name, err)
+	}
+	content, err := user.KubeConfig()
+	if err != nil {
+		return nil, fmt.Errorf("cannot build the kubeconfig of %s: %w", name, err)
+	}
+	if err := os.WriteFile(kubeconfigPath, content, 0o600); err != nil {
+		return nil, err
+	}
+	return user.Config(), nil
+}
 
 // StartDownstream serves a demo downstream on 127.0.0.1.
 func StartDownstream() (*demo.Server, *httptest.Server) {
@@ -111,4 +161,16 @@ func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err er
 // SetLogger sends controller-runtime's logs to w, such as GinkgoWriter.
 func SetLogger(w io.Writer) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(w), zap.UseDevMode(true)))
+}
+
+// Sleep waits for d, or until ctx ends and then returns its error.
+func Sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
 }

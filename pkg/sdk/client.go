@@ -24,7 +24,6 @@ const toolActions = "toolactions"
 // Client invokes tools through ToolActions. It is safe for concurrent use.
 type Client struct {
 	rest         *rest.RESTClient
-	params       runtime.ParameterCodec
 	fieldManager string
 	// linger is how long a namespace watch outlives its last waiter:
 	// watchLinger, shorter in tests.
@@ -60,27 +59,11 @@ func WithFieldManager(name string) Option {
 // agent expects, or QPS to -1 where API Priority and Fairness protects the
 // API server.
 func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("cannot register the toolledger API: %w", err)
-	}
-	restConfig := rest.CopyConfig(cfg)
-	restConfig.APIPath = "/apis"
-	restConfig.GroupVersion = &v1alpha1.GroupVersion
-	// JSON only: the toolledger types have no protobuf encoding, whatever
-	// the caller's config prefers for built-in types.
-	restConfig.ContentType = runtime.ContentTypeJSON
-	restConfig.AcceptContentTypes = runtime.ContentTypeJSON
-	restConfig.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	if restConfig.UserAgent == "" {
-		restConfig.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	restClient, err := rest.RESTClientFor(restConfig)
+	restClient, err := NewRESTClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a REST client for %s: %w", v1alpha1.GroupVersion, err)
 	}
-	c := &Client{rest: restClient, params: runtime.NewParameterCodec(scheme), fieldManager: DefaultFieldManager,
-		linger: watchLinger, watches: map[string]*namespaceWatch{}}
+	c := &Client{rest: restClient, fieldManager: DefaultFieldManager, linger: watchLinger, watches: map[string]*namespaceWatch{}}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -88,6 +71,31 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 		return nil, errors.New("the field manager must not be empty")
 	}
 	return c, nil
+}
+
+// NewRESTClient returns a REST client for the toolledger API group
+// (toolledger.dev/v1alpha1) at the API server of cfg, as the Client uses
+// it, for programs that make requests the Client does not. It speaks JSON
+// only, since the toolledger types have no protobuf encoding whatever cfg
+// prefers for built-in types, and sends cfg's user agent, client-go's
+// default when cfg has none. List and watch options encode with
+// metav1.ParameterCodec. Errors are returned as they come, for the caller
+// to say what it was connecting for.
+func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("cannot register the toolledger API: %w", err)
+	}
+	restConfig := rest.CopyConfig(cfg)
+	restConfig.APIPath = "/apis"
+	restConfig.GroupVersion = &v1alpha1.GroupVersion
+	restConfig.ContentType = runtime.ContentTypeJSON
+	restConfig.AcceptContentTypes = runtime.ContentTypeJSON
+	restConfig.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if restConfig.UserAgent == "" {
+		restConfig.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(restConfig)
 }
 
 // Invoke records the intent req, unless its key already records it, and
@@ -127,7 +135,7 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 		return nil, err
 	}
 	outcome := newOutcome(action, deduplicated)
-	if settled(outcome.Phase) {
+	if outcome.Phase.IsSettled() {
 		c.leave(early)
 		return outcome, nil
 	}

@@ -15,7 +15,6 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -35,14 +35,7 @@ var _ = Describe("Invoke", func() {
 	)
 
 	BeforeEach(func() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-		DeferCleanup(cancel)
-		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-		Expect(k8s.Create(ctx, tenant)).To(Succeed())
-		ns = tenant.Name
-		downstream.ClearFaults()
-		createTool(ns, "charge", v1alpha1.KeyProtected)
+		ctx, ns = newSpec()
 		var err error
 		invoker, err = sdk.NewClient(cfg)
 		Expect(err).NotTo(HaveOccurred())
@@ -105,7 +98,7 @@ var _ = Describe("Invoke", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(first.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		key := ns + "/" + req.Key
-		before := get(ns, req.Key)
+		before := env.Get(ns, req.Key)
 
 		outcome, err := invoker.Invoke(ctx, charge(req.Key, 5000))
 		Expect(outcome).To(BeNil())
@@ -117,7 +110,7 @@ var _ = Describe("Invoke", func() {
 		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "the API server's 422 stays reachable")
 		Expect(err.Error()).To(ContainSubstring("spec is immutable: this idempotency key (metadata.name) already records a different request"))
 
-		after := get(ns, req.Key)
+		after := env.Get(ns, req.Key)
 		Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "nothing written")
 		Expect(string(after.Spec.Parameters["amount"].Raw)).To(Equal("1000"))
 		Expect(downstream.Requests(key)).To(Equal(1))
@@ -129,7 +122,7 @@ var _ = Describe("Invoke", func() {
 		first, err := invoker.Invoke(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(first.Deduplicated).To(BeFalse())
-		before := get(ns, req.Key)
+		before := env.Get(ns, req.Key)
 
 		for _, amount := range []any{1000, 1000.0, int64(1000), uint16(1000), json.Number("1e3"), json.RawMessage(`1000.000`)} {
 			outcome, err := invoker.Invoke(ctx, charge(req.Key, amount))
@@ -137,7 +130,7 @@ var _ = Describe("Invoke", func() {
 			Expect(outcome.Deduplicated).To(BeTrue(), "amount %#v", amount)
 			Expect(outcome.ExternalRef).To(Equal(first.ExternalRef))
 		}
-		Expect(get(ns, req.Key).ResourceVersion).To(Equal(before.ResourceVersion))
+		Expect(env.Get(ns, req.Key).ResourceVersion).To(Equal(before.ResourceVersion))
 		Expect(downstream.Effects(ns + "/" + req.Key)).To(Equal(1))
 	})
 
@@ -152,12 +145,12 @@ var _ = Describe("Invoke", func() {
 			"PATCH /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions/order-1003-charge",
 			"GET /apis/toolledger.dev/v1alpha1/namespaces/" + ns + "/toolactions?watch",
 		}))
-		before := get(ns, req.Key)
+		before := env.Get(ns, req.Key)
 
 		duplicate, err := counted.Invoke(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
 		repeated := counter.Requests()
-		after := get(ns, req.Key)
+		after := env.Get(ns, req.Key)
 		Expect(repeated).To(Equal(created[:1]), "the apply alone")
 		Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "no etcd write")
 		Expect(duplicate.Deduplicated).To(BeTrue())
@@ -224,7 +217,7 @@ var _ = Describe("Invoke", func() {
 		out, err := invoker.Invoke(ctx, charge("order-1004-charge", 1000))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(get(ns, "order-1004-charge").Finalizers).To(Equal([]string{v1alpha1.Finalizer}), "protected from the start")
+		Expect(env.Get(ns, "order-1004-charge").Finalizers).To(Equal([]string{v1alpha1.Finalizer}), "protected from the start")
 		writes := toolActionWrites() - before
 		AddReportEntry("write requests on toolactions for one invocation (the API server's apiserver_request_total)", writes)
 		Expect(writes).To(Equal(3))
@@ -234,7 +227,7 @@ var _ = Describe("Invoke", func() {
 		req := charge("order-1004-charge", 1000)
 		first, err := invoker.Invoke(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
-		before := get(ns, req.Key)
+		before := env.Get(ns, req.Key)
 
 		other, err := sdk.NewClient(cfg, sdk.WithFieldManager("other-agent"))
 		Expect(err).NotTo(HaveOccurred())
@@ -242,7 +235,7 @@ var _ = Describe("Invoke", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(outcome.Deduplicated).To(BeTrue())
 		Expect(outcome.ExternalRef).To(Equal(first.ExternalRef))
-		after := get(ns, req.Key)
+		after := env.Get(ns, req.Key)
 		Expect(after.ResourceVersion).NotTo(Equal(before.ResourceVersion), "the co-ownership is recorded")
 		managers := []string{}
 		for _, entry := range after.ManagedFields {
@@ -265,7 +258,7 @@ var _ = Describe("Invoke", func() {
 		outcome, err = partial.Invoke(ctx, sdk.Request{Namespace: ns, Key: req.Key, Tool: "charge", Parameters: map[string]any{"amount": 1000}})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(outcome.Deduplicated).To(BeTrue())
-		Expect(string(get(ns, req.Key).Spec.Parameters["currency"].Raw)).To(Equal(`"EUR"`))
+		Expect(string(env.Get(ns, req.Key).Spec.Parameters["currency"].Raw)).To(Equal(`"EUR"`))
 		Expect(downstream.Requests(ns + "/" + req.Key)).To(Equal(1))
 		Expect(downstream.Effects(ns + "/" + req.Key)).To(Equal(1))
 	})
@@ -338,7 +331,7 @@ var _ = Describe("Invoke", func() {
 
 		// The intent goes on; the same request later reports how it ended.
 		Eventually(func(g Gomega) {
-			g.Expect(get(ns, req.Key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+			g.Expect(env.Get(ns, req.Key).Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		}).Should(Succeed())
 		later, err := invoker.Invoke(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
@@ -368,7 +361,7 @@ var _ = Describe("Invoke", func() {
 			"Toolledger-Trace-Id":       {"4bf92f3577b34da6a3ce929d0e0e4736"},
 			"Toolledger-Principals":     {"user:alice, agent:planner, agent:payments"},
 		}))
-		Expect(get(ns, req.Key).Spec.Provenance).To(Equal(req.Provenance))
+		Expect(env.Get(ns, req.Key).Spec.Provenance).To(Equal(req.Provenance))
 
 		// The request travels to a sub-agent as JSON; the delegate invokes it as it is.
 		wire, err := json.Marshal(req)
@@ -398,14 +391,7 @@ var _ = Describe("InvokeBatch", func() {
 	)
 
 	BeforeEach(func() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-		DeferCleanup(cancel)
-		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-		Expect(k8s.Create(ctx, tenant)).To(Succeed())
-		ns = tenant.Name
-		downstream.ClearFaults()
-		createTool(ns, "charge", v1alpha1.KeyProtected)
+		ctx, ns = newSpec()
 	})
 
 	It("invokes every item once under its own key, and a re-run repeats nothing", func() {
@@ -508,35 +494,27 @@ var _ = Describe("InvokeBatch", func() {
 	})
 })
 
-func createTool(namespace, name string, class v1alpha1.IdempotencyClass) {
+// newSpec starts a spec in a tenant of its own that holds the KeyProtected
+// tool "charge", bounded to 30 seconds by the returned context.
+func newSpec() (context.Context, string) {
 	GinkgoHelper()
-	Expect(k8s.Create(context.Background(), &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "payments.charge",
-			Version:          "v1",
-			IdempotencyClass: class,
-			HTTP: &v1alpha1.HTTPAdapter{
-				URL: httpServer.URL + "/charges",
-				// Longer than any delay the specs inject, so that a held
-				// request stays Executing rather than becoming Unknown.
-				Timeout:  &metav1.Duration{Duration: 5 * time.Second},
-				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},
-				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id", ResultPointers: []string{"/amount", "/currency", "/status"}},
-			},
-			Retry: v1alpha1.RetryPolicy{
-				InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
-				MaxBackoff:     &metav1.Duration{Duration: 2 * time.Second},
-			},
-		},
-	})).To(Succeed())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	DeferCleanup(cancel)
+	ns := env.NewTenant()
+	createTool(ns, "charge", v1alpha1.KeyProtected)
+	return ctx, ns
 }
 
-func get(namespace, name string) *v1alpha1.ToolAction {
+// createTool creates a payments tool on the suite's downstream with a lookup
+// by key and three result fields.
+func createTool(namespace, name string, class v1alpha1.IdempotencyClass) {
 	GinkgoHelper()
-	var a v1alpha1.ToolAction
-	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a)).To(Succeed())
-	return &a
+	env.CreateTool(namespace, name, testenv.WithClass(class),
+		// Longer than any delay the specs inject, so that a held request
+		// stays Executing rather than becoming Unknown.
+		testenv.WithTimeout(5*time.Second),
+		testenv.WithKeyLookup(), testenv.WithResultPointers("/amount", "/currency", "/status"),
+		testenv.WithBackoff(200*time.Millisecond, 2*time.Second))
 }
 
 // toolActionWrites sums the API server's own count of write requests on

@@ -121,12 +121,6 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 	return o
 }
 
-// settled reports whether Invoke stops waiting at phase: the outcome is
-// final, or only a human can move it on.
-func settled(phase v1alpha1.Phase) bool {
-	return phase.IsTerminal() || phase == v1alpha1.PhaseEscalated
-}
-
 // applyConfiguration is the server-side apply body: only what the caller
 // owns, so that every invocation of an intent applies the same bytes.
 type applyConfiguration struct {

@@ -3,7 +3,6 @@ package sdk_test
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -23,10 +23,10 @@ import (
 // one toolledger manager and the demo downstream, which counts requests and
 // effects per idempotency key.
 var (
+	env        *specenv.Env
 	cfg        *rest.Config
 	k8s        client.Client
 	downstream *demo.Server
-	httpServer *httptest.Server
 )
 
 func TestSDK(t *testing.T) {
@@ -35,23 +35,13 @@ func TestSDK(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	testenv.SetLogger(GinkgoWriter)
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
 	// The control plane's client has no rate limit worth measuring: 64
 	// callers each apply and watch at once.
-	plane, err := testenv.StartControlPlane("")
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(plane.Stop()).To(Succeed()) })
-	cfg, k8s = plane.Config, plane.Client
-
-	downstream, httpServer = testenv.StartDownstream()
-	DeferCleanup(httpServer.Close)
-
-	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: "sdk-suite", LeaseGrace: 5 * time.Second})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(func() { Expect(stopManager()).To(Succeed()) })
+	env = specenv.Start(testenv.SuiteOptions{Manager: &app.Options{ExecutorID: "sdk-suite", LeaseGrace: 5 * time.Second}})
+	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
 })
 
 // countingClient is an SDK client whose HTTP requests to the API server are

@@ -110,7 +110,7 @@ func (f *follower) observe(o observation) (bool, error) {
 	}
 	f.outcome = newOutcome(o.action, f.outcome.Deduplicated)
 	f.resourceVersion = o.resourceVersion
-	return settled(f.outcome.Phase), nil
+	return f.outcome.Phase.IsSettled(), nil
 }
 
 // newer reports whether resourceVersion a comes after b. Kubernetes
@@ -330,7 +330,7 @@ func (c *Client) read(ctx context.Context, namespace, key string) (observation, 
 	err := c.rest.Get().
 		Namespace(namespace).
 		Resource(toolActions).
-		VersionedParams(&metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", key).String()}, c.params).
+		VersionedParams(&metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", key).String()}, metav1.ParameterCodec).
 		Do(ctx).
 		Into(&list)
 	if err != nil {
@@ -471,7 +471,7 @@ func (nw *namespaceWatch) watch(ctx context.Context) error {
 			Watch:               true,
 			ResourceVersion:     from,
 			AllowWatchBookmarks: true,
-		}, c.params).
+		}, metav1.ParameterCodec).
 		Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot watch toolactions in namespace %s: %w", nw.namespace, err)

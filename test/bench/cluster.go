@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,11 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
@@ -34,43 +30,35 @@ import (
 // toolName is the Tool every benchmark namespace holds.
 const toolName = "charge"
 
-// cluster is the control plane, the downstreams and the admin clients that
-// every step of the run shares.
+// cluster is the control plane, the demo downstream and the admin clients
+// that every step of the run shares.
 type cluster struct {
-	plane *testenv.ControlPlane
+	suite *testenv.Suite
 	// cfg reaches the API server as an admin with client-side rate limiting
 	// off (QPS -1), as cmd/manager's controller-runtime config does: the
 	// harness measures the server, not a client's token bucket.
-	cfg    *rest.Config
-	k8s    client.Client
-	cs     kubernetes.Interface
-	demo   *demo.Server
-	demoHS *httptest.Server
+	cfg *rest.Config
+	k8s client.Client
+	cs  kubernetes.Interface
 }
 
 func startCluster(etcdDir string) (*cluster, error) {
-	plane, err := testenv.StartControlPlane(etcdDir)
+	suite, err := testenv.StartSuite(testenv.SuiteOptions{ControlPlane: testenv.ControlPlaneOptions{EtcdDataDir: etcdDir}})
 	if err != nil {
 		return nil, err
 	}
-	cfg := unlimited(plane.Config)
-	c := &cluster{plane: plane, cfg: cfg}
+	cfg := unlimited(suite.Config)
+	c := &cluster{suite: suite, cfg: cfg}
 	if c.k8s, err = client.New(cfg, client.Options{Scheme: app.Scheme()}); err != nil {
-		_ = plane.Stop()
-		return nil, err
+		return nil, errors.Join(err, suite.Stop())
 	}
 	if c.cs, err = kubernetes.NewForConfig(cfg); err != nil {
-		_ = plane.Stop()
-		return nil, err
+		return nil, errors.Join(err, suite.Stop())
 	}
-	c.demo, c.demoHS = testenv.StartDownstream()
 	return c, nil
 }
 
-func (c *cluster) stop() error {
-	c.demoHS.Close()
-	return c.plane.Stop()
-}
+func (c *cluster) stop() error { return c.suite.Stop() }
 
 // unlimited copies cfg without a client-side rate limit.
 func unlimited(cfg *rest.Config) *rest.Config {
@@ -82,53 +70,29 @@ func unlimited(cfg *rest.Config) *rest.Config {
 
 // writeKubeconfig writes an admin kubeconfig for a manager process.
 func (c *cluster) writeKubeconfig(path string) error {
-	user, err := c.plane.Env.AddUser(envtest.User{Name: "bench-manager", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fmt.Errorf("cannot add a user for the manager: %w", err)
-	}
-	content, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, content, 0o600)
+	_, err := c.suite.AddAdmin("bench-manager", path)
+	return err
 }
 
-// namespace creates a namespace (a tenant) holding the Tool "charge".
-func (c *cluster) namespace(ctx context.Context, name string, tool v1alpha1.ToolSpec) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+// namespace creates the tool's namespace (a tenant) and the tool.
+func (c *cluster) namespace(ctx context.Context, tool *v1alpha1.Tool) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tool.Namespace}}
 	if err := c.k8s.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("cannot create namespace %s: %w", name, err)
+		return fmt.Errorf("cannot create namespace %s: %w", tool.Namespace, err)
 	}
-	t := &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: toolName}, Spec: tool}
-	if err := c.k8s.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("cannot create tool %s/%s: %w", name, toolName, err)
+	if err := c.k8s.Create(ctx, tool); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cannot create tool %s/%s: %w", tool.Namespace, tool.Name, err)
 	}
 	return nil
 }
 
-// chargeTool is the sample payments Tool (config/samples) against baseURL:
-// the demo downstream for throughput, the counting one for recovery.
-func chargeTool(baseURL, path string, class v1alpha1.IdempotencyClass, timeout time.Duration) v1alpha1.ToolSpec {
-	return v1alpha1.ToolSpec{
-		Operation:        "payments.charge",
-		Version:          "v1",
-		IdempotencyClass: class,
-		HTTP: &v1alpha1.HTTPAdapter{
-			URL:     baseURL + "/" + path,
-			Method:  http.MethodPost,
-			Timeout: &metav1.Duration{Duration: timeout},
-			Lookup:  &v1alpha1.HTTPLookup{URL: baseURL + "/" + path + "/by-key/{key}"},
-			Response: v1alpha1.HTTPResponse{
-				ExternalIDPointer: "/id",
-				ResultPointers:    []string{"/status", "/amount", "/currency"},
-			},
-		},
-		Retry: v1alpha1.RetryPolicy{
-			MaxAttempts:    5,
-			InitialBackoff: &metav1.Duration{Duration: time.Second},
-			MaxBackoff:     &metav1.Duration{Duration: time.Minute},
-		},
-	}
+// chargeTool is the sample payments Tool (config/samples) in namespace,
+// calling url: the demo downstream's charges for throughput, the counting
+// downstream for recovery.
+func chargeTool(namespace, url string, class v1alpha1.IdempotencyClass, timeout time.Duration) *v1alpha1.Tool {
+	return testenv.NewTool(namespace, toolName, url, testenv.WithClass(class), testenv.WithTimeout(timeout),
+		testenv.WithKeyLookup(), testenv.WithResultPointers("/status", "/amount", "/currency"),
+		testenv.WithMaxAttempts(5), testenv.WithBackoff(time.Second, time.Minute))
 }
 
 // The request every benchmark action carries: the sample's charge, with

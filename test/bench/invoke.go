@@ -9,8 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -72,27 +70,16 @@ func countingConfig(cfg *rest.Config, count *atomic.Int64) *rest.Config {
 // invocations shared one watch per namespace: an apply and a watch each.
 type manifestInvoker struct {
 	rest         *rest.RESTClient
-	params       runtime.ParameterCodec
 	fieldManager string
 	finalizers   []string
 }
 
 func newManifestInvoker(cfg *rest.Config, fieldManager string, finalizers ...string) (*manifestInvoker, error) {
-	s := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, err
-	}
-	c := rest.CopyConfig(cfg)
-	c.APIPath = "/apis"
-	c.GroupVersion = &v1alpha1.GroupVersion
-	c.ContentType = runtime.ContentTypeJSON
-	c.AcceptContentTypes = runtime.ContentTypeJSON
-	c.NegotiatedSerializer = serializer.NewCodecFactory(s).WithoutConversion()
-	rc, err := rest.RESTClientFor(c)
+	rc, err := sdk.NewRESTClient(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &manifestInvoker{rest: rc, params: runtime.NewParameterCodec(s), fieldManager: fieldManager, finalizers: finalizers}, nil
+	return &manifestInvoker{rest: rc, fieldManager: fieldManager, finalizers: finalizers}, nil
 }
 
 type applyObject struct {
@@ -127,14 +114,14 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 	}
 	rv := action.ResourceVersion
 	for range 100 { // a watch the server ends is resumed; bounded anyway
-		if settledPhase(action.Status.Phase) {
+		if action.Status.Phase.IsSettled() {
 			break
 		}
 		w, err := f.rest.Get().Namespace(namespace).Resource("toolactions").
 			VersionedParams(&metav1.ListOptions{
 				Watch: true, FieldSelector: fields.OneTermEqualSelector("metadata.name", key).String(),
 				ResourceVersion: rv, AllowWatchBookmarks: true,
-			}, f.params).Watch(ctx)
+			}, metav1.ParameterCodec).Watch(ctx)
 		if err != nil {
 			return fmt.Errorf("cannot watch toolaction %s/%s: %w", namespace, key, err)
 		}
@@ -144,7 +131,7 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 			}
 			if a, ok := event.Object.(*v1alpha1.ToolAction); ok {
 				action, rv = *a, a.ResourceVersion
-				if settledPhase(a.Status.Phase) {
+				if a.Status.Phase.IsSettled() {
 					break
 				}
 			}
@@ -158,8 +145,4 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 		return fmt.Errorf("toolaction %s/%s settled as %q", namespace, key, action.Status.Phase)
 	}
 	return nil
-}
-
-func settledPhase(p v1alpha1.Phase) bool {
-	return p.IsTerminal() || p == v1alpha1.PhaseEscalated
 }

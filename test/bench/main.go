@@ -372,8 +372,8 @@ func (b *bench) etcdDir(plane string) string {
 
 func (b *bench) baseline() variant { return b.variants[0] }
 
-func (b *bench) fastTool() v1alpha1.ToolSpec {
-	return chargeTool(b.c.demoHS.URL, "charges", v1alpha1.KeyProtected, 5*time.Second)
+func (b *bench) fastTool(namespace string) *v1alpha1.Tool {
+	return chargeTool(namespace, b.c.suite.DownstreamURL+"/charges", v1alpha1.KeyProtected, 5*time.Second)
 }
 
 func main() {

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // memoryStep is the manager process's memory with Present finished
@@ -67,7 +68,7 @@ const memoryNamespace = "memory"
 // has reconciled them all.
 func (b *bench) memory(ctx context.Context, target int) error {
 	s := b.settings
-	if err := b.c.namespace(ctx, memoryNamespace, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(memoryNamespace)); err != nil {
 		return err
 	}
 	existing, err := countToolActions(ctx, b.c.k8s)
@@ -107,7 +108,7 @@ func (b *bench) memory(ctx context.Context, target int) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	var m metrics
 	for {
-		if err := sleep(ctx, 500*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 500*time.Millisecond); err != nil {
 			return err
 		}
 		if m, err = p.metrics(ctx); err != nil {
@@ -134,7 +135,7 @@ func (b *bench) memory(ctx context.Context, target int) error {
 	if s.MemoryGCWait > 0 {
 		waitFrom := time.Now()
 		for time.Since(waitFrom) < s.MemoryGCWait {
-			if err := sleep(ctx, time.Second); err != nil {
+			if err := testenv.Sleep(ctx, time.Second); err != nil {
 				return err
 			}
 			if m, err = p.metrics(ctx); err != nil {

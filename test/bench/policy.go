@@ -34,7 +34,7 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 	if err != nil {
 		return err
 	}
-	if err := b.c.namespace(ctx, "policy-probe", b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool("policy-probe")); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)
@@ -56,7 +56,7 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 			}
 			return errors.New("the API server did not take up the admission policy change within a minute")
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // countingDownstream applies every request it gets — it does NOT
@@ -159,7 +160,7 @@ func (b *bench) recovery(ctx context.Context) error {
 		ToolTimeout: toolTimeout, LeaseGrace: s.RecoveryLeaseGrace}
 	b.results.Recovery = res
 	ns := "recovery"
-	if err := b.c.namespace(ctx, ns, chargeTool(hs.URL, "effects", v1alpha1.Compensatable, toolTimeout)); err != nil {
+	if err := b.c.namespace(ctx, chargeTool(ns, hs.URL+"/effects", v1alpha1.Compensatable, toolTimeout)); err != nil {
 		return err
 	}
 	if err := parallel(ctx, s.RecoveryActions, 32, func(ctx context.Context, i int) error {
@@ -197,7 +198,7 @@ func (b *bench) recovery(ctx context.Context) error {
 			first.kill()
 			return fmt.Errorf("recovery: only %d of %d actions terminal after 10 minutes before the kill", terminal, s.RecoveryActions)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 50*time.Millisecond); err != nil {
 			first.kill()
 			return err
 		}
@@ -210,7 +211,7 @@ func (b *bench) recovery(ctx context.Context) error {
 		if _, _, _, _, held := ds.snapshot(); held >= want {
 			break
 		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 10*time.Millisecond); err != nil {
 			first.kill()
 			return err
 		}
@@ -240,7 +241,7 @@ func (b *bench) recovery(ctx context.Context) error {
 			b.fail("recovery: only %d of %d actions terminal %s after the restart", terminal, s.RecoveryActions, b.settings.RecoveryTimeout)
 			break
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -309,7 +310,7 @@ func trackNamespace(ctx context.Context, c *cluster, ns string) (func() (termina
 		}
 		for i := range list.Items {
 			switch p := list.Items[i].Status.Phase; {
-			case settledPhase(p):
+			case p.IsSettled():
 				terminal++
 			case p == v1alpha1.PhaseExecuting:
 				executing++

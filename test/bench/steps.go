@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -124,7 +125,7 @@ func (b *bench) latency(ctx context.Context, state string) error {
 	}
 	run := len(b.results.Latency) + 1
 	ns := fmt.Sprintf("tl-latency-%d", run)
-	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 		return err
 	}
 	warmup := min(2*time.Second, b.settings.LatencyDuration/5)
@@ -165,7 +166,7 @@ func (b *bench) latency(ctx context.Context, state string) error {
 	}
 
 	ceilingNS := fmt.Sprintf("ceiling-latency-%d", run)
-	if err := b.c.namespace(ctx, ceilingNS, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(ceilingNS)); err != nil {
 		return err
 	}
 	var c openLoopResult
@@ -225,7 +226,7 @@ func (b *bench) writes(ctx context.Context) error {
 	}
 	n, conc := b.settings.WritesActions, min(16, b.settings.WritesActions)
 	ns := "tl-writes"
-	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 		return err
 	}
 	rows, before, after, err := b.countBatch(ctx, n, func(ctx context.Context, i int) error {
@@ -281,7 +282,7 @@ func (b *bench) manifestWrites(ctx context.Context, n, conc int, policy bool) (*
 	if !policy {
 		ns += "-nopolicy"
 	}
-	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 		return nil, err
 	}
 	rows, _, _, err := b.countBatch(ctx, n, func(ctx context.Context, i int) error {
@@ -318,7 +319,7 @@ func (b *bench) countBatch(ctx context.Context, n int, fn func(ctx context.Conte
 	if err := b.waitQuiet(ctx); err != nil {
 		return nil, nil, nil, err
 	}
-	if err := sleep(ctx, 2*time.Second); err != nil {
+	if err := testenv.Sleep(ctx, 2*time.Second); err != nil {
 		return nil, nil, nil, err
 	}
 	after, err := scrapeAPIServer(ctx, b.c.cs)
@@ -466,7 +467,7 @@ func (b *bench) sdkLimiter(ctx context.Context) error {
 		return err
 	}
 	ns := fmt.Sprintf("tl-sdkqps-c%d", level.Concurrency)
-	if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 		return err
 	}
 	sum, _, err := b.measured(ctx, v1alpha1.GroupVersion.Group, "toolactions", func() runResult {

@@ -14,6 +14,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // variant is one configuration of toolledger under load.
@@ -329,7 +330,7 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 				return b.ceiling.object(ctx, ns, objectName(w, seq), amount(w, seq), finalizer)
 			}
 		}
-		if err := b.c.namespace(ctx, ns, b.fastTool()); err != nil {
+		if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 			return err
 		}
 		reconciles := inProcessReconciles()
@@ -354,7 +355,7 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 		if !b.tooBusy(share, attempt, fmt.Sprintf("round %d, concurrency %d, %s", round+1, c, label)) {
 			break
 		}
-		if err := sleep(ctx, 5*time.Second); err != nil {
+		if err := testenv.Sleep(ctx, 5*time.Second); err != nil {
 			return err
 		}
 	}
@@ -442,7 +443,7 @@ func (b *bench) useManager(ctx context.Context, config managerConfig) error {
 		if time.Now().After(deadline) {
 			return errors.New("the in-process manager's deletion watch did not list the existing actions within 5 minutes")
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -463,7 +464,7 @@ func (b *bench) waitQuiet(ctx context.Context) error {
 	last, quietSince := inProcessReconciles(), time.Now()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
 		}
 		now := inProcessReconciles()
@@ -543,15 +544,4 @@ func countObjects(ctx context.Context, k8s client.Client, list client.ObjectList
 		n += int(*remaining)
 	}
 	return n, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

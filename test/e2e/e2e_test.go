@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -151,7 +152,7 @@ func (s *suite) invokeCounting(ctx context.Context, req sdk.Request) (*sdk.Outco
 		if err == nil || errors.As(err, &conflict) || ctx.Err() != nil {
 			return out, again, err
 		}
-		if sleep(ctx, delay) != nil {
+		if testenv.Sleep(ctx, delay) != nil {
 			return out, again, err
 		}
 		delay = min(2*delay, time.Second)
@@ -172,16 +173,11 @@ func (s *suite) invokeAll(ctx context.Context, tr *trial, keys []string, wg *syn
 				tr.violation(key, "the agent got no outcome: %v", err)
 				return
 			}
-			if out.Phase != v1alpha1.PhaseSucceeded && out.Phase != v1alpha1.PhaseFailed && out.Phase != v1alpha1.PhaseEscalated {
+			if !out.Phase.IsSettled() {
 				tr.violation(key, "Invoke returned unsettled phase %q", out.Phase)
 			}
 		})
 	}
-}
-
-// settled reports whether a phase ends the automatic handling of an action.
-func settled(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseEscalated
 }
 
 // settleTimeout bounds the wait, after a scenario's load, for every intent
@@ -206,14 +202,14 @@ func (s *suite) waitSettled(trials []*trial, timeout time.Duration) {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
 			for _, key := range tr.keys {
-				if !settled(phases[key]) {
+				if !phases[key].IsSettled() {
 					return false
 				}
 			}
 			return true
 		})
 		if len(pending) > 0 {
-			_ = sleep(s.ctx, 300*time.Millisecond)
+			_ = testenv.Sleep(s.ctx, 300*time.Millisecond)
 		}
 	}
 }
@@ -291,7 +287,7 @@ func (s *suite) firstCharge(d *downstream, key string) (Charge, bool, error) {
 		case time.Now().After(deadline):
 			return c, false, fmt.Errorf("lookup of %s still answers %d", key, status)
 		}
-		if err := sleep(s.ctx, 100*time.Millisecond); err != nil {
+		if err := testenv.Sleep(s.ctx, 100*time.Millisecond); err != nil {
 			return c, false, err
 		}
 	}
@@ -460,7 +456,7 @@ func newSuite(t *testing.T) *suite {
 		t.Fatal(err)
 	}
 	s.logf("control plane up in %s (kube-apiserver %s, etcd %s)", time.Since(began).Round(100*time.Millisecond),
-		s.cluster.env.ControlPlane.APIServer.SecureServing.URL("https", "").Host, s.cluster.env.ControlPlane.Etcd.URL.Host)
+		s.cluster.plane.Env.ControlPlane.APIServer.SecureServing.URL("https", "").Host, s.cluster.plane.Env.ControlPlane.Etcd.URL.Host)
 	return s
 }
 

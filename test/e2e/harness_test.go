@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,38 +24,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
-// repoRoot is found from this file, so the suite finds bin/ and config/.
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
-// binary returns the path of a binary that `make test-e2e` builds into bin/.
+// binary returns the path of a binary that `make test-e2e` builds beside
+// the control plane's.
 func binary(name string) (string, error) {
-	path := filepath.Join(repoRoot(), "bin", name)
+	path := filepath.Join(testenv.BinDir(), name)
 	if _, err := os.Stat(path); err != nil {
 		return "", fmt.Errorf("%s is missing: run `make test-e2e`, which builds it: %w", path, err)
 	}
 	return path, nil
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }
 
 // --- OS processes -----------------------------------------------------------
@@ -208,7 +190,7 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 // with certificates, ports and etcd data in fixed places so that either can
 // be restarted under the clients' feet.
 type cluster struct {
-	env *envtest.Environment
+	plane *testenv.ControlPlane
 	// cfg and kubeconfig are an admin (system:masters) user's.
 	cfg        *rest.Config
 	kubeconfig string
@@ -237,7 +219,7 @@ exit 0`
 // recordPIDs writes the process ids of the suite's own kube-apiserver and
 // etcd children (found by parent and executable, in /proc) to the pid file.
 func (c *cluster) recordPIDs() error {
-	bin, err := filepath.EvalSymlinks(filepath.Join(repoRoot(), "bin"))
+	bin, err := filepath.EvalSymlinks(testenv.BinDir())
 	if err != nil {
 		return err
 	}
@@ -272,7 +254,6 @@ func (c *cluster) recordPIDs() error {
 }
 
 func startCluster(dir string) (*cluster, error) {
-	root := repoRoot()
 	certDir, etcdDir := filepath.Join(dir, "apiserver"), filepath.Join(dir, "etcd")
 	for _, d := range []string{certDir, etcdDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -287,51 +268,38 @@ func startCluster(dir string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: filepath.Join(root, "bin"),
-		ControlPlane: envtest.ControlPlane{
-			// Fixed directories: a restarted API server keeps its port, serving
-			// certificate and client CA, so every client keeps working; a
-			// restarted etcd keeps its data.
-			APIServer: &envtest.APIServer{CertDir: certDir, Out: apiLog, Err: apiLog},
-			Etcd:      &envtest.Etcd{DataDir: etcdDir, Out: etcdLog, Err: etcdLog},
-		},
-		ControlPlaneStartTimeout: 60 * time.Second,
-		// A stop is a SIGTERM; whatever has not exited after stopGrace is
-		// SIGKILLed. kube-apiserver's graceful shutdown with clients'
-		// watches open often takes longer.
-		ControlPlaneStopTimeout: stopGrace,
-	}
-	c := &cluster{env: env, pidFile: filepath.Join(dir, "controlplane.pids")}
+	c := &cluster{pidFile: filepath.Join(dir, "controlplane.pids")}
 	if c.watchdog, err = startWatchdog(c.pidFile); err != nil {
 		return nil, fmt.Errorf("cannot start the watchdog: %w", err)
 	}
-	if _, err := env.Start(); err != nil {
+	c.plane, err = testenv.StartControlPlane(testenv.ControlPlaneOptions{
+		// Fixed directories: a restarted API server keeps its port, serving
+		// certificate and client CA, so every client keeps working; a
+		// restarted etcd keeps its data.
+		APIServerCertDir: certDir,
+		EtcdDataDir:      etcdDir,
+		APIServerLog:     apiLog,
+		EtcdLog:          etcdLog,
+		StartTimeout:     60 * time.Second,
+		// A stop is a SIGTERM; whatever has not exited after stopGrace is
+		// SIGKILLed. kube-apiserver's graceful shutdown with clients'
+		// watches open often takes longer.
+		StopTimeout: stopGrace,
+	})
+	if err != nil {
 		_ = c.stop()
-		return nil, fmt.Errorf("cannot start the control plane (`make controlplane` builds bin/kube-apiserver and bin/etcd): %w", err)
+		return nil, err
 	}
 	if err := c.recordPIDs(); err != nil {
 		_ = c.stop()
 		return nil, err
 	}
-	user, err := env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, &rest.Config{QPS: 1000, Burst: 2000})
-	if err != nil {
-		_ = c.stop()
-		return nil, fmt.Errorf("cannot add the admin user: %w", err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		_ = c.stop()
-		return nil, err
-	}
 	c.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(c.kubeconfig, kubeconfig, 0o600); err != nil {
+	if c.cfg, err = c.plane.AddAdmin("e2e-admin", c.kubeconfig); err != nil {
 		_ = c.stop()
 		return nil, err
 	}
-	c.cfg = user.Config()
+	c.cfg.QPS, c.cfg.Burst = 1000, 2000
 	if c.client, err = client.New(c.cfg, client.Options{Scheme: app.Scheme()}); err != nil {
 		_ = c.stop()
 		return nil, err
@@ -341,7 +309,10 @@ func startCluster(dir string) (*cluster, error) {
 
 // stop stops the control plane, then the watchdog.
 func (c *cluster) stop() error {
-	err := c.env.Stop()
+	var err error
+	if c.plane != nil {
+		err = c.plane.Stop()
+	}
 	if c.watchdog != nil {
 		_ = syscall.Kill(-c.watchdog.Process.Pid, syscall.SIGKILL)
 		_ = c.watchdog.Wait()
@@ -371,13 +342,13 @@ type controlPlaneProcess interface {
 // again on the same port with the same certificates, and waits until
 // ToolActions are served again.
 func (c *cluster) restartAPIServer(ctx context.Context, down time.Duration) (restart, error) {
-	return c.restart(ctx, "kube-apiserver", c.env.ControlPlane.APIServer, down)
+	return c.restart(ctx, "kube-apiserver", c.plane.Env.ControlPlane.APIServer, down)
 }
 
 // restartEtcd stops etcd, keeps it down for down and starts it again with
 // its data.
 func (c *cluster) restartEtcd(ctx context.Context, down time.Duration) (restart, error) {
-	return c.restart(ctx, "etcd", c.env.ControlPlane.Etcd, down)
+	return c.restart(ctx, "etcd", c.plane.Env.ControlPlane.Etcd, down)
 }
 
 func (c *cluster) restart(ctx context.Context, name string, p controlPlaneProcess, down time.Duration) (restart, error) {
@@ -390,7 +361,7 @@ func (c *cluster) restart(ctx context.Context, name string, p controlPlaneProces
 		// envtest sent SIGKILL after the grace period.
 		r.killed = true
 	}
-	if err := sleep(ctx, down); err != nil {
+	if err := testenv.Sleep(ctx, down); err != nil {
 		return r, err
 	}
 	// A killed process may hold its port for a moment: try again, a few times.
@@ -399,7 +370,7 @@ func (c *cluster) restart(ctx context.Context, name string, p controlPlaneProces
 		if err = p.Start(); err == nil {
 			break
 		}
-		if sleep(ctx, time.Second) != nil {
+		if testenv.Sleep(ctx, time.Second) != nil {
 			break
 		}
 	}
@@ -429,7 +400,7 @@ func (c *cluster) waitServing(ctx context.Context) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the API server does not serve ToolActions again: %w", err)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -652,28 +623,15 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 	if opts.maxAttempts == 0 {
 		opts.maxAttempts = 8
 	}
-	tool := &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "charge"},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "payments.charge",
-			Version:          "v1",
-			IdempotencyClass: opts.class,
-			HTTP: &v1alpha1.HTTPAdapter{
-				URL:      d.url + "/charges",
-				Timeout:  &metav1.Duration{Duration: toolTimeout},
-				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id", ResultPointers: []string{"/amount"}},
-			},
-			Retry: v1alpha1.RetryPolicy{
-				MaxAttempts:    opts.maxAttempts,
-				InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
-				MaxBackoff:     &metav1.Duration{Duration: time.Second},
-			},
-			UnknownOutcomeDeadline: &metav1.Duration{Duration: opts.deadline},
-		},
+	shape := []testenv.ToolOption{
+		testenv.WithClass(opts.class), testenv.WithTimeout(toolTimeout), testenv.WithResultPointers("/amount"),
+		testenv.WithMaxAttempts(opts.maxAttempts), testenv.WithBackoff(200*time.Millisecond, time.Second),
+		testenv.WithUnknownOutcomeDeadline(opts.deadline),
 	}
 	if opts.lookup {
-		tool.Spec.HTTP.Lookup = &v1alpha1.HTTPLookup{URL: d.url + "/charges/by-key/{key}"}
+		shape = append(shape, testenv.WithKeyLookup())
 	}
+	tool := testenv.NewTool(ns.Name, "charge", d.url+"/charges", shape...)
 	if err := c.Create(ctx, tool); err != nil {
 		return "", fmt.Errorf("cannot create the tool of %s: %w", ns.Name, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -226,20 +227,7 @@ func (s *suite) kubectl(ctx context.Context, args ...string) (string, error) {
 func (s *suite) manifest(name string, tr *trial, keys []string, amount func(key string) int64) (string, error) {
 	var b strings.Builder
 	for _, key := range keys {
-		fmt.Fprintf(&b, `---
-apiVersion: toolledger.dev/v1alpha1
-kind: ToolAction
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  toolRef:
-    name: charge
-  parameters:
-    amount: %d
-    currency: EUR
-    customer: cus_e2e
-`, key, tr.ns, amount(key))
+		b.WriteString("---\n" + testenv.ChargeManifest(tr.ns, key, amount(key), "cus_e2e"))
 	}
 	dir := filepath.Join(s.dir, "manifests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -580,7 +568,7 @@ func (s *suite) killAt(pool []*manager, tr *trial, target stage, rng *rand.Rand)
 		report.probes++
 		last := report.probes >= 200 || time.Since(began) > 3*time.Second
 		if target == stageRandom {
-			if err := sleep(s.ctx, time.Until(began.Add(randomAt))); err != nil {
+			if err := testenv.Sleep(s.ctx, time.Until(began.Add(randomAt))); err != nil {
 				return report, err
 			}
 			last = true
@@ -589,7 +577,7 @@ func (s *suite) killAt(pool []*manager, tr *trial, target stage, rng *rand.Rand)
 			return report, err
 		}
 		// Let writes the managers already sent reach the API server.
-		if err := sleep(s.ctx, 5*time.Millisecond); err != nil {
+		if err := testenv.Sleep(s.ctx, 5*time.Millisecond); err != nil {
 			return report, err
 		}
 		byExecutor, err := s.snapshot(tr)
@@ -626,7 +614,7 @@ func (s *suite) killAt(pool []*manager, tr *trial, target stage, rng *rand.Rand)
 			// A request the victim had written may still arrive: then it was
 			// in transit rather than never sent.
 			if notSent := report.caught[stageNotSent]; notSent > 0 {
-				_ = sleep(s.ctx, 50*time.Millisecond)
+				_ = testenv.Sleep(s.ctx, 50*time.Millisecond)
 				if again, err := s.snapshot(tr); err == nil && again[victim.id][stageNotSent] < notSent {
 					report.caught[stageInTransit] += notSent - again[victim.id][stageNotSent]
 					report.caught[stageNotSent] = again[victim.id][stageNotSent]
@@ -640,7 +628,7 @@ func (s *suite) killAt(pool []*manager, tr *trial, target stage, rng *rand.Rand)
 		if err := signalAll(syscall.SIGCONT, nil); err != nil {
 			return report, err
 		}
-		if err := sleep(s.ctx, between(rng, time.Millisecond, 12*time.Millisecond)); err != nil {
+		if err := testenv.Sleep(s.ctx, between(rng, time.Millisecond, 12*time.Millisecond)); err != nil {
 			return report, err
 		}
 	}
@@ -669,7 +657,7 @@ func (s *suite) snapshot(tr *trial) (map[string]map[stage]int, error) {
 		key := a.Namespace + "/" + a.Name
 		claim := a.Status.Claim
 		switch {
-		case claim == nil && !settled(a.Status.Phase):
+		case claim == nil && !a.Status.Phase.IsSettled():
 			count("", stageUnclaimed)
 		case a.Status.Phase != v1alpha1.PhaseExecuting || claim == nil:
 		case st.Requests[key] < int(a.Status.Attempts):
@@ -738,7 +726,7 @@ func restartScenario(what string, restartFn func(*cluster, context.Context, time
 				keys := intents(tr, rng, "order", intRange(rng, 3, 6))
 				startAt := between(rng, 0, 1500*time.Millisecond)
 				wg.Go(func() {
-					if sleep(ctx, startAt) != nil {
+					if testenv.Sleep(ctx, startAt) != nil {
 						return
 					}
 					var inner sync.WaitGroup
@@ -746,7 +734,7 @@ func restartScenario(what string, restartFn func(*cluster, context.Context, time
 					inner.Wait()
 				})
 			}
-			if err := sleep(s.ctx, between(rng, 300*time.Millisecond, 1200*time.Millisecond)); err != nil {
+			if err := testenv.Sleep(s.ctx, between(rng, 300*time.Millisecond, 1200*time.Millisecond)); err != nil {
 				cancel()
 				return err
 			}
@@ -873,7 +861,7 @@ func duplicateStorm(s *suite, sc *run) error {
 				counts.add("kubectl applies", 1)
 				counts.add("ToolActions created by kubectl", strings.Count(out, " created"))
 				counts.add("found unchanged by kubectl", strings.Count(out, " unchanged"))
-				if sleep(ctx, between(rng, 50*time.Millisecond, 300*time.Millisecond)) != nil {
+				if testenv.Sleep(ctx, between(rng, 50*time.Millisecond, 300*time.Millisecond)) != nil {
 					return
 				}
 			}
@@ -1004,7 +992,7 @@ func (s *suite) waitRecorded(ctx context.Context, tr *trial, n int) error {
 		if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err == nil && len(list.Items) >= n {
 			return nil
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := testenv.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("the %d intents of %s were not recorded: %w", n, tr.ns, err)
 		}
 	}

@@ -10,7 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -111,25 +112,17 @@ var _ = Describe("An adapter registered by a test", func() {
 
 	BeforeEach(func() {
 		ctx = context.Background()
-		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-		Expect(k8s.Create(ctx, tenant)).To(Succeed())
-		ns = tenant.Name
+		ns = env.NewTenant()
 		memory = newMemoryAdapter()
 		startManager("memory-executor", func(adapter.Adapter) adapter.Adapter { return memory })
 	})
 
-	// memoryTool is a tool the memory adapter serves; spec.http is never read.
-	memoryTool := func(name string, class v1alpha1.IdempotencyClass, mutate ...func(*v1alpha1.ToolSpec)) {
+	// memoryTool is a tool the memory adapter serves; its URL is never called.
+	memoryTool := func(name string, class v1alpha1.IdempotencyClass, opts ...testenv.ToolOption) {
 		GinkgoHelper()
-		spec := v1alpha1.ToolSpec{
-			Operation: "memory.write", Version: "v1", IdempotencyClass: class,
-			HTTP:  &v1alpha1.HTTPAdapter{URL: "http://127.0.0.1:1/never-called"},
-			Retry: v1alpha1.RetryPolicy{MaxAttempts: 3, InitialBackoff: &metav1.Duration{Duration: 100 * time.Millisecond}},
-		}
-		for _, m := range mutate {
-			m(&spec)
-		}
-		Expect(k8s.Create(ctx, &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec})).To(Succeed())
+		opts = append([]testenv.ToolOption{testenv.WithClass(class), testenv.WithMaxAttempts(3),
+			testenv.WithBackoff(100*time.Millisecond, time.Second)}, opts...)
+		Expect(k8s.Create(ctx, testenv.NewTool(ns, name, "http://127.0.0.1:1/never-called", opts...))).To(Succeed())
 	}
 	invoke := func(tool, name string) string {
 		GinkgoHelper()
@@ -147,13 +140,6 @@ var _ = Describe("An adapter registered by a test", func() {
 			return a.Status.Phase.IsSettled()
 		}).Should(BeTrue())
 		return &a
-	}
-	history := func(a *v1alpha1.ToolAction) []string {
-		var out []string
-		for _, t := range a.Status.History {
-			out = append(out, string(t.To)+"/"+t.Reason)
-		}
-		return out
 	}
 
 	It("drives an action to Succeeded", func() {
@@ -174,7 +160,7 @@ var _ = Describe("An adapter registered by a test", func() {
 		a := settled("w-2")
 		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(a.Status.ExternalRef).To(Equal("mem-1"))
-		Expect(history(a)).To(ContainElements("Unknown/OutcomeUnknown", "Succeeded/FoundByLookup"))
+		Expect(specenv.Reasons(a)).To(Equal([]string{"Executing", "OutcomeUnknown", "FoundByLookup"}))
 		executes, lookups := memory.counts(key)
 		Expect(executes).To(Equal(1), "the lookup settles it, nothing is re-sent")
 		Expect(lookups).To(Equal(1))
@@ -198,10 +184,7 @@ var _ = Describe("An adapter registered by a test", func() {
 	)
 
 	It("reports a failure proven by lookup after the last attempt like every outcome: event, metric, retention", func() {
-		memoryTool("write", v1alpha1.KeyProtected, func(s *v1alpha1.ToolSpec) {
-			s.Retry.MaxAttempts = 1
-			s.KeyRetention = &metav1.Duration{Duration: 2 * time.Second}
-		})
+		memoryTool("write", v1alpha1.KeyProtected, testenv.WithMaxAttempts(1), testenv.WithKeyRetention(2*time.Second))
 		memory.failAttempts(v1alpha1.IdempotencyKey(ns, "w-3"))
 		before := outcomeCount(v1alpha1.PhaseFailed, v1alpha1.ErrorClassRetriesExhausted)
 		key := invoke("write", "w-3")

@@ -10,7 +10,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,22 +17,17 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
 var _ = Describe("Several executors", func() {
-	var (
-		ctx context.Context
-		ns  string
-	)
-
+	ctx := context.Background()
+	var ns string
 	BeforeEach(func() {
-		ctx = context.Background()
-		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-		Expect(k8s.Create(ctx, tenant)).To(Succeed())
-		ns = tenant.Name
-		downstream.ClearFaults()
-		createTool(ns, v1alpha1.Compensatable)
+		ns = env.NewTenant()
+		createTool(ns)
 	})
 
 	It("dispatch every one of 300 actions exactly once with 3 managers and no leader election", func() {
@@ -95,13 +89,13 @@ var _ = Describe("Several executors", func() {
 		stopA := startManager("executor-a", hold.wrap)
 		Expect(k8s.Create(ctx, action(ns, "order-claimed", 4100))).To(Succeed())
 		Eventually(hold.reached).Should(BeClosed())
-		claimed := get(ns, "order-claimed")
+		claimed := env.Get(ns, "order-claimed")
 		Expect(claimed.Status.Phase).To(Equal(v1alpha1.PhaseExecuting))
 		Expect(claimed.Status.Claim.Executor).To(Equal("executor-a"))
 		stopA()
 
 		startManager("executor-b", nil)
-		done := waitForPhase(ns, "order-claimed", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-claimed", v1alpha1.PhaseSucceeded)
 		hold.release()
 		key := ns + "/order-claimed"
 		Expect(downstream.Requests(key)).To(Equal(1), "one dispatch in total")
@@ -122,7 +116,7 @@ var _ = Describe("Several executors", func() {
 		stopA()
 
 		startManager("executor-b", nil)
-		done := waitForPhase(ns, "order-held", v1alpha1.PhaseSucceeded)
+		done := env.WaitForPhase(ns, "order-held", v1alpha1.PhaseSucceeded)
 		hold.release()
 		key := ns + "/order-held"
 		charged, ok := downstream.Charge(key)
@@ -139,11 +133,8 @@ var _ = Describe("Several executors", func() {
 var _ = Describe("The ledger's store", func() {
 	It("loses and doubles nothing when etcd restarts mid-flight", func() {
 		ctx := context.Background()
-		tenant := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
-		Expect(k8s.Create(ctx, tenant)).To(Succeed())
-		ns := tenant.Name
-		downstream.ClearFaults()
-		createTool(ns, v1alpha1.Compensatable)
+		ns := env.NewTenant()
+		createTool(ns)
 		// Hold the first requests downstream so that the restart finds them in flight.
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 1500 * time.Millisecond, Count: 10})
 		startManager("executor-a", nil)
@@ -155,7 +146,7 @@ var _ = Describe("The ledger's store", func() {
 		}
 		Eventually(func() int { return downstream.TotalRequests() }).Should(BeNumerically(">", 0))
 
-		etcd := testEnv.ControlPlane.Etcd
+		etcd := env.Env.ControlPlane.Etcd
 		Expect(etcd.Stop()).To(Succeed())
 		time.Sleep(3 * time.Second)
 		Expect(etcd.Start()).To(Succeed())
@@ -179,7 +170,7 @@ var _ = Describe("The ledger's store", func() {
 			Expect(downstream.Effects(key)).To(Equal(1), "effects for %s", key)
 			Expect(a.Status.ExternalRef).To(Equal(charged.ID), "the record names the one effect of %s", key)
 			Expect(downstream.Requests(key)).To(BeNumerically("<=", int(a.Status.Attempts)), "no request outside a claimed attempt for %s", key)
-			paths[strings.Join(reasons(&a), " > ")]++
+			paths[strings.Join(specenv.Reasons(&a), " > ")]++
 		}
 		AddReportEntry("paths taken through the restart", fmt.Sprint(paths))
 	})
@@ -221,25 +212,12 @@ func (h *hold) wrap(inner adapter.Adapter) adapter.Adapter {
 	})
 }
 
-func createTool(namespace string, class v1alpha1.IdempotencyClass) {
-	Expect(k8s.Create(context.Background(), &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "charge"},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "payments.charge",
-			Version:          "v1",
-			IdempotencyClass: class,
-			HTTP: &v1alpha1.HTTPAdapter{
-				URL:      httpServer.URL + "/charges",
-				Timeout:  &metav1.Duration{Duration: time.Second},
-				Lookup:   &v1alpha1.HTTPLookup{URL: httpServer.URL + "/charges/by-key/{key}"},
-				Response: v1alpha1.HTTPResponse{ExternalIDPointer: "/id"},
-			},
-			Retry: v1alpha1.RetryPolicy{
-				InitialBackoff: &metav1.Duration{Duration: 200 * time.Millisecond},
-				MaxBackoff:     &metav1.Duration{Duration: 2 * time.Second},
-			},
-		},
-	})).To(Succeed())
+// createTool creates the Compensatable payments tool "charge" on the
+// suite's downstream, with a lookup by key and a one-second timeout.
+func createTool(namespace string) {
+	GinkgoHelper()
+	env.CreateTool(namespace, "charge", testenv.WithClass(v1alpha1.Compensatable), testenv.WithTimeout(time.Second),
+		testenv.WithKeyLookup(), testenv.WithBackoff(200*time.Millisecond, 2*time.Second))
 }
 
 func action(namespace, name string, amount int) *v1alpha1.ToolAction {
@@ -255,38 +233,11 @@ func action(namespace, name string, amount int) *v1alpha1.ToolAction {
 	}
 }
 
-func get(namespace, name string) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var a v1alpha1.ToolAction
-	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &a)).To(Succeed())
-	return &a
-}
-
-func waitForPhase(namespace, name string, phase v1alpha1.Phase) *v1alpha1.ToolAction {
-	GinkgoHelper()
-	var a *v1alpha1.ToolAction
-	Eventually(func(g Gomega) {
-		var current v1alpha1.ToolAction
-		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &current)).To(Succeed())
-		g.Expect(current.Status.Phase).To(Equal(phase), "status: %+v", current.Status)
-		a = &current
-	}).Should(Succeed())
-	return a
-}
-
 // transitions summarises the history as "to/reason@executor" entries.
 func transitions(a *v1alpha1.ToolAction) []string {
 	out := make([]string, 0, len(a.Status.History))
 	for _, t := range a.Status.History {
 		out = append(out, fmt.Sprintf("%s/%s@%s", t.To, t.Reason, t.Executor))
-	}
-	return out
-}
-
-func reasons(a *v1alpha1.ToolAction) []string {
-	out := make([]string, 0, len(a.Status.History))
-	for _, t := range a.Status.History {
-		out = append(out, t.Reason)
 	}
 	return out
 }
