@@ -16,8 +16,11 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap/zapcore"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
+	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
@@ -94,6 +98,9 @@ func run(opts options) error {
 		}
 	}
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
+		return err
+	}
+	if err := waitUntilAdmitted(ctx, cfg, opts.namespace); err != nil {
 		return err
 	}
 	mgr, err := app.NewManager(cfg, app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
@@ -219,6 +226,34 @@ func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error 
 	}
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(&tool), client.FieldOwner("toolledger-dev"), client.ForceOwnership); err != nil {
 		return fmt.Errorf("cannot apply %s: %w", opts.sampleTool, err)
+	}
+	return nil
+}
+
+// waitUntilAdmitted returns once a ToolAction can be created: a fresh
+// control plane refuses one with ServiceUnavailable until the admission
+// policy that sets the outcome finalizer has loaded the CRD's schema, and
+// the first `kubectl apply` after the banner must not meet that. It probes
+// with a server-side dry run, which stores nothing.
+func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string) error {
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	probe := func() error {
+		return c.Create(ctx, &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "toolledger-dev-probe"},
+			Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}},
+		}, client.DryRunAll)
+	}
+	for err := probe(); apierrors.IsServiceUnavailable(err); err = probe() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the API server does not admit ToolActions yet: %w", err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	return nil
 }
