@@ -136,9 +136,12 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 		}
 		return nil, client.IgnoreNotFound(fmt.Errorf("cannot claim %s/%s: %w", action.Namespace, action.Name, err))
 	}
+	// Once connected, the connection's capabilities are the ones that hold.
+	connected := *tool
+	connected.caps = conn.Capabilities
 	return &dispatch{
 		claimed: next,
-		tool:    tool,
+		tool:    &connected,
 		conn:    conn,
 		request: adapter.Request{IdempotencyKey: next.Status.IdempotencyKey, Parameters: parameters, Provenance: next.Spec.Provenance},
 	}, nil

@@ -18,7 +18,8 @@ import (
 // the events, and schedules what follows a finished action (its
 // compensation link and its retention), so that no branch forgets one. A
 // transition that changes nothing writes and reports nothing. tool may be
-// nil when it was not resolved; a finished action then waits for the sweep.
+// nil when it was not resolved: what follows a finished action is then left
+// to the caller (a revisit, or the retention sweep).
 func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (ctrl.Result, error) {
 	_, result, err := r.record(ctx, current, tool, t)
 	return result, err
@@ -41,7 +42,7 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	}
 	for _, e := range t.events {
 		if !e.routine || r.SuccessEvents {
-			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.action, "%s", e.message)
+			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", e.message)
 		}
 	}
 	if recorded.Status.Phase.IsTerminal() && tool != nil {
@@ -82,23 +83,28 @@ func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha
 		return err
 	})
 	if err != nil {
-		// An attempt's claim lease ends it: the action then becomes Unknown.
-		return nil, client.IgnoreNotFound(fmt.Errorf("cannot record the transition of %s/%s: %w", current.Namespace, current.Name, err))
+		// A claimed attempt that cannot record its outcome ends with its
+		// lease: the action then becomes Unknown.
+		return nil, fmt.Errorf("cannot record the transition of %s/%s (attempt %d): %w", current.Namespace, current.Name, current.Status.Attempts, err)
 	}
 	if next == nil {
-		log.FromContext(ctx).Info("Transition not recorded: the record moved on", "phase", current.Status.Phase)
+		log.FromContext(ctx).V(1).Info("Transition not reapplied: the record changed and no longer takes it", "phase", current.Status.Phase)
 	}
 	return next, nil
 }
 
 // finish does what follows a finished action: a succeeded compensation is
 // linked to its original, and the record is deleted once its tool's
-// keyRetention has passed (requeued until then).
+// keyRetention has passed (requeued until then). Without a tool there is no
+// retention to apply.
 func (r *ToolActionReconciler) finish(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
 	if action.Status.Phase == v1alpha1.PhaseSucceeded {
 		if err := r.linkCompensation(ctx, action); err != nil {
 			return ctrl.Result{}, err
 		}
+	}
+	if tool == nil {
+		return ctrl.Result{}, nil
 	}
 	return r.expire(ctx, action, tool)
 }

@@ -137,14 +137,14 @@ func (p rules) decideExecuting(a *v1alpha1.ToolAction) step {
 	return step{kind: stepRecord, record: p.lapse(claim)}
 }
 
+// decideFinished: a finished action's compensation link and retention
+// follow. Without its tool there is no retention to apply, and the record
+// is kept; the link is made all the same.
 func (p rules) decideFinished(tool *resolvedTool) step {
 	switch {
 	case tool == nil:
 		return step{kind: stepResolveTool}
-	case isInvalid(tool.err):
-		// Without its tool there is no retention to apply: keep the record.
-		return step{kind: stepWait}
-	case tool.err != nil:
+	case tool.err != nil && !isInvalid(tool.err):
 		return step{kind: stepFail, err: tool.err}
 	}
 	return step{kind: stepFinish}
@@ -200,9 +200,14 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 	}
 	key := v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 	if limit := tool.caps.MaxKeyLength; limit > 0 && len(key) > limit {
-		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong,
-			message: fmt.Sprintf("the idempotency key %q has %d characters; the tool's %s adapter sends at most %d",
-				key, len(key), v1alpha1.AdapterName(&tool.tool.Spec), limit)})}
+		message := fmt.Sprintf("the idempotency key %q has %d characters; the tool's %s adapter sends at most %d",
+			key, len(key), v1alpha1.AdapterName(&tool.tool.Spec), limit)
+		if a.Status.Attempts > 0 {
+			// An earlier attempt went out under this key and may have
+			// applied: failing the action would be a guess.
+			return step{kind: stepRecord, record: p.escalation(ReasonKeyTooLong, message+"; an earlier attempt may have applied")}
+		}
+		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong, message: message})}
 	}
 	return step{kind: stepAttempt, reason: reason}
 }
@@ -221,7 +226,7 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 	case errors.Is(lookupErr, adapter.ErrNotFound) && spent:
 		return step{kind: stepRecord, record: p.absentAndSpent(a, tool.tool)}
 	case errors.Is(lookupErr, adapter.ErrNotFound):
-		return step{kind: stepAttempt, reason: ReasonAbsentByLookup}
+		return p.decideAttempt(a, tool, ReasonAbsentByLookup)
 	case errors.Is(lookupErr, adapter.ErrLookupUnsupported):
 		// The adapter promised a lookup it cannot make: settle by the class alone.
 		without := *tool

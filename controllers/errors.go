@@ -25,7 +25,7 @@ type pendingError struct{ message string }
 func (e *pendingError) Error() string { return e.message }
 
 func ignoreConflict(err error, format string, args ...any) error {
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		// A newer version of the record exists; its watch event brings us back.
 		return nil
 	}

@@ -52,7 +52,7 @@ func (r *ToolStatusReconciler) ReconcileTool(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	next := tool.DeepCopy()
-	r.setStatus(ctx, &next.Status, &tool.Spec, tool.Namespace, tool.Generation)
+	r.setStatus(ctx, &next.Status, &tool, tool.Generation)
 	return r.write(ctx, &tool.Status, next)
 }
 
@@ -63,7 +63,10 @@ func (r *ToolStatusReconciler) ReconcileClusterTool(ctx context.Context, req ctr
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	next := tool.DeepCopy()
-	r.setStatus(ctx, &next.Status, &tool.Spec.ToolSpec, r.OperatorNamespace, tool.Generation)
+	// A ClusterTool is checked as the Tool it serves as: in the operator's
+	// namespace, where its Secrets live.
+	served := &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Name: tool.Name, Namespace: r.OperatorNamespace}, Spec: tool.Spec.ToolSpec}
+	r.setStatus(ctx, &next.Status, served, tool.Generation)
 	return r.write(ctx, &tool.Status, next)
 }
 
@@ -83,11 +86,11 @@ func (r *ToolStatusReconciler) write(ctx context.Context, current *v1alpha1.Tool
 	return ctrl.Result{RequeueAfter: toolRecheck}, nil
 }
 
-func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.ToolStatus, spec *v1alpha1.ToolSpec, secretNamespace string, generation int64) {
-	hints := spec.IdempotencyClass.Hints()
+func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.ToolStatus, tool *v1alpha1.Tool, generation int64) {
+	hints := tool.Spec.IdempotencyClass.Hints()
 	status.MCPHints = &hints
 	status.ObservedGeneration = generation
-	reason, message := r.check(ctx, spec, secretNamespace)
+	reason, message := r.check(ctx, tool)
 	condition := metav1.Condition{
 		Type: v1alpha1.ConditionToolReady, Status: metav1.ConditionTrue, Reason: reason, Message: message,
 		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
@@ -99,13 +102,12 @@ func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.T
 }
 
 // check returns ReasonToolReady, or the first reason the tool cannot be
-// used: its schema, then its adapter's own checks (Secrets are read from
-// secretNamespace).
-func (r *ToolStatusReconciler) check(ctx context.Context, spec *v1alpha1.ToolSpec, secretNamespace string) (string, string) {
-	if _, err := catalog.CompileSchema(spec.ParametersSchema); err != nil {
+// used: its schema, then its adapter's own checks (Secrets are read from the
+// tool's namespace).
+func (r *ToolStatusReconciler) check(ctx context.Context, tool *v1alpha1.Tool) (string, string) {
+	if _, err := catalog.CompileSchema(tool.Spec.ParametersSchema); err != nil {
 		return ReasonInvalidSchema, "spec.parametersSchema: " + err.Error()
 	}
-	tool := &v1alpha1.Tool{ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace}, Spec: *spec}
 	a, err := r.Adapters.For(tool)
 	if err != nil {
 		return ReasonNoAdapter, err.Error()

@@ -9,7 +9,9 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/events"
@@ -62,6 +64,14 @@ type ToolActionReconciler struct {
 	MaxConcurrentReconciles int
 	// OperatorNamespace holds the Secrets of ClusterTools.
 	OperatorNamespace string
+
+	// revisits delivers actions that left the cache but still need a
+	// reconcile of their own (see revisit).
+	revisits chan event.GenericEvent
+	// revisited holds the keys whose next reconcile reads the API server:
+	// the cache may still hold the version before the change that made the
+	// revisit.
+	revisited sync.Map
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch;delete
@@ -78,8 +88,14 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	var action v1alpha1.ToolAction
 	// The cache holds active actions only (ActiveActions): a finished one,
 	// requeued for its key's expiry or reported by the DeletionWatch, is read
-	// from the API server.
-	if err := r.getConfirmed(ctx, req.NamespacedName, &action); err != nil {
+	// from the API server, and so is a revisited one.
+	var err error
+	if _, revisit := r.revisited.LoadAndDelete(req.NamespacedName); revisit {
+		err = r.APIReader.Get(ctx, req.NamespacedName, &action)
+	} else {
+		err = r.getConfirmed(ctx, req.NamespacedName, &action)
+	}
+	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	return r.advance(ctx, &action)
@@ -118,7 +134,7 @@ func (r *ToolActionReconciler) perform(ctx context.Context, action *v1alpha1.Too
 	case stepAttempt:
 		return r.attempt(ctx, action, tool, next.reason)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, fmt.Errorf("no step of kind %d is performed for %s", next.kind, action.Name)
 }
 
 // rules are the state machine's decisions, at the clock's time.
@@ -126,30 +142,22 @@ func (r *ToolActionReconciler) rules() rules {
 	return rules{now: r.Clock.Now(), by: r.Executor, random: rand.Float64}
 }
 
-// ownClaim reports an update that records a new claim of this executor. The
-// reconcile that wrote it goes on to dispatch and record the outcome (or
-// returns an error and is retried), so the claim needs no reconcile of its
-// own; one would read a cache that has not caught up with the outcome and
-// leave a requeue behind. Any other change to a claimed action, a deletion
-// for one, still triggers a reconcile.
-func (r *ToolActionReconciler) ownClaim(previous, current client.Object) bool {
-	before, ok := previous.(*v1alpha1.ToolAction)
-	if !ok {
-		return false
+// revisit has the controller reconcile an action that left its cache, such
+// as one a ToolResolution finished, so that what follows it (the
+// compensation link, retention) is scheduled on the controller's own queue.
+func (r *ToolActionReconciler) revisit(ctx context.Context, action *v1alpha1.ToolAction) error {
+	r.revisited.Store(client.ObjectKeyFromObject(action), struct{}{})
+	select {
+	case r.revisits <- event.GenericEvent{Object: action}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	after, ok := current.(*v1alpha1.ToolAction)
-	if !ok {
-		return false
-	}
-	claim := after.Status.Claim
-	if after.Status.Phase != v1alpha1.PhaseExecuting || claim == nil || claim.Executor != r.Executor {
-		return false
-	}
-	return before.Status.Phase != v1alpha1.PhaseExecuting || before.Status.Claim == nil || before.Status.Claim.Attempt != claim.Attempt
 }
 
 // SetupWithManager registers the reconciler.
 func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.revisits = make(chan event.GenericEvent)
 	return ctrl.NewControllerManagedBy(mgr).
 		// An action leaving the cache is finishing (its executor scheduled
 		// what follows) or gone: neither needs a reconcile. Deletions of
@@ -159,6 +167,7 @@ func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
 		WatchesRawSource(source.Channel(r.Deleting, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.revisits, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			// A missing Secret or an unreachable API is retried at least

@@ -62,6 +62,10 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	by := resolutionActor(&resolution)
 	if appliedTo(&action, by) {
+		// Applied before a crash or a failed mark: what follows is scheduled again.
+		if err := r.follow(ctx, &action); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 	}
 	phase := action.Status.Phase
@@ -70,19 +74,28 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
 	}
 
-	resolve := rules{now: r.Clock.Now(), by: by}.resolved(&resolution)
-	var tool *v1alpha1.Tool
-	if resolved := r.Actions.resolveTool(ctx, &action); resolved.err == nil {
-		tool = resolved.tool
-	}
-	recorded, _, err := r.Actions.record(ctx, &action, tool, resolve)
+	rules := r.Actions.rules()
+	rules.by = by
+	recorded, _, err := r.Actions.record(ctx, &action, nil, rules.resolved(&resolution))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)
 	case recorded == nil:
 		return ctrl.Result{}, fmt.Errorf("ToolAction %s changed while resolution %s was applied; applying it again", action.Name, resolution.Name)
 	}
+	if err := r.follow(ctx, recorded); err != nil {
+		return ctrl.Result{}, err
+	}
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
+}
+
+// follow hands an action the resolution finished to the ToolAction
+// controller, which links its compensation and schedules its retention.
+func (r *ToolResolutionReconciler) follow(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if !action.Status.Phase.IsTerminal() {
+		return nil
+	}
+	return r.Actions.revisit(ctx, action)
 }
 
 // resolutionActor names a resolution in the action's history.

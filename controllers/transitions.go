@@ -33,15 +33,15 @@ type transition struct {
 
 // report is an event of a transition.
 type report struct {
-	eventType, reason, action, message string
+	eventType, reason, verb, message string
 	// related is the object that caused the transition, if not the action.
 	related runtime.Object
 	// routine: a Normal event emitted only with SuccessEvents.
 	routine bool
 }
 
-func warning(reason, action, message string) report {
-	return report{eventType: corev1.EventTypeWarning, reason: reason, action: action, message: message}
+func warning(reason, verb, message string) report {
+	return report{eventType: corev1.EventTypeWarning, reason: reason, verb: verb, message: message}
 }
 
 // outcomePhase reports the phases whose arrival the outcome metric counts.
@@ -102,7 +102,7 @@ func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string) tr
 			setWaiting(a, p.now, requestDigest, ReasonAwaitingApproval, message)
 			set(a, p.now, v1alpha1.ConditionApproved, metav1.ConditionFalse, ReasonAwaitingApproval, message)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, action: "Approve", message: message}},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, verb: "Approve", message: message}},
 	}
 }
 
@@ -110,7 +110,7 @@ func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string) tr
 func (p rules) found(a *v1alpha1.ToolAction, outcome adapter.Outcome) transition {
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonFoundByLookup, outcome) },
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonFoundByLookup, action: "Lookup",
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonFoundByLookup, verb: "Lookup",
 			message: fmt.Sprintf("the downstream has the request of key %s: external reference %s", idempotencyKey(a), outcome.ExternalRef)}},
 	}
 }
@@ -153,7 +153,7 @@ func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
 			// Keep the operator's words in the history whatever the outcome.
 			a.Status.History[len(a.Status.History)-1].Message = truncate(message, maxHistoryMessage)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, action: "Resolve", message: message, related: resolution}},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, verb: "Resolve", message: message, related: resolution}},
 	}
 }
 
@@ -164,7 +164,7 @@ func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome)
 	if outcome.ExternalRef != "" {
 		message += "; external reference " + outcome.ExternalRef
 	}
-	events := []report{{eventType: corev1.EventTypeNormal, reason: ReasonSucceeded, action: "Dispatch", routine: true,
+	events := []report{{eventType: corev1.EventTypeNormal, reason: ReasonSucceeded, verb: "Dispatch", routine: true,
 		message: fmt.Sprintf("attempt %d: %s", claimed.Status.Attempts, message)}}
 	for _, w := range outcome.Warnings {
 		events = append(events, warning(ReasonIncompleteResponse, "Dispatch", w))
@@ -235,7 +235,7 @@ func (p rules) compensatedBy(compensation *v1alpha1.ToolAction) transition {
 	name := compensation.Name
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) { setCompensatedBy(a, p.now, p.by, name) },
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonCompensated, action: "Compensate", related: compensation,
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonCompensated, verb: "Compensate", related: compensation,
 			message: "compensated by ToolAction " + name + "; the original effect happened and stays recorded"}},
 		reapplyWhile: func(latest *v1alpha1.ToolAction) bool { return !slices.Contains(latest.Status.CompensatedBy, name) },
 	}

@@ -48,7 +48,8 @@ type Capabilities struct {
 }
 
 // Connection is a connected adapter: the executor for one tool and the
-// capabilities it was connected with.
+// capabilities it was connected with, which match Capabilities for the tool.
+// Once connected, the controller relies on these.
 type Connection struct {
 	Executor
 	Capabilities Capabilities

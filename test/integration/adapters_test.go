@@ -212,6 +212,27 @@ var _ = Describe("An adapter registered by a test", func() {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-3"}, &v1alpha1.ToolAction{}))
 		}).Should(BeTrue(), "the record is deleted once its key retention has passed")
 	})
+
+	It("schedules what follows an action a ToolResolution finished: its retention, long before the sweep", func() {
+		memoryTool("write-without-lookup", v1alpha1.NonRepeatable, testenv.WithKeyRetention(2*time.Second))
+		memory.loseAnswer(v1alpha1.IdempotencyKey(ns, "w-4"))
+		invoke("write-without-lookup", "w-4")
+		Expect(settled("w-4").Status.Phase).To(Equal(v1alpha1.PhaseEscalated))
+
+		resolution := &v1alpha1.ToolResolution{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w-4-checked"},
+			Spec: v1alpha1.ToolResolutionSpec{ActionName: "w-4", Outcome: v1alpha1.ResolvedSucceeded,
+				ExternalRef: "mem-1", Reason: "found in the store"},
+		}
+		Expect(k8s.Create(ctx, resolution)).To(Succeed())
+		// The sweep runs once a minute; the record must go with its 2s retention.
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-4"}, &v1alpha1.ToolAction{}))
+		}, 15*time.Second).Should(BeTrue())
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(resolution), resolution)).To(Succeed())
+		Expect(resolution.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", v1alpha1.ConditionApplied), HaveField("Status", metav1.ConditionTrue))))
+	})
 })
 
 // outcomeCount reads toolledger_action_transitions_total for a phase and class.
