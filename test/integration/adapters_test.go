@@ -163,7 +163,9 @@ var _ = Describe("An adapter registered by a test", func() {
 		Expect(specenv.Reasons(a)).To(Equal([]string{"Executing", "OutcomeUnknown", "FoundByLookup"}))
 		executes, lookups := memory.counts(key)
 		Expect(executes).To(Equal(1), "the lookup settles it, nothing is re-sent")
-		Expect(lookups).To(Equal(1))
+		// A reconcile that reads the cache before it shows Succeeded may look
+		// up once more: a read, and its write then loses to the newer version.
+		Expect(lookups).To(BeNumerically(">=", 1))
 	})
 
 	DescribeTable("without a lookup, settles a lost answer by the tool's class",
@@ -194,7 +196,7 @@ var _ = Describe("An adapter registered by a test", func() {
 		Expect(a.Status.Error.Reason).To(Equal("AbsentByLookup"))
 		executes, lookups := memory.counts(key)
 		Expect(executes).To(Equal(1))
-		Expect(lookups).To(Equal(1))
+		Expect(lookups).To(BeNumerically(">=", 1))
 
 		Eventually(func() []string {
 			var list eventsv1.EventList
