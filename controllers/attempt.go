@@ -23,10 +23,11 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}
-	if held, err := r.gate(ctx, action, tool.tool, requestDigest); held != nil || err != nil {
-		if err != nil {
-			return r.rejectIfInvalid(ctx, action, tool.tool, err)
-		}
+	held, err := r.gate(ctx, action, tool.tool, requestDigest)
+	if err != nil {
+		return r.rejectIfInvalid(ctx, action, tool.tool, err)
+	}
+	if held != nil {
 		return r.commit(ctx, action, tool.tool, *held)
 	}
 	conn, err := tool.adapter.Connect(ctx, tool.tool)

@@ -18,10 +18,7 @@ import (
 func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, action *v1alpha1.ToolAction) error {
 	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
 	var original v1alpha1.ToolAction
-	err := r.Client.Get(ctx, key, &original)
-	if apierrors.IsNotFound(err) {
-		err = r.APIReader.Get(ctx, key, &original)
-	}
+	err := r.getConfirmed(ctx, key, &original)
 	switch {
 	case apierrors.IsNotFound(err):
 		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
