@@ -23,6 +23,17 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}
+	if action.Status.Attempts == 0 {
+		// A first attempt: the key may have been used before, by a record
+		// since deleted.
+		answered, err := r.answerFromTombstone(ctx, action, tool.tool, requestDigest)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if answered != nil {
+			return r.commit(ctx, action, tool.tool, *answered)
+		}
+	}
 	held, err := r.gate(ctx, action, tool.tool, requestDigest)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)

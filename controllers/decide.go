@@ -43,6 +43,9 @@ const (
 	stepFail
 	// stepRelease: remove the finalizer of an action being deleted.
 	stepRelease
+	// stepBury: write the tombstone of an action being deleted, then
+	// remove its finalizer.
+	stepBury
 	// stepRecord: commit the transition record.
 	stepRecord
 	// stepFinish: a finished action; link its compensation, apply retention.
@@ -97,7 +100,7 @@ func policyForUnknown(class v1alpha1.IdempotencyClass, caps adapter.Capabilities
 // as waiting out a claim's lease, read nothing else.
 func (p rules) decide(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 	if !a.DeletionTimestamp.IsZero() && !mayHaveApplied(a.Status.Phase) {
-		return step{kind: stepRelease}
+		return p.decideDeleted(a, tool)
 	}
 	switch a.Status.Phase {
 	case v1alpha1.PhaseEscalated:
@@ -122,6 +125,23 @@ func (p rules) decide(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 // finalizer through a deletion until the outcome is known.
 func mayHaveApplied(phase v1alpha1.Phase) bool {
 	return phase == v1alpha1.PhaseExecuting || phase == v1alpha1.PhaseUnknown || phase == v1alpha1.PhaseEscalated
+}
+
+// decideDeleted: a deleted action that may have caused an effect leaves a
+// tombstone, unless its tool's keyRetention has passed already; one that
+// caused nothing just goes. A tool that is gone keeps the tombstone.
+func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
+	switch {
+	case !needsTombstone(a):
+		return step{kind: stepRelease}
+	case tool == nil:
+		return step{kind: stepResolveTool}
+	case tool.err != nil && !isInvalid(tool.err):
+		return step{kind: stepFail, err: tool.err}
+	case tool.err == nil && keyRetentionPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
+		return step{kind: stepRelease}
+	}
+	return step{kind: stepBury}
 }
 
 // decideExecuting: while the claim's lease runs its executor may still be

@@ -50,6 +50,17 @@ func deleting(a *v1alpha1.ToolAction) {
 	a.DeletionTimestamp = &ts
 }
 
+func completedAgo(d time.Duration) actionOption {
+	return func(a *v1alpha1.ToolAction) { a.Status.CompletionTime = metaTimePtr(t0.Add(-d)) }
+}
+
+// keyRetention is a KeyProtected tool that keeps keys for d.
+func keyRetention(d time.Duration) *resolvedTool {
+	tool := withTool(v1alpha1.KeyProtected)
+	tool.tool.Spec.KeyRetention = &metav1.Duration{Duration: d}
+	return tool
+}
+
 func nextAttemptIn(d time.Duration) actionOption {
 	return func(a *v1alpha1.ToolAction) { a.Status.NextAttemptTime = metaTimePtr(t0.Add(d)) }
 }
@@ -108,7 +119,7 @@ type result struct {
 }
 
 var kindNames = map[stepKind]string{
-	stepWait: "wait", stepResolveTool: "resolveTool", stepFail: "fail", stepRelease: "release",
+	stepWait: "wait", stepResolveTool: "resolveTool", stepFail: "fail", stepRelease: "release", stepBury: "bury",
 	stepRecord: "record", stepFinish: "finish", stepLookup: "lookup", stepAttempt: "attempt",
 }
 
@@ -163,7 +174,20 @@ func TestDecide(t *testing.T) {
 			withTool(v1alpha1.KeyProtected, func(c *adapter.Capabilities) { c.MaxKeyLength = 10 }), result{Kind: "record",
 				Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/KeyTooLong"}}},
 		{"accepted action deleted: released", newAction(v1alpha1.PhaseAccepted, deleting), nil, result{Kind: "release"}},
-		{"succeeded action deleted: released", newAction(v1alpha1.PhaseSucceeded, deleting), nil, result{Kind: "release"}},
+		{"succeeded action answered by a tombstone, deleted: released", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(0)), nil, result{Kind: "release"}},
+		{"dispatched action deleted: the tool is resolved for its key retention", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)), nil,
+			result{Kind: "resolveTool"}},
+		{"dispatched action deleted: a tombstone, then released", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)), keyProtected,
+			result{Kind: "bury"}},
+		{"failed after a dispatch, deleted: a tombstone", newAction(v1alpha1.PhaseFailed, deleting, attempts(3), completedAgo(time.Hour)), keyProtected,
+			result{Kind: "bury"}},
+		{"dispatched action deleted, its tool gone: a tombstone all the same", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)), invalid,
+			result{Kind: "bury"}},
+		{"dispatched action deleted, its tool unreadable: retried", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)), transient,
+			result{Kind: "fail"}},
+		{"dispatched action deleted after its key retention: released without a tombstone",
+			newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(2*time.Hour)), keyRetention(time.Hour), result{Kind: "release"}},
+		{"retry scheduled (nothing applied), deleted: released", newAction(v1alpha1.PhaseRetryScheduled, deleting, attempts(1)), nil, result{Kind: "release"}},
 		{"executing action deleted: its claim is waited out", newAction(v1alpha1.PhaseExecuting, deleting, claimedBy("executor-b", 20*time.Second)), nil,
 			result{Kind: "wait", After: 20 * time.Second}},
 		{"unknown action deleted: looked up, not released", newAction(v1alpha1.PhaseUnknown, deleting), keyProtected, result{Kind: "lookup"}},
@@ -383,18 +407,56 @@ func TestClaimLeaseFollowsTheAdapterTimeout(t *testing.T) {
 	}
 }
 
-func TestExpiry(t *testing.T) {
-	tool := withTool(v1alpha1.KeyProtected).tool
-	finished := newAction(v1alpha1.PhaseSucceeded, func(a *v1alpha1.ToolAction) { a.Status.CompletionTime = metaTimePtr(t0.Add(-time.Hour)) })
-	if due, after := expiry(finished, tool, t0); due || after != 0 {
-		t.Errorf("expiry without keyRetention = %t, %s; want never", due, after)
+func TestRetention(t *testing.T) {
+	hours := func(h float64) *metav1.Duration {
+		return &metav1.Duration{Duration: time.Duration(h * float64(time.Hour))}
 	}
-	tool.Spec.KeyRetention = &metav1.Duration{Duration: 2 * time.Hour}
-	if due, after := expiry(finished, tool, t0); due || after != time.Hour {
-		t.Errorf("expiry an hour before = %t, %s; want not due, in 1h", due, after)
+	tests := []struct {
+		name         string
+		record, key  *metav1.Duration
+		completedAgo time.Duration
+		want         retirement
+		wantAfter    time.Duration
+	}{
+		{"no retention: kept for good", nil, nil, time.Hour, keepRecord, 0},
+		{"keyRetention alone, before: kept until it", nil, hours(2), time.Hour, keepRecord, time.Hour},
+		{"keyRetention alone, passed: the key is freed (the record deleted, no tombstone)", nil, hours(1), time.Hour, freeKey, 0},
+		{"recordRetention alone, before: kept until it", hours(3), nil, time.Hour, keepRecord, 2 * time.Hour},
+		{"recordRetention alone, passed: a tombstone keeps the key for good", hours(1), nil, 90 * time.Minute, toTombstone, 0},
+		{"both, before either: the record's end comes first", hours(2), hours(24), time.Hour, keepRecord, time.Hour},
+		{"both, record passed: a tombstone until the key's end", hours(1), hours(24), 2 * time.Hour, toTombstone, 0},
+		{"both, key passed: freed", hours(1), hours(24), 25 * time.Hour, freeKey, 0},
 	}
-	tool.Spec.KeyRetention = &metav1.Duration{Duration: time.Hour}
-	if due, _ := expiry(finished, tool, t0); !due {
-		t.Error("expiry at the retention's end is not due")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := withTool(v1alpha1.KeyProtected).tool
+			tool.Spec.RecordRetention, tool.Spec.KeyRetention = tt.record, tt.key
+			finished := newAction(v1alpha1.PhaseSucceeded, attempts(1), completedAgo(tt.completedAgo))
+			if got, after := retention(finished, tool, t0); got != tt.want || after != tt.wantAfter {
+				t.Errorf("retention = %d, %s; want %d, %s", got, after, tt.want, tt.wantAfter)
+			}
+		})
+	}
+	if got, _ := retention(newAction(v1alpha1.PhaseSucceeded), withTool(v1alpha1.KeyProtected).tool, t0); got != keepRecord {
+		t.Errorf("retention without a completion time = %d, want keepRecord", got)
+	}
+}
+
+func TestNeedsTombstone(t *testing.T) {
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		want   bool
+	}{
+		{"succeeded after a dispatch", newAction(v1alpha1.PhaseSucceeded, attempts(1)), true},
+		{"failed after dispatches", newAction(v1alpha1.PhaseFailed, attempts(3)), true},
+		{"rejected before any dispatch", newAction(v1alpha1.PhaseFailed, attempts(0)), false},
+		{"answered by a tombstone (never dispatched)", newAction(v1alpha1.PhaseSucceeded, attempts(0)), false},
+		{"still in flight", newAction(v1alpha1.PhaseUnknown, attempts(1)), false},
+	}
+	for _, tt := range tests {
+		if got := needsTombstone(tt.action); got != tt.want {
+			t.Errorf("%s: needsTombstone = %t, want %t", tt.name, got, tt.want)
+		}
 	}
 }

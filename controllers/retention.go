@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -15,35 +18,99 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// expiry is the retention rule: a finished action is deleted, freeing its
-// key, once its tool's keyRetention has passed since completion. It reports
-// whether that time has come, and otherwise how long until it does (zero:
-// never, as without a retention).
-func expiry(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (due bool, after time.Duration) {
-	if a.Status.CompletionTime == nil || tool.Spec.KeyRetention == nil {
-		return false, 0
+// retirement is what the retention rules make of a finished record.
+type retirement int
+
+const (
+	// keepRecord: nothing is due yet.
+	keepRecord retirement = iota
+	// toTombstone: recordRetention passed; the record is deleted, leaving a
+	// tombstone when it may have caused an effect.
+	toTombstone
+	// freeKey: keyRetention passed; the record is deleted without a
+	// tombstone and its name may mean a new intent.
+	freeKey
+)
+
+// retention applies the tool's two retentions to a finished action: what
+// is due at now, and otherwise how long until something is (zero: never).
+func retention(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (retirement, time.Duration) {
+	if a.Status.CompletionTime == nil {
+		return keepRecord, 0
 	}
-	wait := a.Status.CompletionTime.Add(tool.Spec.KeyRetention.Duration).Sub(now)
-	return wait <= 0, max(wait, 0)
+	completed := a.Status.CompletionTime.Time
+	if keyRetentionPassed(completed, tool, now) {
+		return freeKey, 0
+	}
+	if d := tool.Spec.RecordRetention; d != nil && !now.Before(completed.Add(d.Duration)) {
+		return toTombstone, 0
+	}
+	var wait time.Duration
+	for _, d := range []*time.Duration{durationOf(tool.Spec.RecordRetention), durationOf(tool.Spec.KeyRetention)} {
+		if d != nil {
+			left := completed.Add(*d).Sub(now)
+			if wait == 0 || left < wait {
+				wait = left
+			}
+		}
+	}
+	return keepRecord, wait
 }
 
-// expire applies the retention rule to a finished action.
+// keyRetentionPassed reports whether a key whose action finished at
+// completed is free again by the tool's keyRetention.
+func keyRetentionPassed(completed time.Time, tool *v1alpha1.Tool, now time.Time) bool {
+	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(completed.Add(tool.Spec.KeyRetention.Duration))
+}
+
+// earliestRetention is the shorter of the tool's retentions: a finished
+// record is looked at once it has passed.
+func earliestRetention(tool *v1alpha1.Tool) *time.Duration {
+	record, key := durationOf(tool.Spec.RecordRetention), durationOf(tool.Spec.KeyRetention)
+	if record == nil || (key != nil && *key < *record) {
+		return key
+	}
+	return record
+}
+
+// expire applies the retention rules to a finished action, at the pace the
+// Pacer allows.
 func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
-	due, after := expiry(action, tool, r.Clock.Now())
-	if !due {
+	due, after := retention(action, tool, r.Clock.Now())
+	if due == keepRecord {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
-	if err := r.Client.Delete(ctx, action, client.Preconditions{UID: &action.UID}); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("cannot delete expired %s: %w", action.Name, err))
+	if wait := r.Pacer.turn(action.UID, r.Clock.Now()); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	log.FromContext(ctx).Info("Deleted a finished action whose key retention passed", "retention", tool.Spec.KeyRetention.Duration)
+	if due == toTombstone && needsTombstone(action) {
+		if err := r.bury(ctx, action, tool, v1alpha1.TombstoneCauseRecordRetention); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.retire(ctx, action); err != nil {
+		return ctrl.Result{}, err
+	}
+	log.FromContext(ctx).V(1).Info("Retired a finished action", "keyFreed", due == freeKey)
 	return ctrl.Result{}, nil
 }
 
-// RetentionSweep deletes finished actions whose tool's keyRetention has
-// passed. The executor that finishes an action schedules its expiry itself;
-// the sweep covers the rest: actions finished by a ToolResolution, by
-// another manager that has since stopped, or before a restart.
+// retire deletes a finished record whose key is guarded by its tombstone,
+// or free: it lets the finalizer go first, so the record is gone at once,
+// and deletes only the version it released.
+func (r *ToolActionReconciler) retire(ctx context.Context, action *v1alpha1.ToolAction) error {
+	released, err := r.releaseVersion(ctx, action)
+	if err != nil || released == nil {
+		return err
+	}
+	err = r.Client.Delete(ctx, released, client.Preconditions{UID: &released.UID, ResourceVersion: &released.ResourceVersion})
+	return ignoreConflict(err, "cannot delete the retired action %s", action.Name)
+}
+
+// RetentionSweep applies the tools' retentions to what no executor has
+// scheduled: records finished by a ToolResolution, by a manager that has
+// since stopped or before a restart, and tombstones past their key
+// retention. It reads pages from the API server and keeps none of them.
 type RetentionSweep struct {
 	Reconciler *ToolActionReconciler
 	Every      time.Duration
@@ -54,7 +121,7 @@ func (s *RetentionSweep) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("retention-sweep")
 	for {
 		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot sweep expired ToolActions; retrying", "after", s.Every)
+			logger.Error(err, "Cannot sweep expired ToolActions and Tombstones; retrying", "after", s.Every)
 		}
 		select {
 		case <-ctx.Done():
@@ -64,8 +131,15 @@ func (s *RetentionSweep) Start(ctx context.Context) error {
 	}
 }
 
-// sweep visits only the finished actions of tools with a retention, through
-// the selectable fields status.phase and spec.toolRef.name.
+// sweepTarget is one tool with a retention, as the sweep lists it.
+type sweepTarget struct {
+	kind, namespace, name string
+	spec                  *v1alpha1.ToolSpec
+}
+
+// sweep visits only the finished actions and tombstones of tools with a
+// retention: actions through the selectable fields status.phase and
+// spec.toolRef.name, tombstones through their tool labels.
 func (s *RetentionSweep) sweep(ctx context.Context) error {
 	r := s.Reconciler
 	var tools v1alpha1.ToolList
@@ -76,48 +150,58 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 	if err := r.Client.List(ctx, &clusterTools); err != nil {
 		return fmt.Errorf("cannot list ClusterTools: %w", err)
 	}
+	var targets []sweepTarget
+	for i := range tools.Items {
+		t := &tools.Items[i]
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: &t.Spec})
+	}
+	for i := range clusterTools.Items {
+		t := &clusterTools.Items[i]
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: &t.Spec.ToolSpec})
+	}
 	var errs []error
-	visit := func(kind, namespace, name string, retention *metav1.Duration) {
-		if retention == nil {
-			return
+	for _, target := range targets {
+		if earliestRetention(&v1alpha1.Tool{Spec: *target.spec}) != nil {
+			for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
+				errs = append(errs, s.sweepActions(ctx, target, phase))
+			}
 		}
-		for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-			errs = append(errs, s.sweepTool(ctx, kind, namespace, name, retention.Duration, phase))
+		if target.spec.KeyRetention != nil {
+			errs = append(errs, s.sweepTombstones(ctx, target))
 		}
-	}
-	for _, tool := range tools.Items {
-		visit(v1alpha1.KindTool, tool.Namespace, tool.Name, tool.Spec.KeyRetention)
-	}
-	for _, tool := range clusterTools.Items {
-		visit(v1alpha1.KindClusterTool, "", tool.Name, tool.Spec.KeyRetention)
 	}
 	return errors.Join(errs...)
 }
 
-// sweepTool hands the state machine only the actions whose retention has
-// passed by the listed tool's figure: it resolves the tool again (for a
+// sweepActions hands the state machine only the actions whose retention has
+// passed by the listed tool's figures: it resolves the tool again (for a
 // ClusterTool, with a read of the namespace) and must not do so for every record.
-func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name string, retention time.Duration, phase v1alpha1.Phase) error {
+func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, phase v1alpha1.Phase) error {
+	r := s.Reconciler
+	retention := *earliestRetention(&v1alpha1.Tool{Spec: *target.spec})
 	selector := fields.AndSelectors(
-		fields.OneTermEqualSelector("spec.toolRef.name", name),
+		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
 		fields.OneTermEqualSelector("status.phase", string(phase)),
 	)
 	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}, client.Limit(listPage)}
-	if namespace != "" {
-		opts = append(opts, client.InNamespace(namespace))
+	if target.namespace != "" {
+		opts = append(opts, client.InNamespace(target.namespace))
 	}
 	for {
 		var page v1alpha1.ToolActionList
-		if err := s.Reconciler.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list %s actions of %s %s: %w", phase, kind, name, err)
+		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
+			return fmt.Errorf("cannot list %s actions of %s %s: %w", phase, target.kind, target.name, err)
 		}
 		for i := range page.Items {
 			action := &page.Items[i]
-			if action.Spec.ToolRef.Kind != kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-				action.Status.CompletionTime.Add(retention).After(s.Reconciler.Clock.Now()) {
+			if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
+				action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) {
 				continue
 			}
-			if _, err := s.Reconciler.advance(ctx, action); err != nil {
+			if err := s.waitTurn(ctx, action.UID); err != nil {
+				return err
+			}
+			if _, err := r.advance(ctx, action); err != nil {
 				return err
 			}
 		}
@@ -126,4 +210,72 @@ func (s *RetentionSweep) sweepTool(ctx context.Context, kind, namespace, name st
 		}
 		opts = append(opts, client.Continue(page.Continue))
 	}
+}
+
+// sweepTombstones deletes the target's tombstones whose key retention has
+// passed, at the Pacer's rate.
+func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget) error {
+	r := s.Reconciler
+	tool := &v1alpha1.Tool{Spec: *target.spec}
+	opts := []client.ListOption{
+		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: target.name, v1alpha1.LabelToolKind: target.kind})},
+		client.Limit(listPage),
+	}
+	if target.namespace != "" {
+		opts = append(opts, client.InNamespace(target.namespace))
+	}
+	for {
+		var page v1alpha1.TombstoneList
+		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
+			return fmt.Errorf("cannot list the Tombstones of %s %s: %w", target.kind, target.name, err)
+		}
+		for i := range page.Items {
+			tomb := &page.Items[i]
+			if !keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) {
+				continue
+			}
+			if err := s.waitTurn(ctx, tomb.UID); err != nil {
+				return err
+			}
+			if err := r.unbury(ctx, tomb); err != nil {
+				return err
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		opts = append(opts, client.Continue(page.Continue))
+	}
+}
+
+// waitTurn holds the sweep until the Pacer gives uid its turn.
+func (s *RetentionSweep) waitTurn(ctx context.Context, uid types.UID) error {
+	wait := s.Reconciler.Pacer.turn(uid, s.Reconciler.Clock.Now())
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// unbury deletes a tombstone whose key retention passed: its key may now
+// mean a new intent.
+func (r *ToolActionReconciler) unbury(ctx context.Context, tomb *v1alpha1.Tombstone) error {
+	err := r.Client.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("cannot delete the expired Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Deleted a tombstone whose key retention passed", "tombstone", client.ObjectKeyFromObject(tomb))
+	return nil
+}
+
+func durationOf(d *metav1.Duration) *time.Duration {
+	if d == nil {
+		return nil
+	}
+	return &d.Duration
 }

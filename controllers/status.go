@@ -44,6 +44,8 @@ const (
 	ReasonCompensationInvalid   = "CompensationTargetInvalid"
 	ReasonDeletedBeforeDispatch = "DeletedBeforeDispatch"
 	ReasonKeyTooLong            = "KeyTooLong"
+	ReasonSettledByTombstone    = v1alpha1.ReasonSettledByTombstone
+	ReasonTombstoneConflict     = v1alpha1.ReasonTombstoneConflict
 )
 
 // The set* functions below are the only writers of phase, conditions and
@@ -112,6 +114,14 @@ func setWaiting(a *v1alpha1.ToolAction, now time.Time, requestDigest, reason, me
 }
 
 func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outcome adapter.Outcome) {
+	message := "the downstream applied the request"
+	if outcome.ExternalRef != "" {
+		message += "; external reference " + outcome.ExternalRef
+	}
+	succeed(a, now, by, reason, message, outcome)
+}
+
+func succeed(a *v1alpha1.ToolAction, now time.Time, by, reason, message string, outcome adapter.Outcome) {
 	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseSucceeded
 	a.Status.ExternalRef = outcome.ExternalRef
@@ -121,10 +131,6 @@ func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outc
 	a.Status.Error = nil
 	a.Status.NextAttemptTime = nil
 	a.Status.CompletionTime = metaTimePtr(now)
-	message := "the downstream applied the request"
-	if outcome.ExternalRef != "" {
-		message += "; external reference " + outcome.ExternalRef
-	}
 	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionTrue, reason, message)
 	set(a, now, v1alpha1.ConditionReady, metav1.ConditionTrue, reason, message)
 	meta.RemoveStatusCondition(&a.Status.Conditions, v1alpha1.ConditionReconciling)

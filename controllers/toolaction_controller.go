@@ -64,6 +64,8 @@ type ToolActionReconciler struct {
 	MaxConcurrentReconciles int
 	// OperatorNamespace holds the Secrets of ClusterTools.
 	OperatorNamespace string
+	// Pacer bounds the rate of retention work; nil leaves it unbounded.
+	Pacer *Pacer
 
 	// revisits delivers actions that left the cache but still need a
 	// reconcile of their own (see revisit).
@@ -120,6 +122,15 @@ func (r *ToolActionReconciler) perform(ctx context.Context, action *v1alpha1.Too
 	case stepFail:
 		return ctrl.Result{}, next.err
 	case stepRelease:
+		return ctrl.Result{}, r.release(ctx, action)
+	case stepBury:
+		var resolved *v1alpha1.Tool
+		if tool != nil {
+			resolved = tool.tool
+		}
+		if err := r.bury(ctx, action, resolved, v1alpha1.TombstoneCauseDeleted); err != nil {
+			return ctrl.Result{}, err
+		}
 		return ctrl.Result{}, r.release(ctx, action)
 	case stepRecord:
 		var resolved *v1alpha1.Tool

@@ -255,3 +255,51 @@ func idempotencyKey(a *v1alpha1.ToolAction) string {
 	}
 	return v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 }
+
+// settledBefore: the key's tombstone records the same request, settled
+// before; the action shows that outcome and is never dispatched.
+func (p rules) settledBefore(t *v1alpha1.Tombstone, requestDigest string) transition {
+	rec := t.Record
+	message := fmt.Sprintf("this key settled the same request before: %s at %s", rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339))
+	if rec.ExternalRef != "" {
+		message += ", external reference " + rec.ExternalRef
+	}
+	message += fmt.Sprintf(" (Tombstone %s: the record was %s at %s); it is not dispatched again", t.Name, deletedBecause(rec.Cause), rec.DeletionTime.UTC().Format(time.RFC3339))
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			a.Status.RequestDigest = requestDigest
+			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+			accept(a, p.now)
+			if rec.Phase == v1alpha1.PhaseSucceeded {
+				succeed(a, p.now, p.by, ReasonSettledByTombstone, message, adapter.Outcome{ExternalRef: rec.ExternalRef})
+				return
+			}
+			a.Status.ExternalRef = rec.ExternalRef
+			setFailed(a, p.now, p.by, rec.ErrorClass, ReasonSettledByTombstone, message)
+		},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonSettledByTombstone, verb: "Deduplicate", message: message}},
+	}
+}
+
+// tombstoneConflict: the key's tombstone records another request; this one
+// is refused as a duplicate key and never dispatched.
+func (p rules) tombstoneConflict(t *v1alpha1.Tombstone, requestDigest string) transition {
+	rec := t.Record
+	message := fmt.Sprintf("this key settled a different request before (digest %s, %s at %s; Tombstone %s); this request, digest %s, is not dispatched: use a new name for a new intent",
+		rec.RequestDigest, rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339), t.Name, requestDigest)
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			a.Status.RequestDigest = requestDigest
+			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+			setRejected(a, p.now, p.by, v1alpha1.ErrorClassDuplicateConflict, ReasonTombstoneConflict, message)
+		},
+		events: []report{warning(ReasonTombstoneConflict, "Validate", message)},
+	}
+}
+
+func deletedBecause(cause string) string {
+	if cause == v1alpha1.TombstoneCauseRecordRetention {
+		return "retired by the tool's recordRetention"
+	}
+	return "deleted"
+}

@@ -163,6 +163,7 @@ type RetryPolicy struct {
 // ToolSpec is the tool contract. Exactly one adapter member (http) says how
 // the operation is performed; see AdapterName.
 // +kubebuilder:validation:XValidation:rule="[has(self.http)].filter(set, set).size() == 1",message="exactly one adapter must be set (http)"
+// +kubebuilder:validation:XValidation:rule="!has(self.recordRetention) || !has(self.keyRetention) || duration(self.recordRetention) <= duration(self.keyRetention)",message="recordRetention must not exceed keyRetention: the key is kept at least as long as the record"
 type ToolSpec struct {
 	// operation is the name of the operation, such as "payments.charge".
 	// +required
@@ -215,10 +216,19 @@ type ToolSpec struct {
 	// +optional
 	ApprovalRequired bool `json:"approvalRequired,omitempty"`
 
-	// keyRetention is how long a finished action (and so its key) is kept
-	// after completion; the record is then deleted and its name may be used
-	// again. Unset keeps records until someone deletes them. Keep it at
-	// least as long as callers may retry and as the downstream remembers keys.
+	// recordRetention is how long a finished action's full record is kept
+	// after completion. The record is then deleted; an action that was
+	// dispatched leaves a Tombstone, which keeps its key until keyRetention.
+	// Unset keeps records until keyRetention, or until someone deletes them.
+	// +optional
+	RecordRetention *metav1.Duration `json:"recordRetention,omitempty"`
+
+	// keyRetention is how long a key stays taken after its action finished,
+	// by the record or, once that is gone, by its Tombstone. Until then the
+	// key is never dispatched again; after it the record and the tombstone
+	// are deleted and the name means a new intent. Unset keeps tombstones
+	// until an administrator deletes them. Keep it at least as long as
+	// callers, GitOps syncs and backups may bring the key back.
 	// +optional
 	KeyRetention *metav1.Duration `json:"keyRetention,omitempty"`
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -79,8 +80,10 @@ type Outcome struct {
 	// phases (Accepted, Executing, RetryScheduled, Unknown) come only with
 	// an error: the caller's context ended, or the wait failed.
 	Phase v1alpha1.Phase
-	// Deduplicated reports that this call did not create the ToolAction: the
-	// key was already recorded with this request. After a lost answer to an
+	// Deduplicated reports that this call did not cause the effect: the key
+	// was already recorded with this request, or its record was deleted and
+	// its Tombstone answered with the original outcome (ErrorReason or the
+	// Succeeded condition then says SettledByTombstone). After a lost answer to an
 	// earlier call of your own, that call may have been the one that did.
 	Deduplicated bool
 	// CreatedAt is when the intent was first recorded.
@@ -105,7 +108,7 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		Namespace:     action.Namespace,
 		Key:           action.Name,
 		Phase:         action.Status.Phase,
-		Deduplicated:  deduplicated,
+		Deduplicated:  deduplicated || settledByTombstone(action),
 		CreatedAt:     action.CreationTimestamp.Time,
 		ExternalRef:   action.Status.ExternalRef,
 		Attempts:      action.Status.Attempts,
@@ -119,6 +122,16 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		o.ErrorClass, o.ErrorReason, o.Message = e.Class, e.Reason, e.Message
 	}
 	return o
+}
+
+// settledByTombstone reports an action created again under a deleted key
+// and answered by the key's tombstone, without a dispatch.
+func settledByTombstone(action *v1alpha1.ToolAction) bool {
+	if e := action.Status.Error; e != nil {
+		return e.Reason == v1alpha1.ReasonSettledByTombstone
+	}
+	c := meta.FindStatusCondition(action.Status.Conditions, v1alpha1.ConditionSucceeded)
+	return c != nil && c.Reason == v1alpha1.ReasonSettledByTombstone
 }
 
 // applyConfiguration is the server-side apply body: only what the caller

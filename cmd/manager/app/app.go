@@ -62,6 +62,9 @@ type Options struct {
 	// RetentionSweep is how often finished actions past their tool's
 	// keyRetention are looked for; a minute when zero.
 	RetentionSweep time.Duration
+	// RetentionRate bounds the retention writes a second (records retired
+	// into tombstones, tombstones deleted); DefaultRetentionRate when zero.
+	RetentionRate float64
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -84,6 +87,16 @@ func CacheOptions() cache.Options {
 		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.DropManagedFields},
 	}}
 }
+
+// ClientOptions keep tombstones out of the cache: they are read one key at
+// a time from the API server, however many there are.
+func ClientOptions() client.Options {
+	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Tombstone{}}}}
+}
+
+// DefaultRetentionRate is the retention writes a second a manager makes
+// by default: 100k records coming due at once are retired in about an hour.
+const DefaultRetentionRate = 30
 
 // DefaultExecutorID is the pod name when set (POD_NAME, from the downward
 // API), else the host name; a random suffix keeps two processes on one host apart.
@@ -129,6 +142,9 @@ func (opts Options) withDefaults() Options {
 	if opts.RetentionSweep <= 0 {
 		opts.RetentionSweep = time.Minute
 	}
+	if opts.RetentionRate <= 0 {
+		opts.RetentionRate = DefaultRetentionRate
+	}
 	if opts.LeaseGrace <= 0 {
 		opts.LeaseGrace = 30 * time.Second
 	}
@@ -152,6 +168,7 @@ func ManagerOptions(opts Options) ctrl.Options {
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
 		Cache:                   CacheOptions(),
+		Client:                  ClientOptions(),
 	}
 }
 
@@ -192,6 +209,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		LeaseGrace:              opts.LeaseGrace,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		OperatorNamespace:       opts.Namespace,
+		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)

@@ -1,0 +1,131 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Labels on every Tombstone, so that the retention sweep finds a tool's
+// tombstones without reading the others.
+const (
+	// LabelTool is the name of the tool the deleted action named.
+	LabelTool = "toolledger.dev/tool"
+	// LabelToolKind is its kind, Tool or ClusterTool.
+	LabelToolKind = "toolledger.dev/tool-kind"
+)
+
+// Why a record became a tombstone.
+const (
+	// TombstoneCauseDeleted: someone deleted the ToolAction (a user, a
+	// GitOps prune, the garbage collector).
+	TombstoneCauseDeleted = "Deleted"
+	// TombstoneCauseRecordRetention: the tool's recordRetention passed.
+	TombstoneCauseRecordRetention = "RecordRetention"
+)
+
+// TombstoneRecord is what a late duplicate of a deleted action needs, and
+// nothing more: the request's digest, the outcome and where it came from.
+type TombstoneRecord struct {
+	// actionUID is the uid of the deleted ToolAction.
+	// +required
+	ActionUID types.UID `json:"actionUID"`
+
+	// requestDigest is the deleted action's request digest; a ToolAction
+	// created again under this key is compared with it.
+	// +required
+	RequestDigest string `json:"requestDigest"`
+
+	// phase is the action's final phase, Succeeded or Failed.
+	// +required
+	// +kubebuilder:validation:Enum=Succeeded;Failed
+	Phase Phase `json:"phase"`
+
+	// errorClass and errorReason are the error of a Failed action.
+	// +optional
+	ErrorClass ErrorClass `json:"errorClass,omitempty"`
+	// +optional
+	ErrorReason string `json:"errorReason,omitempty"`
+
+	// externalRef is the downstream's identifier of the effect.
+	// +optional
+	ExternalRef string `json:"externalRef,omitempty"`
+
+	// attempts is how many attempts were dispatched.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+
+	// completionTime is when the action finished; the tool's keyRetention
+	// counts from it.
+	// +required
+	CompletionTime metav1.Time `json:"completionTime"`
+
+	// toolRef is the tool the action named, and idempotencyClass its class
+	// when the action finished.
+	// +required
+	ToolRef ToolReference `json:"toolRef"`
+	// +optional
+	IdempotencyClass IdempotencyClass `json:"idempotencyClass,omitempty"`
+
+	// cause says why the record was deleted: Deleted or RecordRetention.
+	// +required
+	// +kubebuilder:validation:Enum=Deleted;RecordRetention
+	Cause string `json:"cause"`
+
+	// deletedBy is who deleted the record, where that is known: the manager
+	// for its retention. The API server does not record who deleted an
+	// object; its audit log does.
+	// +optional
+	DeletedBy string `json:"deletedBy,omitempty"`
+
+	// deletionTime is when the record's deletion was requested.
+	// +required
+	DeletionTime metav1.Time `json:"deletionTime"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=tomb,categories=toolledger
+// +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.record.toolRef.name`
+// +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.record.phase`
+// +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.record.externalRef`
+// +kubebuilder:printcolumn:name="Completed",type=date,JSONPath=`.record.completionTime`
+// +kubebuilder:printcolumn:name="Cause",type=string,JSONPath=`.record.cause`,priority=1
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.record.requestDigest`,priority=1
+
+// Tombstone is the compact record of a deleted ToolAction that may have
+// caused an effect. Its name is the action's name, the idempotency key, and
+// its namespace the action's: while it exists, a ToolAction created again
+// under that key is never dispatched, and shows the original outcome (same
+// request) or fails with DuplicateConflict (another request). The manager
+// writes it before it lets the record go and deletes it once the tool's
+// keyRetention has passed; nobody else writes it.
+type Tombstone struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the object's metadata; the name is the idempotency key.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// record is what remains of the deleted action.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="record is immutable: a tombstone keeps what the deleted action did"
+	Record TombstoneRecord `json:"record"`
+}
+
+// +kubebuilder:object:root=true
+
+// TombstoneList is a list of Tombstones.
+type TombstoneList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Tombstone `json:"items"`
+}
+
+// Reasons of a ToolAction created again under a key that has a Tombstone.
+const (
+	// ReasonSettledByTombstone: the same request was settled before under
+	// this key; the action shows that outcome and is not dispatched again.
+	ReasonSettledByTombstone = "SettledByTombstone"
+	// ReasonTombstoneConflict: another request was settled before under
+	// this key; the action fails with DuplicateConflict.
+	ReasonTombstoneConflict = "TombstoneConflict"
+)

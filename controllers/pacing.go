@@ -1,0 +1,62 @@
+package controllers
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Pacer spreads the retention work (retiring records into tombstones,
+// deleting tombstones past their key retention) at a bounded rate, so that a
+// backlog of many thousand records never crowds out live actions: the
+// controller's workers never wait on it, they requeue a record for its turn.
+type Pacer struct {
+	limiter *rate.Limiter
+	mu      sync.Mutex
+	// turns holds the time reserved for each record sent away to wait.
+	turns map[types.UID]time.Time
+	// pruned is when turns was last cleared of records that never came
+	// back (deleted meanwhile).
+	pruned time.Time
+}
+
+// stale is how long past its turn a record's reservation is kept.
+const stale = 10 * time.Minute
+
+// NewPacer allows perSecond retention writes a second, in bursts of burst.
+func NewPacer(perSecond float64, burst int) *Pacer {
+	return &Pacer{limiter: rate.NewLimiter(rate.Limit(perSecond), max(burst, 1)), turns: map[types.UID]time.Time{}}
+}
+
+// turn reports how long the record uid must wait before its retention work;
+// zero means now. A record that comes back at its reserved time takes that
+// turn, not another.
+func (p *Pacer) turn(uid types.UID, now time.Time) time.Duration {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.pruned) > stale {
+		for uid, at := range p.turns {
+			if now.Sub(at) > stale {
+				delete(p.turns, uid)
+			}
+		}
+		p.pruned = now
+	}
+	if at, ok := p.turns[uid]; ok {
+		if !now.Before(at) {
+			delete(p.turns, uid)
+			return 0
+		}
+		return at.Sub(now)
+	}
+	wait := p.limiter.ReserveN(now, 1).DelayFrom(now)
+	if wait > 0 {
+		p.turns[uid] = now.Add(wait)
+	}
+	return wait
+}

@@ -1,0 +1,121 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=toolledger.dev,resources=tombstones,verbs=get;list;create;delete
+
+// needsTombstone reports whether a finished action may have caused an
+// effect, so that its key must outlive its record: it was dispatched at
+// least once. An action rejected before any dispatch caused nothing, and
+// neither did one answered by a tombstone (the tombstone stays).
+func needsTombstone(a *v1alpha1.ToolAction) bool {
+	return a.Status.Phase.IsTerminal() && a.Status.Attempts > 0
+}
+
+// newTombstone is what remains of a finished action once its record goes.
+func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) *v1alpha1.Tombstone {
+	kind := toolKind(a)
+	rec := v1alpha1.TombstoneRecord{
+		ActionUID:      a.UID,
+		RequestDigest:  a.Status.RequestDigest,
+		Phase:          a.Status.Phase,
+		ExternalRef:    a.Status.ExternalRef,
+		Attempts:       a.Status.Attempts,
+		CompletionTime: *a.Status.CompletionTime,
+		ToolRef:        v1alpha1.ToolReference{Kind: kind, Name: a.Spec.ToolRef.Name},
+		Cause:          cause,
+		DeletedBy:      deletedBy,
+		DeletionTime:   deleted,
+	}
+	if tool != nil {
+		rec.IdempotencyClass = tool.Spec.IdempotencyClass
+	}
+	if e := a.Status.Error; e != nil {
+		rec.ErrorClass, rec.ErrorReason = e.Class, e.Reason
+	}
+	return &v1alpha1.Tombstone{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: a.Namespace,
+			Name:      a.Name,
+			Labels:    map[string]string{v1alpha1.LabelTool: a.Spec.ToolRef.Name, v1alpha1.LabelToolKind: kind},
+		},
+		Record: rec,
+	}
+}
+
+// bury writes the action's tombstone. It is written before the record may
+// disappear (its finalizer released), so a ToolAction created again under
+// the key always finds it. A tombstone already there keeps the key: it is
+// this action's from an earlier try, or an older one the key still answers to.
+func (r *ToolActionReconciler) bury(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause string) error {
+	deleted, deletedBy := metav1.NewTime(r.Clock.Now()), "toolledger ("+r.Executor+")"
+	if cause == v1alpha1.TombstoneCauseDeleted {
+		deletedBy = ""
+		if action.DeletionTimestamp != nil {
+			deleted = *action.DeletionTimestamp
+		}
+	}
+	tomb := newTombstone(action, tool, cause, deletedBy, deleted)
+	if err := r.Client.Create(ctx, tomb); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Tombstone written", "cause", cause)
+	return nil
+}
+
+// tombstoneOf reads the key's tombstone from the API server (never a
+// cache: tombstones are not cached, and a miss must be a real miss). A
+// tombstone whose key retention has passed by the action's tool is
+// deleted and reported absent: the key may mean a new intent.
+func (r *ToolActionReconciler) tombstoneOf(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*v1alpha1.Tombstone, error) {
+	var tomb v1alpha1.Tombstone
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(action), &tomb); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cannot read the Tombstone of key %s: %w", action.Name, err)
+	}
+	sameTool := tomb.Record.ToolRef.Name == action.Spec.ToolRef.Name && tomb.Record.ToolRef.Kind == toolKind(action)
+	if sameTool && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) {
+		if err := r.unbury(ctx, &tomb); err != nil {
+			return nil, err
+		}
+		return nil, nil
+	}
+	return &tomb, nil
+}
+
+// answerFromTombstone settles an action created again under a key that
+// has a tombstone, without dispatching it: the same request shows the
+// original outcome, another is a DuplicateConflict. It returns nil when
+// the key has no live tombstone.
+func (r *ToolActionReconciler) answerFromTombstone(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (*transition, error) {
+	tomb, err := r.tombstoneOf(ctx, action, tool)
+	if err != nil || tomb == nil {
+		return nil, err
+	}
+	var t transition
+	if tomb.Record.RequestDigest == requestDigest {
+		t = r.rules().settledBefore(tomb, requestDigest)
+	} else {
+		t = r.rules().tombstoneConflict(tomb, requestDigest)
+	}
+	return &t, nil
+}
+
+func toolKind(a *v1alpha1.ToolAction) string {
+	if a.Spec.ToolRef.Kind == "" {
+		return v1alpha1.KindTool
+	}
+	return a.Spec.ToolRef.Kind
+}
