@@ -114,9 +114,16 @@ func WithApprovalRequired() ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.ApprovalRequired = true }
 }
 
-// WithKeyRetention deletes finished actions once d has passed.
+// WithKeyRetention frees keys (deleting their records and tombstones) once
+// d has passed since their actions finished.
 func WithKeyRetention(d time.Duration) ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.KeyRetention = &metav1.Duration{Duration: d} }
+}
+
+// WithRecordRetention replaces finished records by their tombstones once d
+// has passed since they finished.
+func WithRecordRetention(d time.Duration) ToolOption {
+	return func(t *v1alpha1.Tool) { t.Spec.RecordRetention = &metav1.Duration{Duration: d} }
 }
 
 // ChargeManifest is the YAML of a ToolAction of the tool "charge", as an

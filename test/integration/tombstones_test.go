@@ -1,0 +1,154 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// The retentions are hours long and pass on an injected clock: the manager
+// reads time only from it, and its retention sweep runs every 200ms.
+var _ = Describe("Tombstones", func() {
+	var (
+		ctx   context.Context
+		ns    string
+		clock *clocktesting.FakeClock
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = env.NewTenant()
+		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		stop, err := testenv.StartManager(env.Config, app.Options{ExecutorID: "tombstones", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
+	})
+
+	charge := func(name string, amount int64) *v1alpha1.ToolAction {
+		return &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}, Parameters: map[string]apiextensionsv1.JSON{
+				"amount": {Raw: []byte(fmt.Sprint(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(`"cus_1"`)}}},
+		}
+	}
+	tombstone := func(name string) func() (*v1alpha1.Tombstone, error) {
+		return func() (*v1alpha1.Tombstone, error) {
+			var t v1alpha1.Tombstone
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &t)
+			return &t, err
+		}
+	}
+	gone := func(obj client.Object) func() bool {
+		return func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)) }
+	}
+	recreate := func(obj *v1alpha1.ToolAction) {
+		GinkgoHelper()
+		Expect(k8s.Delete(ctx, obj)).To(Succeed())
+		Eventually(gone(obj)).Should(BeTrue())
+	}
+
+	It("outlives the record and answers its key until keyRetention passes, without a request downstream", func() {
+		key := ns + "/order-1001-charge"
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(first.Status.ExternalRef).NotTo(BeEmpty())
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("recordRetention passes: the record is gone, its tombstone there")
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		tomb, err := tombstone("order-1001-charge")()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tomb.Record).To(Equal(v1alpha1.TombstoneRecord{
+			ActionUID: first.UID, RequestDigest: first.Status.RequestDigest, Phase: v1alpha1.PhaseSucceeded,
+			ExternalRef: first.Status.ExternalRef, Attempts: 1, CompletionTime: *first.Status.CompletionTime,
+			ToolRef: v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "charge"}, IdempotencyClass: v1alpha1.NonRepeatable,
+			Cause: v1alpha1.TombstoneCauseRecordRetention, DeletedBy: "toolledger (tombstones)", DeletionTime: tomb.Record.DeletionTime,
+		}))
+		Expect(tomb.Labels).To(HaveKeyWithValue(v1alpha1.LabelTool, "charge"))
+
+		By("the same manifest applied again: the original outcome, no request")
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(again.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(again.Status.Attempts).To(BeZero())
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByTombstone))
+		Expect(meta.FindStatusCondition(again.Status.Conditions, v1alpha1.ConditionSucceeded).Message).To(And(
+			ContainSubstring("Tombstone order-1001-charge"), ContainSubstring(first.Status.ExternalRef)))
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("the SDK reports the answer as deduplicated")
+		recreate(again)
+		invoker, err := sdk.NewClient(env.Config)
+		Expect(err).NotTo(HaveOccurred())
+		outcome, err := invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(outcome.Deduplicated).To(BeTrue())
+		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("different parameters under the key: DuplicateConflict, no request")
+		recreate(env.Get(ns, "order-1001-charge"))
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 9900))).To(Succeed())
+		conflict := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseFailed)
+		Expect(conflict.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDuplicateConflict))
+		Expect(conflict.Status.Error.Reason).To(Equal(v1alpha1.ReasonTombstoneConflict))
+		Expect(conflict.Status.Error.Message).To(And(ContainSubstring(tomb.Record.RequestDigest),
+			ContainSubstring(tomb.Record.CompletionTime.UTC().Format(time.RFC3339)), ContainSubstring("Tombstone order-1001-charge")))
+		Expect(conflict.Status.Attempts).To(BeZero())
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("keyRetention passes: the tombstone goes and the key executes as a new intent")
+		clock.Step(24 * time.Hour)
+		Eventually(func() bool { _, err := tombstone("order-1001-charge")(); return apierrors.IsNotFound(err) }).Should(BeTrue())
+		// The conflicting record, never dispatched, was retired without a tombstone.
+		Eventually(gone(conflict.DeepCopy())).Should(BeTrue())
+		// The first request again: the demo downstream would refuse another
+		// body under a key it remembers, as Stripe does within its window.
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		fresh := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
+		Expect(specenv.Reasons(fresh)).NotTo(ContainElement(v1alpha1.ReasonSettledByTombstone))
+		Expect(downstream.Requests(key)).To(Equal(2))
+	})
+
+	It("is written when a user deletes a dispatched record, and not for one that dispatched nothing", func() {
+		Expect(k8s.Create(ctx, charge("order-2001-charge", 500))).To(Succeed())
+		done := env.WaitForPhase(ns, "order-2001-charge", v1alpha1.PhaseSucceeded)
+		recreate(done)
+		tomb, err := tombstone("order-2001-charge")()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tomb.Record.Cause).To(Equal(v1alpha1.TombstoneCauseDeleted))
+		Expect(tomb.Record.DeletedBy).To(BeEmpty())
+		Expect(tomb.Record.ExternalRef).To(Equal(done.Status.ExternalRef))
+
+		By("a record rejected before dispatch leaves none")
+		rejected := charge("order-2002-charge", 500)
+		rejected.Spec.ToolRef.Name = "no-such-tool"
+		Expect(k8s.Create(ctx, rejected)).To(Succeed())
+		env.WaitForPhase(ns, "order-2002-charge", v1alpha1.PhaseFailed)
+		recreate(rejected)
+		_, err = tombstone("order-2002-charge")()
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "tombstone of a never-dispatched action: %v", err)
+	})
+})
