@@ -21,8 +21,7 @@ func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, acti
 	err := r.getConfirmed(ctx, key, &original)
 	switch {
 	case apierrors.IsNotFound(err):
-		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
-			message: fmt.Sprintf("spec.compensates: ToolAction %q not found in namespace %q", key.Name, key.Namespace)}
+		return r.checkTombstonedTarget(ctx, key)
 	case err != nil:
 		return fmt.Errorf("cannot get ToolAction %s: %w", key, err)
 	}
@@ -35,6 +34,24 @@ func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, acti
 	default:
 		return &pendingError{message: fmt.Sprintf("waiting for ToolAction %q to succeed before compensating it (it is %s)", key.Name, phaseOrPending(original.Status.Phase))}
 	}
+}
+
+// checkTombstonedTarget: an original whose record is gone may still be
+// compensated when its tombstone shows it succeeded.
+func (r *ToolActionReconciler) checkTombstonedTarget(ctx context.Context, key types.NamespacedName) error {
+	var tomb v1alpha1.Tombstone
+	err := r.APIReader.Get(ctx, key, &tomb)
+	switch {
+	case apierrors.IsNotFound(err):
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q not found in namespace %q, and no tombstone of it either", key.Name, key.Namespace)}
+	case err != nil:
+		return fmt.Errorf("cannot get the Tombstone %s: %w", key, err)
+	case tomb.Record.Phase != v1alpha1.PhaseSucceeded:
+		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+			message: fmt.Sprintf("spec.compensates: ToolAction %q failed (its Tombstone says %s), so there is no effect to compensate", key.Name, tomb.Record.ErrorClass)}
+	}
+	return nil
 }
 
 // linkCompensation records a succeeded compensation on the original. It runs

@@ -296,8 +296,23 @@ var _ = Describe("Compensation", func() {
 		Expect(k8s.Create(ctx, refund)).To(Succeed())
 		failed := env.WaitForPhase(ns, "ghost-refund", v1alpha1.PhaseFailed)
 		Expect(failed.Status.Error.Reason).To(Equal("CompensationTargetInvalid"))
-		Expect(failed.Status.Error.Message).To(Equal(`spec.compensates: ToolAction "ghost" not found in namespace "` + ns + `"`))
+		Expect(failed.Status.Error.Message).To(Equal(`spec.compensates: ToolAction "ghost" not found in namespace "` + ns + `", and no tombstone of it either`))
 		Expect(count.Load()).To(BeZero())
+	})
+
+	It("compensates an original whose record is gone, by its tombstone", func() {
+		Expect(k8s.Create(ctx, newAction(ns, "order-8", "charge", charge(800)))).To(Succeed())
+		original := env.WaitForPhase(ns, "order-8", v1alpha1.PhaseSucceeded)
+		Expect(k8s.Delete(ctx, original)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(original), &v1alpha1.ToolAction{}))
+		}).Should(BeTrue())
+
+		refund := newAction(ns, "order-8-refund", "refund", params(map[string]any{"charge": original.Status.ExternalRef, "amount": 800}))
+		refund.Spec.Compensates = "order-8"
+		Expect(k8s.Create(ctx, refund)).To(Succeed())
+		Expect(env.WaitForPhase(ns, "order-8-refund", v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal("re_1"))
+		Expect(count.Load()).To(Equal(int32(1)))
 	})
 
 	It("requires its own key", func() {
