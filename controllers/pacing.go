@@ -39,6 +39,40 @@ func (p *Pacer) turn(uid types.UID, now time.Time) time.Duration {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if at, ok := p.turns[uid]; ok {
+		if !now.Before(at) {
+			delete(p.turns, uid)
+			return 0
+		}
+		return at.Sub(now)
+	}
+	wait := p.take(now)
+	if wait > 0 {
+		p.turns[uid] = now.Add(wait)
+	}
+	return wait
+}
+
+// reserve takes uid's turn for a caller that waits for it itself (the
+// sweep) and hands it on: the record's own turn call at or after the
+// returned wait goes ahead without taking another.
+func (p *Pacer) reserve(uid types.UID, now time.Time) time.Duration {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.turns[uid]; ok {
+		return max(p.turns[uid].Sub(now), 0)
+	}
+	wait := p.take(now)
+	p.turns[uid] = now.Add(wait)
+	return wait
+}
+
+// take takes a token at now, first dropping the turns of records that
+// never came back (deleted meanwhile). p.mu is held.
+func (p *Pacer) take(now time.Time) time.Duration {
 	if now.Sub(p.pruned) > stale {
 		for uid, at := range p.turns {
 			if now.Sub(at) > stale {
@@ -47,16 +81,5 @@ func (p *Pacer) turn(uid types.UID, now time.Time) time.Duration {
 		}
 		p.pruned = now
 	}
-	if at, ok := p.turns[uid]; ok {
-		if !now.Before(at) {
-			delete(p.turns, uid)
-			return 0
-		}
-		return at.Sub(now)
-	}
-	wait := p.limiter.ReserveN(now, 1).DelayFrom(now)
-	if wait > 0 {
-		p.turns[uid] = now.Add(wait)
-	}
-	return wait
+	return p.limiter.ReserveN(now, 1).DelayFrom(now)
 }

@@ -237,6 +237,9 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 			if err := s.waitTurn(ctx, tomb.UID); err != nil {
 				return err
 			}
+			if r.Pacer.turn(tomb.UID, r.Clock.Now()) > 0 {
+				continue // the clock has not reached the turn (an injected one)
+			}
 			if err := r.unbury(ctx, tomb); err != nil {
 				return err
 			}
@@ -250,7 +253,7 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 
 // waitTurn holds the sweep until the Pacer gives uid its turn.
 func (s *RetentionSweep) waitTurn(ctx context.Context, uid types.UID) error {
-	wait := s.Reconciler.Pacer.turn(uid, s.Reconciler.Clock.Now())
+	wait := s.Reconciler.Pacer.reserve(uid, s.Reconciler.Clock.Now())
 	if wait <= 0 {
 		return nil
 	}
