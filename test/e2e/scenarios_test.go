@@ -229,12 +229,17 @@ func (s *suite) manifest(name string, tr *trial, keys []string, amount func(key 
 	for _, key := range keys {
 		b.WriteString("---\n" + testenv.ChargeManifest(tr.ns, key, amount(key), "cus_e2e"))
 	}
+	return s.writeManifest(name, tr, b.String())
+}
+
+// writeManifest writes YAML documents to the trial's manifest file name.
+func (s *suite) writeManifest(name string, tr *trial, docs string) (string, error) {
 	dir := filepath.Join(s.dir, "manifests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, tr.ns+"-"+name+".yaml")
-	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+	return path, os.WriteFile(path, []byte(docs), 0o600)
 }
 
 // tally counts named events of a scenario for its notes.
@@ -812,11 +817,7 @@ func duplicateStorm(s *suite, sc *run) error {
 		}
 		keys := intents(tr, rng, "intent", intentsPerTrial)
 		gitops := intents(tr, rng, "gitops", gitopsIntents)
-		path, err := s.manifest("gitops", tr, gitops, func(key string) int64 {
-			tr.mu.Lock()
-			defer tr.mu.Unlock()
-			return tr.amounts[tr.ns+"/"+key]
-		})
+		path, err := s.manifest("gitops", tr, gitops, tr.amount)
 		if err != nil {
 			return err
 		}
@@ -843,9 +844,7 @@ func duplicateStorm(s *suite, sc *run) error {
 			intent, caller := i%intentsPerTrial, i/intentsPerTrial
 			wg.Go(func() {
 				<-release
-				tr.mu.Lock()
-				req := tr.request(keys[intent], tr.amounts[tr.ns+"/"+keys[intent]])
-				tr.mu.Unlock()
+				req := tr.request(keys[intent], tr.amount(keys[intent]))
 				out, again, err := s.invokeCounting(ctx, req)
 				answers[intent][caller] = answer{out, again, err}
 			})
@@ -931,19 +930,14 @@ func changedPayload(s *suite, sc *run) error {
 		if err := s.waitRecorded(ctx, tr, len(keys)); err != nil {
 			return err
 		}
-		amount := func(key string) int64 {
-			tr.mu.Lock()
-			defer tr.mu.Unlock()
-			return tr.amounts[tr.ns+"/"+key]
-		}
 		var changes sync.WaitGroup
 		for _, key := range keys {
 			for c := range intRange(rng, 2, 4) {
-				req := tr.request(key, amount(key))
+				req := tr.request(key, tr.amount(key))
 				variant := (c + rng.IntN(4)) % 4
 				switch variant {
 				case 0:
-					req.Parameters["amount"] = amount(key) + int64(intRange(rng, 1, 1000))
+					req.Parameters["amount"] = tr.amount(key) + int64(intRange(rng, 1, 1000))
 				case 1:
 					req.Parameters["currency"] = "USD"
 				case 2:
@@ -966,7 +960,7 @@ func changedPayload(s *suite, sc *run) error {
 			}
 		}
 		key := keys[rng.IntN(len(keys))]
-		path, err := s.manifest("changed", tr, []string{key}, func(key string) int64 { return amount(key) + 1 })
+		path, err := s.manifest("changed", tr, []string{key}, func(key string) int64 { return tr.amount(key) + 1 })
 		if err != nil {
 			return err
 		}
