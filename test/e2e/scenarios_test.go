@@ -81,6 +81,9 @@ func allScenarios() []scenario {
 			})},
 		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
 		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
+		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
+		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
+		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
 	}
 }
 
@@ -92,7 +95,8 @@ Every scenario but the KeyProtected one runs against the demo downstream in **na
 (` + "`demo-downstream --naive`" + `): it commits every request it accepts, so any request the
 controller sent twice for an applied intent would count as a second effect. Those tools are
 ` + "`Compensatable`" + ` with the downstream's lookup by key, so the controller settles every
-ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s, managers run with
+ambiguous outcome by lookup and never re-sends blindly; the re-creation scenarios, which inject no
+faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers run with
 ` + "`--lease-grace=1s`" + ` and no leader election.
 
 * **1 manager SIGKILLed** — one trial is one tenant of 5–10 intents and one SIGKILL of
@@ -131,6 +135,17 @@ ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s,
   200–800ms downstream) while 2–4 changed requests per key (another amount or currency, a member
   omitted or added) are sent through the SDK and one changed manifest through ` + "`kubectl apply`" + `:
   every one must be refused, and the ledger and the charge must hold the original amount.
+* **re-created after success** — one trial is one tenant (8 at a time) that applies a manifest of
+  2 intents labelled ` + "`app.kubernetes.io/part-of=<tenant>`" + `; once both succeeded (one dispatch
+  each), kubectl takes them away and creates them again: ` + "`kubectl delete -f`" + ` (which waits until
+  the records are gone) then ` + "`kubectl apply -f`" + `; ` + "`kubectl replace --force -f`" + `; or three GitOps
+  syncs with ` + "`kubectl apply --prune -l app.kubernetes.io/part-of=<tenant>`" + ` and
+  ` + "`--prune-allowlist=toolledger.dev/v1alpha1/ToolAction`" + ` (kubectl 1.32 prunes no custom resource
+  without it): the manifest, then one without the intents (a ConfigMap) so that kubectl prunes
+  them, then, once they are gone, the manifest again. Every re-created action must be answered by
+  the key's Tombstone, which must name the deleted action: ` + "`Succeeded`" + ` with reason
+  ` + "`SettledByTombstone`" + ` (condition and history), the original external reference and 0 attempts;
+  and the downstream must have received exactly one request per key.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
