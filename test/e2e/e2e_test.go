@@ -85,6 +85,13 @@ func (tr *trial) add(key string, amount int64) string {
 	return key
 }
 
+// amount is what the intent under key was first sent with.
+func (tr *trial) amount(key string) int64 {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.amounts[tr.ns+"/"+key]
+}
+
 // violation records what the driver itself saw go wrong.
 func (tr *trial) violation(key, format string, args ...any) {
 	tr.mu.Lock()
@@ -165,10 +172,7 @@ func (s *suite) invokeCounting(ctx context.Context, req sdk.Request) (*sdk.Outco
 func (s *suite) invokeAll(ctx context.Context, tr *trial, keys []string, wg *sync.WaitGroup) {
 	for _, key := range keys {
 		wg.Go(func() {
-			tr.mu.Lock()
-			amount := tr.amounts[tr.ns+"/"+key]
-			tr.mu.Unlock()
-			out, err := s.invoke(ctx, tr.request(key, amount))
+			out, err := s.invoke(ctx, tr.request(key, tr.amount(key)))
 			if err != nil {
 				tr.violation(key, "the agent got no outcome: %v", err)
 				return

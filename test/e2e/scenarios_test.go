@@ -81,6 +81,9 @@ func allScenarios() []scenario {
 			})},
 		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
 		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
+		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
+		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
+		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
 	}
 }
 
@@ -92,7 +95,8 @@ Every scenario but the KeyProtected one runs against the demo downstream in **na
 (` + "`demo-downstream --naive`" + `): it commits every request it accepts, so any request the
 controller sent twice for an applied intent would count as a second effect. Those tools are
 ` + "`Compensatable`" + ` with the downstream's lookup by key, so the controller settles every
-ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s, managers run with
+ambiguous outcome by lookup and never re-sends blindly; the re-creation scenarios, which inject no
+faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers run with
 ` + "`--lease-grace=1s`" + ` and no leader election.
 
 * **1 manager SIGKILLed** — one trial is one tenant of 5–10 intents and one SIGKILL of
@@ -131,6 +135,17 @@ ambiguous outcome by lookup and never re-sends blindly. Tools time out after 1s,
   200–800ms downstream) while 2–4 changed requests per key (another amount or currency, a member
   omitted or added) are sent through the SDK and one changed manifest through ` + "`kubectl apply`" + `:
   every one must be refused, and the ledger and the charge must hold the original amount.
+* **re-created after success** — one trial is one tenant (8 at a time) that applies a manifest of
+  2 intents labelled ` + "`app.kubernetes.io/part-of=<tenant>`" + `; once both succeeded (one dispatch
+  each), kubectl takes them away and creates them again: ` + "`kubectl delete -f`" + ` (which waits until
+  the records are gone) then ` + "`kubectl apply -f`" + `; ` + "`kubectl replace --force -f`" + `; or three GitOps
+  syncs with ` + "`kubectl apply --prune -l app.kubernetes.io/part-of=<tenant>`" + ` and
+  ` + "`--prune-allowlist=toolledger.dev/v1alpha1/ToolAction`" + ` (kubectl 1.32 prunes no custom resource
+  without it): the manifest, then one without the intents (a ConfigMap) so that kubectl prunes
+  them, then, once they are gone, the manifest again. Every re-created action must be answered by
+  the key's Tombstone, which must name the deleted action: ` + "`Succeeded`" + ` with reason
+  ` + "`SettledByTombstone`" + ` (condition and history), the original external reference and 0 attempts;
+  and the downstream must have received exactly one request per key.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
@@ -229,12 +244,17 @@ func (s *suite) manifest(name string, tr *trial, keys []string, amount func(key 
 	for _, key := range keys {
 		b.WriteString("---\n" + testenv.ChargeManifest(tr.ns, key, amount(key), "cus_e2e"))
 	}
+	return s.writeManifest(name, tr, b.String())
+}
+
+// writeManifest writes YAML documents to the trial's manifest file name.
+func (s *suite) writeManifest(name string, tr *trial, docs string) (string, error) {
 	dir := filepath.Join(s.dir, "manifests")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, tr.ns+"-"+name+".yaml")
-	return path, os.WriteFile(path, []byte(b.String()), 0o600)
+	return path, os.WriteFile(path, []byte(docs), 0o600)
 }
 
 // tally counts named events of a scenario for its notes.
@@ -812,11 +832,7 @@ func duplicateStorm(s *suite, sc *run) error {
 		}
 		keys := intents(tr, rng, "intent", intentsPerTrial)
 		gitops := intents(tr, rng, "gitops", gitopsIntents)
-		path, err := s.manifest("gitops", tr, gitops, func(key string) int64 {
-			tr.mu.Lock()
-			defer tr.mu.Unlock()
-			return tr.amounts[tr.ns+"/"+key]
-		})
+		path, err := s.manifest("gitops", tr, gitops, tr.amount)
 		if err != nil {
 			return err
 		}
@@ -843,9 +859,7 @@ func duplicateStorm(s *suite, sc *run) error {
 			intent, caller := i%intentsPerTrial, i/intentsPerTrial
 			wg.Go(func() {
 				<-release
-				tr.mu.Lock()
-				req := tr.request(keys[intent], tr.amounts[tr.ns+"/"+keys[intent]])
-				tr.mu.Unlock()
+				req := tr.request(keys[intent], tr.amount(keys[intent]))
 				out, again, err := s.invokeCounting(ctx, req)
 				answers[intent][caller] = answer{out, again, err}
 			})
@@ -931,19 +945,14 @@ func changedPayload(s *suite, sc *run) error {
 		if err := s.waitRecorded(ctx, tr, len(keys)); err != nil {
 			return err
 		}
-		amount := func(key string) int64 {
-			tr.mu.Lock()
-			defer tr.mu.Unlock()
-			return tr.amounts[tr.ns+"/"+key]
-		}
 		var changes sync.WaitGroup
 		for _, key := range keys {
 			for c := range intRange(rng, 2, 4) {
-				req := tr.request(key, amount(key))
+				req := tr.request(key, tr.amount(key))
 				variant := (c + rng.IntN(4)) % 4
 				switch variant {
 				case 0:
-					req.Parameters["amount"] = amount(key) + int64(intRange(rng, 1, 1000))
+					req.Parameters["amount"] = tr.amount(key) + int64(intRange(rng, 1, 1000))
 				case 1:
 					req.Parameters["currency"] = "USD"
 				case 2:
@@ -966,7 +975,7 @@ func changedPayload(s *suite, sc *run) error {
 			}
 		}
 		key := keys[rng.IntN(len(keys))]
-		path, err := s.manifest("changed", tr, []string{key}, func(key string) int64 { return amount(key) + 1 })
+		path, err := s.manifest("changed", tr, []string{key}, func(key string) int64 { return tr.amount(key) + 1 })
 		if err != nil {
 			return err
 		}
