@@ -105,7 +105,10 @@ func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 // (Outcome.Deduplicated false), or finds it recorded with the same request
 // and writes nothing (Deduplicated true), or finds it recorded with a
 // different request and refuses (a *DuplicateConflictError, nothing written
-// or executed). If the action has already settled, that one request is all.
+// or executed). A key whose record was deleted answers from its tombstone:
+// the same request is reported Deduplicated with the original outcome; a
+// different one returns the Failed outcome with a *DuplicateConflictError
+// (the new ToolAction records the conflict; nothing was executed). If the action has already settled, that one request is all.
 // Otherwise Invoke waits, in the Client's watch of the namespace, until the
 // action is Succeeded, Failed or Escalated and returns the Outcome with a nil
 // error: an Escalated (or, at a deadline, Unknown) outcome is a state to
@@ -137,20 +140,30 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 	outcome := newOutcome(action, deduplicated)
 	if outcome.Phase.IsSettled() {
 		c.leave(early)
-		return outcome, nil
+		return tombstoneConflict(outcome, nil)
 	}
 	f := &follower{outcome: outcome, uid: action.UID, resourceVersion: action.ResourceVersion}
 	if early != nil {
 		c.mu.Lock()
 		c.follow(early, f)
 		c.mu.Unlock()
-		return c.await(ctx, early)
+		return tombstoneConflict(c.await(ctx, early))
 	}
 	w, readNeeded := c.joinAfterApply(req.Namespace, f)
 	if readNeeded {
 		c.catchUp(ctx, req.Namespace, w)
 	}
-	return c.await(ctx, w)
+	return tombstoneConflict(c.await(ctx, w))
+}
+
+// tombstoneConflict turns an outcome that settled as a TombstoneConflict
+// (the key's record was deleted, and its tombstone records a different
+// request) into the *DuplicateConflictError an existing record would give.
+func tombstoneConflict(outcome *Outcome, err error) (*Outcome, error) {
+	if err != nil || outcome == nil || outcome.ErrorReason != v1alpha1.ReasonTombstoneConflict {
+		return outcome, err
+	}
+	return outcome, &DuplicateConflictError{Namespace: outcome.Namespace, Key: outcome.Key, Err: errors.New(outcome.Message)}
 }
 
 // apply sends the apply body and reports whether the API server found the

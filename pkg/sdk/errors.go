@@ -26,7 +26,9 @@ var (
 // DuplicateConflictError is returned when the key already records a
 // different request: other parameters, tool, digest, provenance or
 // compensation target. The API server refused the request and nothing was
-// written or executed. It is never a reason to retry under a new key: either
+// written or executed; or the key's record was deleted and its tombstone
+// records a different request, and the new ToolAction failed with
+// DuplicateConflict without being executed. It is never a reason to retry under a new key: either
 // the caller derived the key from something that is not the intent's
 // identity, or it is sending a different request for an intent that was
 // already recorded.
@@ -36,7 +38,8 @@ type DuplicateConflictError struct {
 	Key       string
 	// Err is the API server's answer: 422 Invalid from the spec's
 	// immutability rule or, when another field manager recorded the field
-	// that differs, 409 Conflict from server-side apply.
+	// that differs, 409 Conflict from server-side apply; or, for a
+	// tombstone, the Failed action's message, naming the tombstone's digest.
 	Err error
 }
 

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -116,6 +117,15 @@ var _ = Describe("Tombstones", func() {
 		Expect(conflict.Status.Error.Message).To(And(ContainSubstring(tomb.Record.RequestDigest),
 			ContainSubstring(tomb.Record.CompletionTime.UTC().Format(time.RFC3339)), ContainSubstring("Tombstone order-1001-charge")))
 		Expect(conflict.Status.Attempts).To(BeZero())
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("the SDK reports a different request under the key as a DuplicateConflictError")
+		recreate(conflict)
+		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 9900, "currency": "EUR", "customer": "cus_1"}})
+		Expect(errors.Is(err, sdk.ErrDuplicateConflict)).To(BeTrue(), "Invoke: %v", err)
+		Expect(err.Error()).To(ContainSubstring(tomb.Record.RequestDigest))
+		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("keyRetention passes: the tombstone goes and the key executes as a new intent")
