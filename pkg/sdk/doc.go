@@ -57,6 +57,12 @@
 //     a different request; a *DuplicateConflictError, no write, no
 //     execution.
 //
+// A key whose record was deleted (a GitOps prune, kubectl delete, the
+// tool's recordRetention) is created again (201), and the controller answers
+// it from the key's Tombstone without executing it: the same request settles
+// with the original outcome and Outcome.Deduplicated; a different one
+// settles Failed and Invoke returns a *DuplicateConflictError.
+//
 // An action that has already settled (Succeeded, Failed or Escalated) is
 // returned at once: a duplicate invocation of a finished intent costs
 // exactly one request and no write. Otherwise Invoke waits in the Client's
