@@ -3,10 +3,12 @@ package main_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -77,5 +79,33 @@ func TestKrewManifest(t *testing.T) {
 		if !seen[platform] {
 			t.Errorf("no archive for %s", platform)
 		}
+	}
+}
+
+// TestResolverRoleCopiesAgree keeps the chart's resolver ClusterRole granting
+// what config/rbac's does: it is the role the console documents, and the
+// plugin suite checks the console against config/rbac's.
+func TestResolverRoleCopiesAgree(t *testing.T) {
+	rules := func(path ...string) []rbacv1.PolicyRule {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(append([]string{"..", ".."}, path...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The chart's metadata is a template; its rules are plain YAML.
+		_, body, found := strings.Cut(string(data), "\nrules:\n")
+		if !found {
+			t.Fatalf("%s has no rules", filepath.Join(path...))
+		}
+		var out []rbacv1.PolicyRule
+		if err := yaml.UnmarshalStrict([]byte(body), &out); err != nil {
+			t.Fatalf("%s: %v", filepath.Join(path...), err)
+		}
+		return out
+	}
+	config := rules("config", "rbac", "toolresolution_resolver_role.yaml")
+	chart := rules("charts", "toolledger", "templates", "clusterrole-resolver.yaml")
+	if !reflect.DeepEqual(config, chart) {
+		t.Errorf("the chart's resolver rules %+v differ from config/rbac's %+v", chart, config)
 	}
 }

@@ -73,7 +73,7 @@ var _ = Describe("kubectl toolledger status", func() {
 		r := in(ns, "status", "order-nowhere")
 		Expect(r.code).To(Equal(1))
 		Expect(r.stdout).To(BeEmpty())
-		Expect(r.stderr).To(Equal(fmt.Sprintf("error: ToolAction \"order-nowhere\" not found in namespace %q\n", ns)))
+		Expect(r.stderr).To(Equal(fmt.Sprintf("error: ToolAction \"order-nowhere\" not found in namespace %q, and no Tombstone keeps that key\n", ns)))
 
 		By("reading the namespace from --namespace, else the context, else default")
 		r = plugin("status", "order-here", "--kubeconfig", kubeconfig)
@@ -220,11 +220,11 @@ var _ = Describe("kubectl toolledger queue and resolve", func() {
 
 // newTool creates the payments tool "charge" on the suite's downstream with
 // a lookup by key and a short timeout, so that an unknown outcome is looked
-// up after a second.
-func newTool(namespace string, class v1alpha1.IdempotencyClass) {
+// up after a second; opts change it further.
+func newTool(namespace string, class v1alpha1.IdempotencyClass, opts ...testenv.ToolOption) {
 	GinkgoHelper()
-	env.CreateTool(namespace, "charge", testenv.WithClass(class), testenv.WithTimeout(time.Second),
-		testenv.WithKeyLookup(), testenv.WithBackoff(200*time.Millisecond, time.Second))
+	env.CreateTool(namespace, "charge", append([]testenv.ToolOption{testenv.WithClass(class), testenv.WithTimeout(time.Second),
+		testenv.WithKeyLookup(), testenv.WithBackoff(200*time.Millisecond, time.Second)}, opts...)...)
 }
 
 func createAction(namespace, name string) {

@@ -1,8 +1,9 @@
 // Package console is the operator console behind the kubectl plugin
-// kubectl-toolledger: it shows an action's ledger record, lists the actions
-// that need a human, and records ToolResolutions. It never writes a
-// ToolAction: the record stays the controller's to write, and the console
-// needs no more than the toolledger-resolver role.
+// kubectl-toolledger: it shows an action's ledger record (or the tombstone
+// of a deleted one), lists the actions that need a human and the tombstones,
+// and records ToolResolutions. It never writes a ToolAction: the record
+// stays the controller's to write, and the console needs no more than the
+// toolledger-resolver role.
 package console
 
 import (
@@ -32,6 +33,7 @@ const (
 var commands = []func(*console) *cobra.Command{
 	newStatusCommand,
 	newQueueCommand,
+	newTombstonesCommand,
 	newResolveCommand,
 }
 
@@ -74,8 +76,10 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 		Long: `kubectl toolledger reads the toolledger ledger and records human findings.
 
 A ToolAction is one business intent: its namespace is the tenant and its name
-the idempotency key (KEY below). The console never edits a ToolAction; it only
-reads them and creates ToolResolutions.
+the idempotency key (KEY below). A deleted ToolAction that was dispatched
+leaves a Tombstone of the same name, which keeps the key. The console never
+edits a ToolAction; it only reads the ledger (ToolActions, Tombstones and
+their tools) and creates ToolResolutions.
 
 Exit status: 0 when the command did what it was asked; 1 on invalid arguments
 or flags, an object not found, an API error, a resolution that was not applied,

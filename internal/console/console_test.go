@@ -169,7 +169,7 @@ func TestWriteStatus(t *testing.T) {
 		},
 	}
 	var out bytes.Buffer
-	if err := writeStatus(&out, action, now); err != nil {
+	if err := writeStatus(&out, action, nil, nil, now); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()
@@ -188,7 +188,7 @@ func TestWriteStatus(t *testing.T) {
 		}
 	}
 	// Nothing the record does not hold is printed.
-	for _, absent := range []string{"Approval", "Unknown since", "Next attempt", "Compensates:"} {
+	for _, absent := range []string{"Approval", "Unknown since", "Next attempt", "Compensates:", "Tombstone"} {
 		if strings.Contains(text, absent) {
 			t.Errorf("status contains %q, which the record does not hold:\n%s", absent, text)
 		}
@@ -253,6 +253,8 @@ func TestInvalidInvocationsExitOne(t *testing.T) {
 		{name: "unknown output", args: []string{"status", "order-1", "-o", "xml"}, want: `output format must be json or yaml, not "xml"`},
 		{name: "unknown flag", args: []string{"queue", "--bogus"}, want: "unknown flag: --bogus; see 'kubectl toolledger queue --help'"},
 		{name: "queue takes no key", args: []string{"queue", "order-1"}, want: "unknown command"},
+		{name: "tombstones takes no key", args: []string{"tombstones", "order-1"}, want: `unknown command "order-1" for "kubectl toolledger tombstones"`},
+		{name: "tombstones of a bad tool", args: []string{"tomb", "--tool", "Service/charge"}, want: "the kind must be Tool or ClusterTool"},
 		{name: "unknown command", args: []string{"approve", "order-1"}, want: `unknown command "approve" for "kubectl toolledger"`},
 		{name: "resolve without reason", args: []string{"resolve", "order-1", "--outcome", "Failed"}, want: "--reason is required"},
 		{name: "resolve Succeeded without reference", args: []string{"resolve", "order-1", "--outcome", "Succeeded", "--reason", "r"}, want: "--outcome Succeeded needs --external-ref"},
@@ -280,7 +282,7 @@ func TestHelpExitsZero(t *testing.T) {
 	if code != ExitOK || stderr != "" {
 		t.Fatalf("--help: exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"kubectl toolledger [command]", "status", "queue", "resolve", "--namespace", "--context", "--kubeconfig"} {
+	for _, want := range []string{"kubectl toolledger [command]", "status", "queue", "tombstones", "resolve", "Tombstones", "--namespace", "--context", "--kubeconfig"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("--help does not mention %q:\n%s", want, stdout)
 		}

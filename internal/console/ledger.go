@@ -14,8 +14,11 @@ import (
 )
 
 const (
-	resourceActions     = "toolactions"
-	resourceResolutions = "toolresolutions"
+	resourceActions      = "toolactions"
+	resourceResolutions  = "toolresolutions"
+	resourceTombstones   = "tombstones"
+	resourceTools        = "tools"
+	resourceClusterTools = "clustertools"
 
 	// listPageSize bounds each list response, so that a long queue is read
 	// in pages rather than in one response of unbounded size.
@@ -23,7 +26,7 @@ const (
 )
 
 // ledger is the console's client for the toolledger API. It speaks REST to
-// the API server without discovery: the console uses two resources of one
+// the API server without discovery: the console uses a few resources of one
 // known group, so every command makes only the requests it needs, and its
 // errors are about those requests.
 type ledger struct {
@@ -45,25 +48,111 @@ func (l *ledger) getAction(ctx context.Context, namespace, name string) (*v1alph
 	return getObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
+// findAction reads one ToolAction; nil when there is none.
+func (l *ledger) findAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
+	return findObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
+}
+
+// findTombstone reads the Tombstone of a key; nil when there is none.
+func (l *ledger) findTombstone(ctx context.Context, namespace, name string) (*v1alpha1.Tombstone, error) {
+	return findObject[v1alpha1.Tombstone](ctx, l, resourceTombstones, "Tombstone", namespace, name)
+}
+
+// findToolSpec reads the spec of the tool a tombstone in namespace names;
+// nil when the tool does not exist.
+func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
+	if toolKindOf(ref) == v1alpha1.KindClusterTool {
+		tool, err := findObject[v1alpha1.ClusterTool](ctx, l, resourceClusterTools, v1alpha1.KindClusterTool, "", ref.Name)
+		if tool == nil {
+			return nil, err
+		}
+		return &tool.Spec.ToolSpec, nil
+	}
+	tool, err := findObject[v1alpha1.Tool](ctx, l, resourceTools, v1alpha1.KindTool, namespace, ref.Name)
+	if tool == nil {
+		return nil, err
+	}
+	return &tool.Spec, nil
+}
+
 // listActions reads the ToolActions of a namespace ("" for all) that match
-// the field selector, page by page.
+// the field selector.
 func (l *ledger) listActions(ctx context.Context, namespace, fieldSelector string) ([]v1alpha1.ToolAction, error) {
-	opts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: listPageSize}
 	var items []v1alpha1.ToolAction
+	err := listPages(ctx, l, resourceActions, namespace, metav1.ListOptions{FieldSelector: fieldSelector},
+		func(page *v1alpha1.ToolActionList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list ToolActions (%s) in %s: %w", fieldSelector, scope(namespace), err)
+	}
+	return items, nil
+}
+
+// listTombstones reads the Tombstones of a namespace ("" for all) that match
+// the label selector.
+func (l *ledger) listTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
+	var items []v1alpha1.Tombstone
+	err := listPages(ctx, l, resourceTombstones, namespace, metav1.ListOptions{LabelSelector: labelSelector},
+		func(page *v1alpha1.TombstoneList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list Tombstones in %s: %w", scope(namespace), err)
+	}
+	return items, nil
+}
+
+// listToolRetentions reads the keyRetention of every Tool of a namespace
+// ("" for all), by namespace and name.
+func (l *ledger) listToolRetentions(ctx context.Context, namespace string) (map[toolKey]*metav1.Duration, error) {
+	retentions := map[toolKey]*metav1.Duration{}
+	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) {
+		for i := range page.Items {
+			t := &page.Items[i]
+			retentions[toolKey{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name}] = t.Spec.KeyRetention
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot list Tools in %s: %w", scope(namespace), err)
+	}
+	return retentions, nil
+}
+
+// listClusterToolRetentions reads the keyRetention of every ClusterTool.
+func (l *ledger) listClusterToolRetentions(ctx context.Context) (map[toolKey]*metav1.Duration, error) {
+	retentions := map[toolKey]*metav1.Duration{}
+	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) {
+		for i := range page.Items {
+			t := &page.Items[i]
+			retentions[toolKey{kind: v1alpha1.KindClusterTool, name: t.Name}] = t.Spec.KeyRetention
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot list ClusterTools: %w", err)
+	}
+	return retentions, nil
+}
+
+// listPages reads a resource of a namespace ("" for all, and for a
+// cluster-scoped resource) page by page, so that no response is of
+// unbounded size, and hands each page to each.
+func listPages[L any, PL interface {
+	*L
+	runtime.Object
+	GetContinue() string
+}](ctx context.Context, l *ledger, resource, namespace string, opts metav1.ListOptions, each func(PL)) error {
+	opts.Limit = listPageSize
 	for {
-		var page v1alpha1.ToolActionList
-		req := l.rest.Get().Resource(resourceActions).VersionedParams(&opts, metav1.ParameterCodec)
+		page := PL(new(L))
+		req := l.rest.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec)
 		if namespace != "" {
 			req = req.Namespace(namespace)
 		}
-		if err := req.Do(ctx).Into(&page); err != nil {
-			return nil, fmt.Errorf("cannot list ToolActions (%s) in %s: %w", fieldSelector, scope(namespace), err)
+		if err := req.Do(ctx).Into(page); err != nil {
+			return err
 		}
-		items = append(items, page.Items...)
-		if page.Continue == "" {
-			return items, nil
+		each(page)
+		if page.GetContinue() == "" {
+			return nil
 		}
-		opts.Continue = page.Continue
+		opts.Continue = page.GetContinue()
 	}
 }
 
@@ -78,10 +167,38 @@ func getObject[T any, PT interface {
 	runtime.Object
 }](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
 	object := PT(new(T))
-	if err := l.rest.Get().Namespace(namespace).Resource(resource).Name(name).Do(ctx).Into(object); err != nil {
+	if err := l.get(resource, namespace, name).Do(ctx).Into(object); err != nil {
 		return nil, describeGetError(err, kind, namespace, name)
 	}
 	return object, nil
+}
+
+// get is the request for one object; a cluster-scoped one has no namespace,
+// which client-go refuses to be set empty.
+func (l *ledger) get(resource, namespace, name string) *rest.Request {
+	req := l.rest.Get().Resource(resource).Name(name)
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	return req
+}
+
+// findObject is getObject for an object whose absence is an answer: it
+// returns nil, and no error, when the object does not exist.
+func findObject[T any, PT interface {
+	*T
+	runtime.Object
+}](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
+	object := PT(new(T))
+	err := l.get(resource, namespace, name).Do(ctx).Into(object)
+	switch {
+	case err == nil:
+		return object, nil
+	case isMissing(err):
+		return nil, nil
+	default:
+		return nil, describeGetError(err, kind, namespace, name)
+	}
 }
 
 func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
@@ -96,15 +213,26 @@ func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.Tool
 
 // describeGetError tells a missing object apart from a server that does not
 // serve the resource at all: client-go reports both as NotFound, but only the
-// latter comes from a response that is not an API status.
+// latter comes from a response that is not an API status. A cluster-scoped
+// object (namespace "") is named without a namespace.
 func describeGetError(err error, kind, namespace, name string) error {
+	in := ""
+	if namespace != "" {
+		in = fmt.Sprintf(" in namespace %q", namespace)
+	}
 	if apierrors.IsNotFound(err) {
-		if apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse) {
+		if !isMissing(err) {
 			return fmt.Errorf("the server does not serve %ss (%s); is toolledger installed in this cluster? %w", kind, v1alpha1.GroupVersion, err)
 		}
-		return fmt.Errorf("%s %q not found in namespace %q", kind, name, namespace)
+		return fmt.Errorf("%s %q not found%s", kind, name, in)
 	}
-	return fmt.Errorf("cannot get %s %q in namespace %q: %w", kind, name, namespace, err)
+	return fmt.Errorf("cannot get %s %q%s: %w", kind, name, in, err)
+}
+
+// isMissing reports whether err says that the object does not exist, as
+// opposed to the server not serving its resource (see describeGetError).
+func isMissing(err error) bool {
+	return apierrors.IsNotFound(err) && !apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse)
 }
 
 func scope(namespace string) string {

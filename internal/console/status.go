@@ -19,13 +19,20 @@ func newStatusCommand(c *console) *cobra.Command {
 	var format output
 	cmd := &cobra.Command{
 		Use:   "status KEY",
-		Short: "Show an action's ledger record and its history as a timeline",
+		Short: "Show an action's ledger record and its history as a timeline, or its tombstone",
 		Long: `Show the ledger record of the ToolAction named KEY in the namespace: phase,
 conditions, attempts, the executor claim, the external reference, the request
 digest and idempotency key, the error, compensations, and the history as a
-timeline, one line per transition, oldest first.
+timeline, one line per transition, oldest first. When a Tombstone of the key
+exists too (the record was deleted and created again), one line names it.
 
-With -o json or -o yaml it prints the ToolAction itself (without managedFields).`,
+When the record was deleted and its Tombstone keeps the key, it shows the
+tombstone: when and why the record was deleted, its outcome, external
+reference, error, attempts, completion, tool, request digest, and when the key
+is freed (the completion plus the tool's keyRetention).
+
+With -o json or -o yaml it prints the ToolAction itself, or the Tombstone when
+there is no ToolAction (without managedFields).`,
 		Example: `  kubectl toolledger status order-1002-charge -n shop
   kubectl toolledger status order-1002-charge -o yaml`,
 		Args: keyArg,
@@ -34,17 +41,32 @@ With -o json or -o yaml it prints the ToolAction itself (without managedFields).
 			if err != nil {
 				return err
 			}
-			action, err := ledger.getAction(cmd.Context(), namespace, args[0])
+			ctx, key := cmd.Context(), args[0]
+			action, err := ledger.findAction(ctx, namespace, key)
 			if err != nil {
 				return err
 			}
-			if format != outputText {
-				return printStructured(c.streams.Out, format, forOutput(action, "ToolAction"))
+			if action != nil {
+				if format != outputText {
+					return printStructured(c.streams.Out, format, forOutput(action, "ToolAction"))
+				}
+				tomb, tombErr := ledger.findTombstone(ctx, namespace, key)
+				return writeStatus(c.streams.Out, action, tomb, tombErr, c.now())
 			}
-			return writeStatus(c.streams.Out, action, c.now())
+			tomb, err := ledger.findTombstone(ctx, namespace, key)
+			if err != nil {
+				return err
+			}
+			if tomb == nil {
+				return fmt.Errorf("ToolAction %q not found in namespace %q, and no Tombstone keeps that key", key, namespace)
+			}
+			if format != outputText {
+				return printStructured(c.streams.Out, format, forOutput(tomb, "Tombstone"))
+			}
+			return writeTombstone(c.streams.Out, tomb, keyFreed(tomb, ledger.toolOf(ctx, tomb)), c.now())
 		},
 	}
-	addOutputFlag(cmd, &format, "the ToolAction")
+	addOutputFlag(cmd, &format, "the ToolAction, or the Tombstone")
 	return cmd
 }
 
@@ -66,10 +88,20 @@ func keyArg(cmd *cobra.Command, args []string) error {
 // are always printed ("<none>" when empty), so that their absence is visible;
 // the others only when the record has them, which is also where further
 // facts (an approval, say) belong once the API records them. Each section is
-// aligned on its own, so that a long label does not widen a table.
-func writeStatus(w io.Writer, action *v1alpha1.ToolAction, now time.Time) error {
+// aligned on its own, so that a long label does not widen a table. tomb is
+// the key's Tombstone, if any, and tombErr why it could not be read: neither
+// hides the record.
+func writeStatus(w io.Writer, action *v1alpha1.ToolAction, tomb *v1alpha1.Tombstone, tombErr error, now time.Time) error {
 	sections := []func(io.Writer){
-		func(tw io.Writer) { writeFields(tw, action, now) },
+		func(tw io.Writer) {
+			writeFields(tw, action, now)
+			switch {
+			case tombErr != nil:
+				fmt.Fprintf(tw, "Tombstone:\tcannot tell: %v\n", tombErr)
+			case tomb != nil:
+				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(tomb))
+			}
+		},
 		func(tw io.Writer) { writeConditions(tw, action.Status.Conditions) },
 		func(tw io.Writer) { writeHistory(tw, &action.Status) },
 	}
@@ -165,6 +197,83 @@ func writeHistory(w io.Writer, s *v1alpha1.ToolActionStatus) {
 		}
 		fmt.Fprintf(w, "  %s\t%s → %s\t%s\t%d\t%s\t%s\n",
 			timestamp(t.Time), from, t.To, cell(t.Reason), t.Attempt, cell(t.Executor), cell(t.Message))
+	}
+}
+
+// tombstoneSummary is the line of status that names the tombstone of a
+// record created again: what the key's deleted record did.
+func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
+	r := &tomb.Record
+	text := fmt.Sprintf("tombstone/%s keeps what the key's deleted record did: %s", tomb.Name, outcomeOf(r))
+	if r.ExternalRef != "" {
+		text += ", external ref " + r.ExternalRef
+	}
+	return fmt.Sprintf("%s, completed %s; deleted %s (cause %s)", text, timestamp(r.CompletionTime), timestamp(r.DeletionTime), r.Cause)
+}
+
+// writeTombstone prints the tombstone of a deleted record, with the
+// fields of writeFields that the tombstone keeps.
+func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now time.Time) error {
+	r := &tomb.Record
+	tw := printers.GetNewTabWriter(w)
+	field := func(label, value string) {
+		fmt.Fprintf(tw, "%s:\t%s\n", label, value)
+	}
+	field("Name", tomb.Name)
+	field("Namespace", tomb.Namespace)
+	field("Record", "deleted; this is its Tombstone, which keeps the key")
+	field("Deleted", timestamp(r.DeletionTime)+" ("+age(now, r.DeletionTime)+" ago)")
+	field("Cause", describeCause(r.Cause))
+	if r.DeletedBy != "" {
+		field("Deleted by", r.DeletedBy)
+	}
+	field("Outcome", string(r.Phase))
+	field("External ref", cell(r.ExternalRef))
+	errorText := "<none>"
+	if r.ErrorClass != "" {
+		errorText = string(r.ErrorClass)
+		if r.ErrorReason != "" {
+			errorText += " (" + r.ErrorReason + ")"
+		}
+	}
+	field("Error", errorText)
+	field("Attempts", strconv.Itoa(int(r.Attempts)))
+	field("Completed", timestamp(r.CompletionTime)+" ("+age(now, r.CompletionTime)+" ago)")
+	field("Tool", toolName(r.ToolRef))
+	class := string(r.IdempotencyClass)
+	if class == "" {
+		class = "<unknown>"
+	}
+	field("Idempotency class", class)
+	field("Request digest", r.RequestDigest)
+	field("Key freed", describeFreed(freed, now))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("cannot write the tombstone: %w", err)
+	}
+	_, err := fmt.Fprintln(w, "Until the key is freed, a ToolAction created again under it is not dispatched:\n"+
+		"the same request shows this outcome, another fails with DuplicateConflict.")
+	if err != nil {
+		return fmt.Errorf("cannot write the tombstone: %w", err)
+	}
+	return nil
+}
+
+// outcomeOf is a deleted record's phase, with the error class of a failure.
+func outcomeOf(r *v1alpha1.TombstoneRecord) string {
+	if r.ErrorClass == "" {
+		return string(r.Phase)
+	}
+	return string(r.Phase) + " (" + string(r.ErrorClass) + ")"
+}
+
+func describeCause(cause string) string {
+	switch cause {
+	case v1alpha1.TombstoneCauseDeleted:
+		return cause + ": someone deleted the ToolAction (a user, a GitOps prune, the garbage collector)"
+	case v1alpha1.TombstoneCauseRecordRetention:
+		return cause + ": the tool's recordRetention passed"
+	default:
+		return cause
 	}
 }
 
