@@ -218,7 +218,7 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 	r := s.Reconciler
 	tool := &v1alpha1.Tool{Spec: *target.spec}
 	opts := []client.ListOption{
-		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: target.name, v1alpha1.LabelToolKind: target.kind})},
+		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(target.name), v1alpha1.LabelToolKind: target.kind})},
 		client.Limit(listPage),
 	}
 	if target.namespace != "" {

@@ -47,7 +47,7 @@ func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy 
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: a.Namespace,
 			Name:      a.Name,
-			Labels:    map[string]string{v1alpha1.LabelTool: a.Spec.ToolRef.Name, v1alpha1.LabelToolKind: kind},
+			Labels:    map[string]string{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(a.Spec.ToolRef.Name), v1alpha1.LabelToolKind: kind},
 		},
 		Record: rec,
 	}

@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -8,11 +11,24 @@ import (
 // Labels on every Tombstone, so that the retention sweep finds a tool's
 // tombstones without reading the others.
 const (
-	// LabelTool is the name of the tool the deleted action named.
+	// LabelTool is the tool the deleted action named, as ToolLabelValue
+	// spells it.
 	LabelTool = "toolledger.dev/tool"
 	// LabelToolKind is its kind, Tool or ClusterTool.
 	LabelToolKind = "toolledger.dev/tool-kind"
 )
+
+// ToolLabelValue spells a tool's name as a label value: the name itself
+// when it fits in 63 characters, else its first 46 and 16 hex digits of its
+// SHA-256, so that every tool, however long its name, can be selected.
+func ToolLabelValue(name string) string {
+	const maxLabelValue = 63
+	if len(name) <= maxLabelValue {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:maxLabelValue-17] + "-" + hex.EncodeToString(sum[:8])
+}
 
 // Why a record became a tombstone.
 const (

@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestIdempotencyKey(t *testing.T) {
@@ -37,5 +39,22 @@ func TestIdempotencyKey(t *testing.T) {
 	exact := strings.Repeat("b", maxIdempotencyKeyLength-len("shop/"))
 	if got := IdempotencyKey("shop", exact); got != "shop/"+exact {
 		t.Errorf("a 255-character pair was rewritten to %q", got)
+	}
+}
+
+func TestToolLabelValue(t *testing.T) {
+	if got := ToolLabelValue("charge"); got != "charge" {
+		t.Errorf("ToolLabelValue(charge) = %q, want the name itself", got)
+	}
+	long := strings.Repeat("a", 253)
+	got := ToolLabelValue(long)
+	if len(got) != 63 || !strings.HasPrefix(got, strings.Repeat("a", 46)+"-") {
+		t.Errorf("ToolLabelValue(253 a's) = %q (%d), want 46 a's, a dash and 16 hex digits", got, len(got))
+	}
+	if ToolLabelValue(strings.Repeat("a", 252)+"b") == got {
+		t.Error("names differing after the kept prefix share a label value")
+	}
+	if problems := validation.IsValidLabelValue(got); len(problems) > 0 {
+		t.Errorf("ToolLabelValue = %q is not a label value: %v", got, problems)
 	}
 }

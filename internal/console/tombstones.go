@@ -252,10 +252,7 @@ func toolSelector(tool string) (string, error) {
 	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
 		return "", fmt.Errorf("--tool %q cannot name a tool: %s", tool, strings.Join(problems, "; "))
 	}
-	if problems := validation.IsValidLabelValue(name); len(problems) > 0 {
-		return "", fmt.Errorf("--tool %q cannot be selected by label: %s", tool, strings.Join(problems, "; "))
-	}
-	set[v1alpha1.LabelTool] = name
+	set[v1alpha1.LabelTool] = v1alpha1.ToolLabelValue(name)
 	return labels.SelectorFromSet(set).String(), nil
 }
 

@@ -220,7 +220,7 @@ func TestToolSelector(t *testing.T) {
 		{tool: "Service/charge", err: `--tool "Service/charge": the kind must be Tool or ClusterTool, not "Service"`},
 		{tool: "Charge_1", err: `--tool "Charge_1" cannot name a tool`},
 		{tool: "Tool/", err: `--tool "Tool/" cannot name a tool`},
-		{tool: strings.Repeat("a", 64), err: "cannot be selected by label: must be no more than 63 bytes"},
+		{tool: strings.Repeat("a", 64), want: "toolledger.dev/tool=" + v1alpha1.ToolLabelValue(strings.Repeat("a", 64))},
 	}
 	for _, tt := range tests {
 		got, err := toolSelector(tt.tool)
