@@ -80,7 +80,7 @@ func (b *bench) memory(ctx context.Context, target int) error {
 		offset := b.memoryCreated
 		began := time.Now()
 		err := parallel(ctx, need, s.MemoryCreateConcurrency, func(ctx context.Context, i int) error {
-			return createFinished(ctx, b.c.k8s, fmt.Sprintf("done-%07d", offset+i), offset+i+1)
+			return createFinished(ctx, b.c.k8s, memoryNamespace, fmt.Sprintf("done-%07d", offset+i), offset+i+1, time.Now())
 		})
 		if err != nil {
 			return fmt.Errorf("cannot create finished actions: %w", err)
@@ -101,29 +101,9 @@ func (b *bench) memory(ctx context.Context, target int) error {
 		return err
 	}
 	defer p.stop()
-	// Settled: the deletion watches have listed every action (the finished
-	// ones are neither cached nor reconciled), then 3s without a reconcile.
-	var last float64
-	quietSince := time.Now()
-	deadline := time.Now().Add(10 * time.Minute)
-	var m metrics
-	for {
-		if err := testenv.Sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-		if m, err = p.metrics(ctx); err != nil {
-			return err
-		}
-		done := m.sum("controller_runtime_reconcile_total", map[string]string{"controller": "toolaction"})
-		if done != last {
-			last, quietSince = done, time.Now()
-		}
-		if m.sum("toolledger_deletion_watch_synced", nil) == deletionWatches && time.Since(quietSince) >= 3*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("memory: the manager with %d actions present did not settle in 10 minutes", step.Present)
-		}
+	m, err := p.settle(ctx, 3*time.Second)
+	if err != nil {
+		return fmt.Errorf("memory: the manager with %d actions present: %w", step.Present, err)
 	}
 	step.SettleTime = time.Since(started)
 	step.HeapLive = m.sum("go_gc_heap_live_bytes", nil)
@@ -157,17 +137,47 @@ func (b *bench) memory(ctx context.Context, target int) error {
 	return nil
 }
 
-// createFinished creates one action as the operator leaves a succeeded one:
-// finalizer, spec, and a Succeeded status.
-func createFinished(ctx context.Context, k8s client.Client, name string, amount int) error {
+// settle waits until the manager process has settled: its deletion
+// watches have listed every action (the finished ones are neither cached
+// nor reconciled), then quiet without a reconcile. It returns the last
+// scrape of its metrics.
+func (p *managerProcess) settle(ctx context.Context, quiet time.Duration) (metrics, error) {
+	var last float64
+	quietSince := time.Now()
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		if err := testenv.Sleep(ctx, 500*time.Millisecond); err != nil {
+			return nil, err
+		}
+		m, err := p.metrics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		done := m.sum("controller_runtime_reconcile_total", map[string]string{"controller": "toolaction"})
+		if done != last {
+			last, quietSince = done, time.Now()
+		}
+		if m.sum("toolledger_deletion_watch_synced", nil) == deletionWatches && time.Since(quietSince) >= quiet {
+			return m, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the manager did not settle in 10 minutes (see %s)", p.logPath)
+		}
+	}
+}
+
+// createFinished creates one action in namespace as the operator leaves a
+// succeeded one: finalizer, spec, and a Succeeded status, completed at
+// completed.
+func createFinished(ctx context.Context, k8s client.Client, namespace, name string, amount int, completed time.Time) error {
 	a := &v1alpha1.ToolAction{
-		ObjectMeta: metav1.ObjectMeta{Namespace: memoryNamespace, Name: name, Finalizers: []string{v1alpha1.Finalizer}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Finalizers: []string{v1alpha1.Finalizer}},
 		Spec:       spec(amount),
 	}
 	if err := k8s.Create(ctx, a); err != nil {
 		return err
 	}
-	a.Status = succeededStatus(memoryNamespace, name, amount, time.Now())
+	a.Status = succeededStatus(namespace, name, amount, completed)
 	return k8s.Status().Update(ctx, a)
 }
 

@@ -539,9 +539,14 @@ func countObjects(ctx context.Context, k8s client.Client, list client.ObjectList
 	if err := k8s.List(ctx, list, client.Limit(1)); err != nil {
 		return 0, err
 	}
+	return listCount(list), nil
+}
+
+// listCount is the items of a page and those the API server reports remain.
+func listCount(list client.ObjectList) int {
 	n := meta.LenList(list)
 	if remaining := list.GetRemainingItemCount(); remaining != nil {
 		n += int(*remaining)
 	}
-	return n, nil
+	return n
 }
