@@ -14,7 +14,11 @@
 //   - writes per action, from the kube-apiserver's own metrics;
 //   - recovery: actions in flight against a slow downstream that does not
 //     deduplicate, the manager process SIGKILLed and restarted;
-//   - the manager process's memory with few and many finished actions.
+//   - the manager process's memory with few and many finished actions;
+//   - tombstones: the check each new action makes, the bytes a tombstone
+//     takes in etcd against a finished record, live latency while the
+//     shipped manager's retention sweep retires a backlog, and the latency
+//     run again once the many finished actions are tombstones instead.
 //
 // Run it with `make bench`, or `make bench-smoke` for a small run that only
 // proves it works. Every knob is a flag and an environment variable; see
@@ -77,11 +81,15 @@ var knobs = []*knob{
 	{flag: "recovery-kill-at", env: "BENCH_RECOVERY_KILL_AT", full: "0.3", smoke: "0.3", help: "share of the recovery actions terminal when the manager is killed"},
 	{flag: "recovery-timeout", env: "BENCH_RECOVERY_TIMEOUT", full: "10m", smoke: "2m", help: "longest wait for every recovery action to be terminal after the restart"},
 	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
-	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions"},
+	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions (and parallel deletes when they become tombstones)"},
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
+	{flag: "tombstone-sample", env: "BENCH_TOMBSTONE_SAMPLE", full: "50", smoke: "10", help: "actions of the writes batch deleted with the manager running, whose tombstones are weighed in etcd (0 for none)"},
+	{flag: "retention-records", env: "BENCH_RETENTION_RECORDS", full: "10000", smoke: "400", help: "finished records past their tool's recordRetention that the shipped manager's retention sweep retires while live actions are timed (0 for none); those it has not reached by the end count towards the memory steps"},
+	{flag: "tombstone-state", env: "BENCH_TOMBSTONE_STATE", full: "true", smoke: "true", help: "after the last latency run, delete every stored action with the manager running, so that tombstones replace them, and run it again"},
+	{flag: "tombstone-settle", env: "BENCH_TOMBSTONE_SETTLE", full: "75s", smoke: "0s", help: "idle time after the last record became a tombstone, before that run (the kube-apiserver keeps the last 75 s of events in its watch cache)"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
-	{flag: "timeout", env: "BENCH_TIMEOUT", full: "45m", smoke: "5m", help: "bound on the whole run"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "75m", smoke: "8m", help: "bound on the whole run"},
 }
 
 // settings are the parsed knobs.
@@ -114,6 +122,10 @@ type settings struct {
 	MemorySteps             []int
 	MemoryCreateConcurrency int
 	MemoryGCWait            time.Duration
+	TombstoneSample         int
+	RetentionRecords        int
+	TombstoneState          bool
+	TombstoneSettle         time.Duration
 	EtcdDir                 string
 	ManagerBin              string
 	Timeout                 time.Duration
@@ -216,6 +228,10 @@ func parseSettings(args []string) (settings, error) {
 		MemorySteps:             list("memory-steps"),
 		MemoryCreateConcurrency: num("memory-create-concurrency"),
 		MemoryGCWait:            dur("memory-gc-wait"),
+		TombstoneSample:         num("tombstone-sample"),
+		RetentionRecords:        num("retention-records"),
+		TombstoneState:          get("tombstone-state") == "true",
+		TombstoneSettle:         dur("tombstone-settle"),
 		EtcdDir:                 get("etcd-dir"),
 		ManagerBin:              get("manager-bin"),
 		Timeout:                 dur("timeout"),
@@ -228,6 +244,9 @@ func parseSettings(args []string) (settings, error) {
 	}
 	if s.Measure <= 0 || s.Rounds <= 0 || s.Workers <= 0 || s.WritesActions <= 0 || s.RecoveryActions <= 0 {
 		errs = append(errs, errors.New("-measure, -rounds, -workers, -writes-actions and -recovery-actions must be positive"))
+	}
+	if s.TombstoneSample < 0 || s.RetentionRecords < 0 || s.TombstoneSettle < 0 {
+		errs = append(errs, errors.New("-tombstone-sample, -retention-records and -tombstone-settle must not be negative"))
 	}
 	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
 		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
@@ -279,6 +298,7 @@ type results struct {
 	Memory      []memoryStep
 	SizesSDK    objectSizes
 	SizesMemory objectSizes
+	Tombstones  tombstoneResults
 	Failures    []string
 	Wall        time.Duration
 	SetupTime   time.Duration
@@ -507,8 +527,19 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if b.results.SizesSDK, err = b.sizes(ctx, "tl-writes"); err != nil {
 		return err
 	}
+	if s.TombstoneSample > 0 {
+		if b.results.Tombstones.Sizes, err = b.tombstoneSizes(ctx); err != nil {
+			return err
+		}
+	}
 	if err := b.recovery(ctx); err != nil {
 		return err
+	}
+	// Before the memory steps, which count the records the sweep leaves.
+	if s.RetentionRecords > 0 {
+		if err := b.retentionSweep(ctx); err != nil {
+			return err
+		}
 	}
 	for i, target := range steps {
 		if i == 0 {
@@ -525,6 +556,11 @@ func (b *bench) run(ctx context.Context) (err error) {
 		stored := b.results.Memory[len(b.results.Memory)-1].Present
 		if err := b.latency(ctx, fmt.Sprintf("%s finished actions stored", count(stored))); err != nil {
 			return err
+		}
+		if s.TombstoneState {
+			if err := b.tombstoneState(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	b.results.Wall = time.Since(b.started)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/toolledger/toolledger/cmd/manager/app"
 )
 
 // reportTemplate is the prose of docs/benchmarks.md; report.go computes
@@ -52,8 +54,10 @@ type reportView struct {
 	Writes        *writesView
 	Recovery      *recoveryView
 	Memory        memoryView
-	Tuning        tuningView
-	Knobs         []knobRow
+	// Tombstones is section 7; nil when none of it ran.
+	Tombstones *tombstonesView
+	Tuning     tuningView
+	Knobs      []knobRow
 }
 
 func (b *bench) view() reportView {
@@ -73,6 +77,7 @@ func (b *bench) view() reportView {
 		Writes:        writesFigures(r.Writes),
 		Recovery:      recoveryFigures(r.Recovery),
 		Memory:        memoryFigures(r.Memory),
+		Tombstones:    tombstonesFigures(r.Writes, r.Tombstones),
 		Tuning:        b.tuningFigures(),
 		Knobs:         knobRows(),
 	}
@@ -388,6 +393,137 @@ func memoryFigures(steps []memoryStep) memoryView {
 		PerAction: perAction, Flat: math.Abs(perAction) < 50, Mark: mark(live <= 1.25, false)}
 	return v
 }
+
+// tombstonesView is section 7: the tombstone check of the writes batch,
+// the size of a tombstone, live latency during a retention sweep, and the
+// latency run with the finished actions kept as tombstones. A part is nil
+// when it did not run.
+type tombstonesView struct {
+	Check *tombstoneCheck
+	Sizes *tombstoneSizesView
+	Sweep *sweepView
+	State *tombstoneStateView
+}
+
+// tombstoneCheck is what the writes batch sent to tombstones: the check a
+// new action makes before its first attempt.
+type tombstoneCheck struct {
+	Actions int
+	Rows    []writeRow
+	// Per new action: every request to tombstones, the GETs among them and
+	// the writes; and the writes to toolactions for comparison.
+	Requests, Gets, Writes, ToolActionWrites float64
+	// Mark is whether the check was one request, a read.
+	Mark string
+}
+
+// tombstoneSizesView is a tombstone's size against its record's.
+type tombstoneSizesView struct {
+	Sizes *tombstoneSizes
+	// Bytes and RecordBytes are the tombstone's and the record's size in
+	// etcd, or their JSON when etcd was not read; Ratio the first ÷ the
+	// second.
+	Bytes, RecordBytes, Ratio float64
+	// ValueRatio and JSONRatio are the tombstone's ÷ the record's, in etcd
+	// and as the API server returns them.
+	ValueRatio, JSONRatio float64
+	// Key is the etcd key of the sample's first tombstone, for example.
+	Key string
+}
+
+// sweepView compares live latency during the retention sweep with the
+// same run without it.
+type sweepView struct {
+	Result        *sweepResult
+	Without, With liveRow
+	Rows          []liveRow
+	// Ratios are during ÷ without.
+	P50Ratio, P95Ratio, P99Ratio float64
+	// Window is the run during the sweep; RetireRate what the sweep
+	// retired a second during it, and RateMark whether that is within
+	// 20% of --retention-rate.
+	Window     time.Duration
+	RetireRate float64
+	RateMark   string
+	// Slower is whether the sweep went more than 20% below the limit.
+	Slower bool
+}
+
+// liveRow is a live run with the kube-apiserver's GCs during it.
+type liveRow struct {
+	Label string
+	Run   *liveRun
+	GCs   gcFrequency
+}
+
+// tombstoneStateView is the latency run with the finished actions stored
+// against the same run once they are tombstones.
+type tombstoneStateView struct {
+	Result              *tombstoneState
+	Records, Tombstones latencyRow
+	// Ratios are with tombstones ÷ with the records.
+	P50Ratio, P95Ratio, P99Ratio float64
+	HeapRatio, AtRestHeapRatio   float64
+	// Mark is whether the p99 with tombstones is at most the p99 with the
+	// records.
+	Mark string
+	// ConvertRate is the actions turned into tombstones a second;
+	// AtRetentionRate how long --retention-rate's default would take.
+	ConvertRate     float64
+	AtRetentionRate time.Duration
+}
+
+func tombstonesFigures(wr *writesResult, t tombstoneResults) *tombstonesView {
+	v := &tombstonesView{}
+	if wr != nil {
+		c := &tombstoneCheck{Actions: wr.Actions, Requests: wr.TombstoneRequestsPerAction, Gets: wr.TombstoneGetsPerAction,
+			Writes: wr.TombstoneWritesPerAction, ToolActionWrites: wr.WritesPerAction}
+		for _, r := range wr.Rows {
+			if r.Resource == "tombstones" {
+				c.Rows = append(c.Rows, r)
+			}
+		}
+		c.Mark = mark(math.Abs(c.Requests-1) < 0.005 && math.Abs(c.Gets-1) < 0.005 && c.Writes == 0, false)
+		v.Check = c
+	}
+	if sz := t.Sizes; sz != nil {
+		v.Sizes = &tombstoneSizesView{Sizes: sz, ValueRatio: safeDiv(sz.TombstoneValue, sz.RecordValue),
+			JSONRatio: safeDiv(sz.TombstoneJSON, sz.RecordJSON), Key: storageKey("tombstones", sz.Namespace, "writes-000000")}
+		v.Sizes.Bytes, v.Sizes.RecordBytes, v.Sizes.Ratio = sz.TombstoneJSON, sz.RecordJSON, v.Sizes.JSONRatio
+		if sz.Etcd {
+			v.Sizes.Bytes, v.Sizes.RecordBytes, v.Sizes.Ratio = sz.TombstoneValue, sz.RecordValue, v.Sizes.ValueRatio
+		}
+	}
+	if sw := t.Sweep; sw != nil {
+		window := seconds(sw.With.Plane.Seconds)
+		rate := safeDiv(float64(sw.Retired), window.Seconds())
+		v.Sweep = &sweepView{Result: sw, Window: window, RetireRate: rate,
+			Without:  liveRow{Label: "without the sweep (nothing due)", Run: &sw.Without, GCs: gcFrequencyOf(sw.Without.Plane)},
+			With:     liveRow{Label: "during the sweep", Run: &sw.With, GCs: gcFrequencyOf(sw.With.Plane)},
+			P50Ratio: durRatio(sw.With.P50, sw.Without.P50), P95Ratio: durRatio(sw.With.P95, sw.Without.P95),
+			P99Ratio: durRatio(sw.With.P99, sw.Without.P99),
+			RateMark: mark(sw.RetentionRate > 0 && math.Abs(rate/sw.RetentionRate-1) <= 0.2, false),
+			Slower:   rate < 0.8*sw.RetentionRate}
+		v.Sweep.Rows = []liveRow{v.Sweep.Without, v.Sweep.With}
+	}
+	if st := t.State; st != nil && st.Records != nil && st.Tombstones != nil {
+		r, tb := st.Records, st.Tombstones
+		rows := latencyRows([]*latencyResult{r, tb})
+		v.State = &tombstoneStateView{Result: st, Records: rows[0], Tombstones: rows[1],
+			P50Ratio: durRatio(tb.P50, r.P50), P95Ratio: durRatio(tb.P95, r.P95), P99Ratio: durRatio(tb.P99, r.P99),
+			HeapRatio:       safeDiv(tb.Plane.HeapInuse, r.Plane.HeapInuse),
+			AtRestHeapRatio: safeDiv(st.AtRestTombstones.HeapInuse, st.AtRestRecords.HeapInuse),
+			Mark:            mark(tb.P99 <= r.P99, false),
+			ConvertRate:     safeDiv(float64(st.Deleted), st.ConvertTime.Seconds()),
+			AtRetentionRate: seconds(float64(st.Deleted) / app.DefaultRetentionRate)}
+	}
+	if v.Check == nil && v.Sizes == nil && v.Sweep == nil && v.State == nil {
+		return nil
+	}
+	return v
+}
+
+func durRatio(a, b time.Duration) float64 { return safeDiv(float64(a), float64(b)) }
 
 // knobRow is a knob as the report's table shows it.
 type knobRow struct{ Flag, Env, Full, Smoke, Help string }

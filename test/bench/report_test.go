@@ -160,13 +160,41 @@ func latencyRuns() []*latencyResult {
 	full.State, full.P95, full.P99, full.Errors = "50k finished actions stored", msec(646.1), msec(835.2), 2
 	full.Plane = planeLoad{ToolActions: 52250, HeapInuse: 2.5 * (1 << 30), GCs: 3, Seconds: 30}
 	full.CeilingPlane = planeLoad{ToolActions: 52250, CeilingObjects: 1125, HeapInuse: 2.6 * (1 << 30), Seconds: 30}
-	return []*latencyResult{fresh, &full}
+	full.Plane.Tombstones, full.CeilingPlane.Tombstones = 1212, 1212
+	tombs := full
+	tombs.State, tombs.P50, tombs.P95, tombs.P99, tombs.Errors = "52250 finished actions turned into tombstones", msec(15.1), msec(88.4), msec(142.7), 0
+	tombs.Plane = planeLoad{Tombstones: 53462, CeilingObjects: 2250, HeapInuse: 1.1 * (1 << 30), GCs: 5, Seconds: 30}
+	tombs.CeilingPlane = planeLoad{ToolActions: 1125, Tombstones: 53462, CeilingObjects: 2250, HeapInuse: 1.2 * (1 << 30), GCs: 4, Seconds: 30}
+	tombs.Ceiling = openLoopSummary{Samples: 1049, P50: msec(9.4), P95: msec(33.1), P99: msec(60.2)}
+	return []*latencyResult{fresh, &full, &tombs}
+}
+
+func fullTombstones(latency []*latencyResult) tombstoneResults {
+	live := func(ns string, p50, p95, p99 float64, heap float64, gcs float64) liveRun {
+		return liveRun{Namespace: ns, Offered: 1125, Samples: 1050, Achieved: 37.4, P50: msec(p50), P95: msec(p95), P99: msec(p99),
+			Plane: planeLoad{ToolActions: 13300, Tombstones: 50, CeilingObjects: 1125, HeapInuse: heap, GCs: gcs, Seconds: 30.4}, OtherLoad: 0.02}
+	}
+	return tombstoneResults{
+		Sizes: &tombstoneSizes{Namespace: "tl-writes", Sampled: 50, Written: 50, Time: msec(1840), Etcd: true, Encoding: "JSON",
+			RecordValue: 4143, TombstoneValue: 1012, RecordKey: 55, TombstoneKey: 54,
+			RecordJSON: 4210, TombstoneJSON: 1079, RecordManagedFields: 1630, TombstoneManagedFields: 402},
+		Sweep: &sweepResult{Namespace: retentionNamespace, Records: 10000, RecordRetention: time.Minute, CompletedAgo: 10 * time.Minute,
+			CreateTime: msec(64200), RetentionRate: 30, Rate: 37.5,
+			Without: live("tl-retention-without", 17.9, 70.3, 118.2, 820<<20, 3), With: live("tl-retention-with", 19.2, 79.8, 131.5, 860<<20, 4),
+			RetiredBefore: 152, Retired: 905, Tombstones: 1057},
+		State: &tombstoneState{Records: latency[1], Tombstones: latency[2], Deleted: 52250, Dispatched: 52250, Expected: 52250,
+			Written: 52250, Concurrency: 32, Workers: 8, ConvertTime: msec(471000), SharedCPUs: true,
+			ConvertCPU: processCPU{APIServer: 11.9, Etcd: 2.4, Harness: 3.1}, Settle: 75 * time.Second,
+			AtRestRecords:    planeLoad{ToolActions: 52250, Tombstones: 1150, CeilingObjects: 2250, HeapInuse: 2.4 * (1 << 30)},
+			AtRestTombstones: planeLoad{Tombstones: 52250 + 1150, CeilingObjects: 2250, HeapInuse: 0.9 * (1 << 30)}},
+	}
 }
 
 // writeRows are the request counts of a batch of 300 actions.
 func writeRows(finalizerUpdate bool) []writeRow {
 	const n = 300.0
 	rows := []writeRow{
+		{Verb: "GET", Resource: "tombstones", Code: "404", Count: n, PerAction: 1},
 		{Verb: "APPLY", Resource: "toolactions", Code: "201", Count: n, PerAction: 1},
 		{Verb: "PUT", Resource: "toolactions", Subresource: "status", Code: "200", Count: 2 * n, PerAction: 2},
 		{Verb: "WATCH", Resource: "toolactions", Code: "200", Count: 3, PerAction: 3 / n},
@@ -180,6 +208,7 @@ func writeRows(finalizerUpdate bool) []writeRow {
 func fullWrites() *writesResult {
 	return &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 3, ConflictsPerAction: 0.01, EventWritesPerAct: 0,
 		EtcdWritesPerAction: 3.02, EtcdMetric: true, Rows: writeRows(false),
+		TombstoneRequestsPerAction: 1, TombstoneGetsPerAction: 1,
 		Manifest:         &writesVariant{Actions: 300, WritesPerAction: 3, Rows: writeRows(false)},
 		ManifestNoPolicy: &writesVariant{Actions: 300, WritesPerAction: 4, Rows: writeRows(true)}}
 }
@@ -194,11 +223,13 @@ func fullRecovery() *recoveryResult {
 }
 
 func fullResults() results {
+	latency := latencyRuns()
 	return results{
 		Machine: fullMachine(), SplitCPUs: true,
 		Levels: levels(3, map[string]float64{"manifest": 0.85, "manifest-nopolicy": 0.7, "sdk-nopolicy": 0.95,
 			"watch-per-invoke": 0.78, "w32": 0.8, "events": 0.97}, 8, 32),
-		Latency: latencyRuns(),
+		Latency:    latency,
+		Tombstones: fullTombstones(latency),
 		SweepPlanes: []planeLoad{{ToolActions: 4922, CeilingObjects: 2257, HeapInuse: 700 << 20},
 			{ToolActions: 3000, CeilingObjects: 1000, HeapInuse: 887.8 * (1 << 20)}},
 		Writes: fullWrites(),
@@ -259,7 +290,20 @@ func verdictsBench() *bench {
 	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})
 	r.Levels[0].Ceiling3 = scaled(r.Levels[0].Ceiling3, 1.3)
 	r.SweepPlanes, r.OtherLoad, r.Failures, r.Limiter, r.SizesSDK = nil, nil, nil, nil, objectSizes{}
-	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true)}
+	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true),
+		TombstoneRequestsPerAction: 1.04, TombstoneGetsPerAction: 1.04}
+	// etcd not read, the sweep slower than its rate and slower live, the
+	// tail longer with tombstones, the deletion on the split layout.
+	sz := *r.Tombstones.Sizes
+	sz.Etcd, sz.EtcdError, sz.Encoding, sz.RecordValue, sz.TombstoneValue = false, "etcd holds no key /registry/toolledger.dev/toolactions/tl-writes/writes-000000", "", 0, 0
+	sw := *r.Tombstones.Sweep
+	sw.Retired, sw.With.P99 = 410, msec(402.6)
+	st := *r.Tombstones.State
+	tombs := *st.Tombstones
+	tombs.P99 = msec(912.4)
+	st.Tombstones, st.SharedCPUs, st.Settle, st.Written, st.Remaining = &tombs, false, 0, 52240, 10
+	r.Latency[2] = &tombs
+	r.Tombstones = tombstoneResults{Sizes: &sz, Sweep: &sw, State: &st}
 	r.Duplicate.EtcdMetric, r.Duplicate.RVChanged, r.Duplicate.NotDeduplicated = false, 1, 2
 	r.Recovery.Lost, r.Recovery.TimedOut = 1, true
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0

@@ -43,6 +43,7 @@ type latencyResult struct {
 // decoded in its watch cache, and on two shared cores lengthens the tail.
 type planeLoad struct {
 	ToolActions, CeilingObjects int
+	Tombstones                  int
 	HeapInuse                   float64 // go_memstats_heap_inuse_bytes at the end
 	GCs                         float64 // GC cycles (go_gc_duration_seconds_count) during a run
 	Seconds                     float64
@@ -57,6 +58,9 @@ func (b *bench) stored(ctx context.Context) (planeLoad, error) {
 	}
 	if load.CeilingObjects, err = countObjects(ctx, b.c.k8s, ceilingList()); err != nil {
 		return load, fmt.Errorf("cannot count the ceiling's objects: %w", err)
+	}
+	if load.Tombstones, err = countObjects(ctx, b.c.k8s, &v1alpha1.TombstoneList{}); err != nil {
+		return load, fmt.Errorf("cannot count the Tombstones: %w", err)
 	}
 	return load, nil
 }
@@ -205,9 +209,15 @@ type writesResult struct {
 	EventWritesPerAct   float64
 	EtcdWritesPerAction float64
 	EtcdMetric          bool
-	Rows                []writeRow
-	Manifest            *writesVariant
-	ManifestNoPolicy    *writesVariant
+	// The tombstone check, per new action: every request to tombstones
+	// (expected: one GET of the key, 404 for a key never used), the GETs
+	// among them, and the writes (expected: none).
+	TombstoneRequestsPerAction float64
+	TombstoneGetsPerAction     float64
+	TombstoneWritesPerAction   float64
+	Rows                       []writeRow
+	Manifest                   *writesVariant
+	ManifestNoPolicy           *writesVariant
 }
 
 type writesVariant struct {
@@ -246,6 +256,15 @@ func (b *bench) writes(ctx context.Context) error {
 		case r.Resource == "events" && mutating(r.Verb) && successful(r.Code):
 			res.EventWritesPerAct += r.PerAction
 		}
+		if r.Resource == "tombstones" {
+			res.TombstoneRequestsPerAction += r.PerAction
+			if r.Verb == "GET" {
+				res.TombstoneGetsPerAction += r.PerAction
+			}
+			if mutating(r.Verb) && successful(r.Code) {
+				res.TombstoneWritesPerAction += r.PerAction
+			}
+		}
 	}
 	if before.has("etcd_requests_total") {
 		res.EtcdMetric = true
@@ -257,6 +276,8 @@ func (b *bench) writes(ctx context.Context) error {
 	}
 	b.logf("writes per action (API server metrics, %d actions): %.2f to toolactions, %.2f conflicts, %.2f event writes, %.2f etcd writes",
 		n, res.WritesPerAction, res.ConflictsPerAction, res.EventWritesPerAct, res.EtcdWritesPerAction)
+	b.logf("tombstone check per new action: %.2f requests to tombstones (%.2f GETs), %.2f writes",
+		res.TombstoneRequestsPerAction, res.TombstoneGetsPerAction, res.TombstoneWritesPerAction)
 
 	if b.settings.CompareManifest {
 		if res.Manifest, err = b.manifestWrites(ctx, n, conc, true); err != nil {
@@ -302,7 +323,8 @@ func (b *bench) manifestWrites(ctx context.Context, n, conc int, policy bool) (*
 }
 
 // countBatch runs n operations and returns the request series that moved,
-// for toolactions and events, once the manager is quiet again.
+// for toolledger's resources (toolactions, tombstones, tools, …) and
+// events, once the manager is quiet again.
 func (b *bench) countBatch(ctx context.Context, n int, fn func(ctx context.Context, i int) error, conc int) ([]writeRow, metrics, metrics, error) {
 	if err := b.waitQuiet(ctx); err != nil {
 		return nil, nil, nil, err
@@ -329,7 +351,7 @@ func (b *bench) countBatch(ctx context.Context, n int, fn func(ctx context.Conte
 	delta := after.requests().minus(before.requests())
 	var rows []writeRow
 	for _, k := range delta.sorted() {
-		if (k.Group == v1alpha1.GroupVersion.Group && k.Resource == "toolactions") || k.Resource == "events" {
+		if k.Group == v1alpha1.GroupVersion.Group || k.Resource == "events" {
 			rows = append(rows, writeRow{Verb: k.Verb, Resource: k.Resource, Subresource: k.Subresource, Code: k.Code,
 				Count: delta[k], PerAction: delta[k] / float64(n)})
 		}

@@ -1,0 +1,563 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// tombstoneResults are what section 7 measured beyond the writes batch's
+// tombstone check (writesResult); a part is nil when it did not run.
+type tombstoneResults struct {
+	Sizes *tombstoneSizes
+	Sweep *sweepResult
+	State *tombstoneState
+}
+
+// etcdStorage reads values straight from the control plane's etcd, through
+// the v3 JSON gateway (POST /v3/kv/range) etcd serves on its client URL by
+// default, so the harness needs no etcd client library.
+type etcdStorage struct{ url string }
+
+func (c *cluster) etcd() (*etcdStorage, error) {
+	e := c.suite.Env.ControlPlane.Etcd
+	if e == nil || e.URL == nil {
+		return nil, errors.New("the control plane does not tell its etcd's URL")
+	}
+	return &etcdStorage{url: e.URL.String()}, nil
+}
+
+// storageKey is where the kube-apiserver keeps an object of toolledger's
+// API: its default --etcd-prefix (/registry), then group, resource,
+// namespace and name.
+func storageKey(resource, namespace, name string) string {
+	return "/registry/" + v1alpha1.GroupVersion.Group + "/" + resource + "/" + namespace + "/" + name
+}
+
+// get returns the value etcd stores under key.
+func (e *etcdStorage) get(ctx context.Context, key string) ([]byte, error) {
+	body, err := json.Marshal(map[string][]byte{"key": []byte(key)}) // the gateway takes bytes as base64
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v3/kv/range", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read etcd's gateway: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("etcd's gateway answered %s: %.200s", resp.Status, raw)
+	}
+	var out struct {
+		Kvs []struct {
+			Value []byte `json:"value"`
+		} `json:"kvs"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("cannot decode etcd's answer: %w", err)
+	}
+	if len(out.Kvs) == 0 {
+		return nil, fmt.Errorf("etcd holds no key %s", key)
+	}
+	return out.Kvs[0].Value, nil
+}
+
+// storageEncoding names how the kube-apiserver encoded a stored value.
+func storageEncoding(v []byte) string {
+	switch {
+	case bytes.HasPrefix(v, []byte("k8s\x00")):
+		return "protobuf"
+	case bytes.HasPrefix(v, []byte{0xd9, 0xd9, 0xf7}):
+		return "CBOR"
+	case len(v) > 0 && v[0] == '{':
+		return "JSON"
+	}
+	return "unknown"
+}
+
+// tombstoneSizes is what a tombstone weighs against the finished record it
+// replaced, per object, averaged over a sample.
+type tombstoneSizes struct {
+	Namespace string
+	Sampled   int
+	// Written counts the sample's tombstones found; Time runs from the
+	// first delete until every record was gone and its tombstone there.
+	Written int
+	Time    time.Duration
+	// Etcd is whether etcd was read; EtcdError says why not. The value
+	// and key bytes etcd stores, per object, and the values' encoding.
+	Etcd                        bool
+	EtcdError                   string
+	Encoding                    string
+	RecordValue, TombstoneValue float64
+	RecordKey, TombstoneKey     float64
+	// The object as the API server returns it, in JSON, managedFields
+	// included, and its managedFields alone.
+	RecordJSON, TombstoneJSON                   float64
+	RecordManagedFields, TombstoneManagedFields float64
+}
+
+// tombstoneSizes deletes a sample of the writes batch's actions (Succeeded
+// through the SDK, dispatched once) with the manager running, as a user or
+// a GitOps prune would, and weighs the tombstones the manager leaves
+// against the records: read straight from etcd, and as the API server
+// returns them.
+func (b *bench) tombstoneSizes(ctx context.Context) (*tombstoneSizes, error) {
+	if err := b.useManager(ctx, b.baseline().manager()); err != nil {
+		return nil, err
+	}
+	ns := "tl-writes"
+	n := min(b.settings.TombstoneSample, b.settings.WritesActions)
+	res := &tombstoneSizes{Namespace: ns, Sampled: n, Etcd: true}
+	store, err := b.c.etcd()
+	if err != nil {
+		res.Etcd, res.EtcdError = false, err.Error()
+	}
+	// weigh adds the value and key bytes of an object to the sums.
+	weigh := func(resource, name string, value, key *float64) {
+		if !res.Etcd {
+			return
+		}
+		k := storageKey(resource, ns, name)
+		v, err := store.get(ctx, k)
+		if err != nil {
+			res.Etcd, res.EtcdError = false, err.Error()
+			return
+		}
+		if res.Encoding == "" {
+			res.Encoding = storageEncoding(v)
+		}
+		*value += float64(len(v))
+		*key += float64(len(k))
+	}
+	jsonSize := func(obj client.Object, total, managed *float64) {
+		all, _ := json.Marshal(obj)
+		fields, _ := json.Marshal(obj.GetManagedFields())
+		*total += float64(len(all))
+		*managed += float64(len(fields))
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("writes-%06d", i)
+		var a v1alpha1.ToolAction
+		if err := b.c.k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: names[i]}, &a); err != nil {
+			return nil, fmt.Errorf("tombstone sample: %w", err)
+		}
+		jsonSize(&a, &res.RecordJSON, &res.RecordManagedFields)
+		weigh("toolactions", names[i], &res.RecordValue, &res.RecordKey)
+	}
+	began := time.Now()
+	if err := parallel(ctx, n, min(16, n), func(ctx context.Context, i int) error {
+		return b.c.k8s.Delete(ctx, &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names[i]}})
+	}); err != nil {
+		return nil, fmt.Errorf("tombstone sample: cannot delete: %w", err)
+	}
+	pending := map[string]bool{}
+	for _, name := range names {
+		pending[name] = true
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(pending) > 0 && time.Now().Before(deadline) {
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+		for name := range pending {
+			key := client.ObjectKey{Namespace: ns, Name: name}
+			if err := b.c.k8s.Get(ctx, key, &v1alpha1.ToolAction{}); !apierrors.IsNotFound(err) {
+				continue // still there, or unknown
+			}
+			var tomb v1alpha1.Tombstone
+			if err := b.c.k8s.Get(ctx, key, &tomb); err != nil {
+				continue
+			}
+			delete(pending, name)
+			res.Written++
+			jsonSize(&tomb, &res.TombstoneJSON, &res.TombstoneManagedFields)
+			weigh("tombstones", name, &res.TombstoneValue, &res.TombstoneKey)
+		}
+	}
+	res.Time = time.Since(began)
+	if len(pending) > 0 {
+		b.fail("tombstone sample: %d of %d deleted actions still there or gone without a tombstone after 2 minutes", len(pending), n)
+	}
+	if n > 0 {
+		f := float64(n)
+		res.RecordJSON, res.RecordManagedFields, res.RecordValue, res.RecordKey = res.RecordJSON/f, res.RecordManagedFields/f, res.RecordValue/f, res.RecordKey/f
+	}
+	if w := float64(res.Written); w > 0 {
+		res.TombstoneJSON, res.TombstoneManagedFields, res.TombstoneValue, res.TombstoneKey = res.TombstoneJSON/w, res.TombstoneManagedFields/w, res.TombstoneValue/w, res.TombstoneKey/w
+	}
+	if res.Etcd {
+		b.logf("tombstones: %d deleted with the manager running, %d tombstones in %s; in etcd (%s) a tombstone is %.0f bytes against %.0f for the record (key %.0f and %.0f); JSON with managedFields %.0f against %.0f",
+			n, res.Written, dur(res.Time), res.Encoding, res.TombstoneValue, res.RecordValue, res.TombstoneKey, res.RecordKey, res.TombstoneJSON, res.RecordJSON)
+	} else {
+		b.logf("tombstones: %d deleted with the manager running, %d tombstones in %s; etcd not read (%s); JSON with managedFields %.0f bytes against %.0f for the record",
+			n, res.Written, dur(res.Time), res.EtcdError, res.TombstoneJSON, res.RecordJSON)
+	}
+	return res, nil
+}
+
+// liveRun is one open-loop run of live actions, timed as the latency run
+// times them, with the control plane's load around it.
+type liveRun struct {
+	Namespace                         string
+	Offered, Samples, Errors, Dropped int
+	Achieved                          float64
+	P50, P95, P99                     time.Duration
+	FirstError                        string
+	Plane                             planeLoad
+	// OtherLoad is the share of the machine other processes took meanwhile.
+	OtherLoad float64
+}
+
+// liveRun offers rate SDK invocations a second in namespace ns for the
+// latency run's duration, whichever manager runs, and times each from the
+// apply to Succeeded. It is not repeated when other processes were busy:
+// what runs beside it (a retention sweep) cannot be replayed.
+func (b *bench) liveRun(ctx context.Context, ns string, rate float64) (liveRun, error) {
+	run := liveRun{Namespace: ns}
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
+		return run, err
+	}
+	warmup := min(2*time.Second, b.settings.LatencyDuration/5)
+	var r openLoopResult
+	var planeErr error
+	run.OtherLoad, _ = b.othersShare(func() error {
+		run.Plane, planeErr = b.duringRun(ctx, func() {
+			r = openLoop(ctx, rate, warmup, b.settings.LatencyDuration, 4096, func(ctx context.Context, _, seq int) error {
+				_, err := invokeSucceeded(ctx, b.sdk, request(ns, fmt.Sprintf("live-%06d", seq), seq+1))
+				return err
+			})
+		})
+		return nil
+	})
+	if planeErr != nil {
+		return run, planeErr
+	}
+	run.Offered, run.Samples, run.Achieved, run.Errors, run.Dropped = r.Offered, len(r.Latencies), r.Achieved, r.Errors, r.Dropped
+	run.P50, run.P95, run.P99 = percentile(r.Latencies, 50), percentile(r.Latencies, 95), percentile(r.Latencies, 99)
+	if r.FirstErr != nil {
+		run.FirstError = r.FirstErr.Error()
+		b.fail("live run in %s: %d errors, first: %v", ns, r.Errors, r.FirstErr)
+	}
+	return run, nil
+}
+
+// sweepResult is live create→Succeeded latency while the shipped manager's
+// retention sweep retires a backlog of finished records, against the same
+// run without it.
+type sweepResult struct {
+	Namespace string
+	// Records finished CompletedAgo before the run; their tool's
+	// RecordRetention makes every one of them due.
+	Records         int
+	RecordRetention time.Duration
+	CompletedAgo    time.Duration
+	CreateTime      time.Duration
+	// RetentionRate is the manager's --retention-rate, as shipped; Rate
+	// the live actions offered a second, the latency run's.
+	RetentionRate float64
+	Rate          float64
+	Without, With liveRun
+	// Retired counts the records the sweep replaced during With, and
+	// RetiredBefore those between the process start and With.
+	RetiredBefore, Retired int
+	// Tombstones is what the namespace held once the process stopped;
+	// Exhausted is whether the sweep had retired every record by then.
+	Tombstones int
+	Exhausted  bool
+}
+
+// retentionNamespace holds the records the retention sweep retires.
+const retentionNamespace = "tl-retention"
+
+// retentionSweep creates a backlog of finished records under a Tool without
+// recordRetention, times live actions with the manager binary on its
+// shipped defaults, then gives the tool a recordRetention the records are
+// long past and times the same live run with a new manager process, whose
+// retention sweep starts at once. The records the sweep has not reached
+// stay, their tool without recordRetention again, and count towards the
+// memory steps.
+func (b *bench) retentionSweep(ctx context.Context) error {
+	s := b.settings
+	if len(b.results.Latency) == 0 {
+		return errors.New("the retention sweep's live runs take the latency run's rate; it did not run")
+	}
+	b.stopManager()
+	res := &sweepResult{Namespace: retentionNamespace, Records: s.RetentionRecords, RecordRetention: time.Minute,
+		CompletedAgo: 10 * time.Minute, RetentionRate: app.DefaultRetentionRate, Rate: b.results.Latency[0].Rate}
+	b.results.Tombstones.Sweep = res
+	if err := b.c.namespace(ctx, b.fastTool(retentionNamespace)); err != nil {
+		return err
+	}
+	completed := time.Now().Add(-res.CompletedAgo)
+	began := time.Now()
+	if err := parallel(ctx, res.Records, s.MemoryCreateConcurrency, func(ctx context.Context, i int) error {
+		return createFinished(ctx, b.c.k8s, retentionNamespace, fmt.Sprintf("due-%06d", i), i+1, completed)
+	}); err != nil {
+		return fmt.Errorf("cannot create the records for the retention sweep: %w", err)
+	}
+	res.CreateTime = time.Since(began)
+	b.logf("retention: created %d finished records in %s, completed %s ago, under a tool without recordRetention", res.Records, dur(res.CreateTime), res.CompletedAgo)
+
+	p, err := b.settledManager(ctx, "bench-retention-without")
+	if err != nil {
+		return err
+	}
+	res.Without, err = b.liveRun(ctx, "tl-retention-without", res.Rate)
+	p.stop()
+	if err != nil {
+		return err
+	}
+	b.logf("retention: without a sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples)", ms(res.Without.P50), ms(res.Without.P95), ms(res.Without.P99), res.Without.Samples)
+
+	if err := b.setRecordRetention(ctx, retentionNamespace, &metav1.Duration{Duration: res.RecordRetention}); err != nil {
+		return err
+	}
+	p, err = b.settledManager(ctx, "bench-retention-with")
+	if err != nil {
+		return err
+	}
+	left, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	if err != nil {
+		p.stop()
+		return err
+	}
+	res.RetiredBefore = res.Records - left
+	res.With, err = b.liveRun(ctx, "tl-retention-with", res.Rate)
+	if err != nil {
+		p.stop()
+		return err
+	}
+	after, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	p.stop()
+	if err != nil {
+		return err
+	}
+	res.Retired = left - after
+	if res.Tombstones, err = countIn(ctx, b.c.k8s, &v1alpha1.TombstoneList{}, retentionNamespace); err != nil {
+		return err
+	}
+	b.logf("retention: during the sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); the sweep retired %d records in the %s run (%.1f/s at --retention-rate %.0f), %d before it; %d tombstones",
+		ms(res.With.P50), ms(res.With.P95), ms(res.With.P99), res.With.Samples, res.Retired, dur(seconds(res.With.Plane.Seconds)),
+		safeDiv(float64(res.Retired), res.With.Plane.Seconds), res.RetentionRate, res.RetiredBefore, res.Tombstones)
+	if res.Exhausted = after == 0; res.Exhausted {
+		b.logf("retention: the sweep retired every record before the live run ended; raise -retention-records to keep it busy throughout")
+	}
+	// The records left are ordinary finished actions again: no manager
+	// after this one retires them.
+	return b.setRecordRetention(ctx, retentionNamespace, nil)
+}
+
+// settledManager starts the manager binary with its shipped defaults and
+// waits until it has settled.
+func (b *bench) settledManager(ctx context.Context, id string) (*managerProcess, error) {
+	p, err := startManagerProcess(ctx, b.managerBin, b.kubeconfig, filepath.Join(b.tmp, id+"-manager.log"), "--executor-id="+id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.settle(ctx, 2*time.Second); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// setRecordRetention sets (or, nil, removes) the recordRetention of the
+// benchmark Tool in namespace.
+func (b *bench) setRecordRetention(ctx context.Context, namespace string, d *metav1.Duration) error {
+	var tool v1alpha1.Tool
+	if err := b.c.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: toolName}, &tool); err != nil {
+		return err
+	}
+	tool.Spec.RecordRetention = d
+	if err := b.c.k8s.Update(ctx, &tool); err != nil {
+		return fmt.Errorf("cannot change the recordRetention of tool %s/%s: %w", namespace, toolName, err)
+	}
+	return nil
+}
+
+// tombstoneState is the latency run repeated once every stored ToolAction
+// has been deleted with the manager running, leaving its tombstone.
+type tombstoneState struct {
+	// Records and Tombstones are the runs before and after (both in
+	// results.Latency).
+	Records, Tombstones *latencyResult
+	// Deleted counts the ToolActions deleted; Dispatched those of them
+	// that were dispatched, and Expected those among them whose key had no
+	// tombstone yet: each must leave one. Written counts the tombstones
+	// added, Remaining the ToolActions left when the wait ended.
+	Deleted, Dispatched, Expected, Written, Remaining int
+	// Concurrency is the harness's parallel deletes, Workers the manager's.
+	Concurrency, Workers int
+	ConvertTime          time.Duration
+	// ConvertCPU is the CPU milliseconds per deleted action of each
+	// process during the deletion (the harness's: the deletes and the
+	// in-process manager).
+	ConvertCPU processCPU
+	// SharedCPUs is whether every process had every CPU during the
+	// deletion (the layout splits them otherwise).
+	SharedCPUs bool
+	Settle     time.Duration
+	// AtRest are the control plane's stores and heap, idle, before the
+	// deletion and before the second run.
+	AtRestRecords, AtRestTombstones planeLoad
+}
+
+// tombstoneState deletes every ToolAction stored, with the in-process
+// manager (as shipped) running: its deletion watches report each, and it
+// writes the tombstone and releases the finalizer, the path of kubectl
+// delete or a GitOps prune. Then it runs the latency run again.
+func (b *bench) tombstoneState(ctx context.Context) error {
+	s, base := b.settings, b.baseline()
+	if err := b.useManager(ctx, base.manager()); err != nil {
+		return err
+	}
+	res := &tombstoneState{Records: b.results.Latency[len(b.results.Latency)-1], Concurrency: s.MemoryCreateConcurrency,
+		Workers: base.Workers, Settle: s.TombstoneSettle}
+	var err error
+	if res.AtRestRecords, err = b.planeLoad(ctx); err != nil {
+		return err
+	}
+	buried := map[types.NamespacedName]bool{}
+	if err := eachPage(ctx, b.c.k8s, &v1alpha1.TombstoneList{}, func(l client.ObjectList) {
+		for _, t := range l.(*v1alpha1.TombstoneList).Items {
+			buried[types.NamespacedName{Namespace: t.Namespace, Name: t.Name}] = true
+		}
+	}); err != nil {
+		return err
+	}
+	var keys []types.NamespacedName
+	if err := eachPage(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, func(l client.ObjectList) {
+		for _, a := range l.(*v1alpha1.ToolActionList).Items {
+			key := types.NamespacedName{Namespace: a.Namespace, Name: a.Name}
+			keys = append(keys, key)
+			if a.Status.Phase.IsTerminal() && a.Status.Attempts > 0 {
+				res.Dispatched++
+				if !buried[key] {
+					res.Expected++
+				}
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	res.Deleted = len(keys)
+	b.logf("tombstones: deleting the %d ToolActions stored (%d dispatched) with the manager running, %d at a time", res.Deleted, res.Dispatched, res.Concurrency)
+	// Preparation, not a measurement: every process may use every CPU.
+	if err := b.layout.share(true); err != nil {
+		return err
+	}
+	res.SharedCPUs = b.layout.split
+	cpuBefore := readProcessCPU()
+	began := time.Now()
+	err = parallel(ctx, len(keys), res.Concurrency, func(ctx context.Context, i int) error {
+		a := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: keys[i].Namespace, Name: keys[i].Name}}
+		return client.IgnoreNotFound(b.c.k8s.Delete(ctx, a))
+	})
+	if err == nil {
+		res.Remaining, err = b.waitGone(ctx, began, len(keys))
+	}
+	res.ConvertTime = time.Since(began)
+	res.ConvertCPU = readProcessCPU().perOp(cpuBefore, len(keys))
+	if err := errors.Join(err, b.layout.share(false)); err != nil {
+		return err
+	}
+	tombstones, err := countObjects(ctx, b.c.k8s, &v1alpha1.TombstoneList{})
+	if err != nil {
+		return err
+	}
+	res.Written = tombstones - len(buried)
+	b.logf("tombstones: %d ToolActions left, %d tombstones written (%d expected) in %s (%.0f/s); CPU ms per action: kube-apiserver %.1f, etcd %.1f, harness and manager %.1f",
+		res.Remaining, res.Written, res.Expected, dur(res.ConvertTime), safeDiv(float64(res.Deleted), res.ConvertTime.Seconds()),
+		res.ConvertCPU.APIServer, res.ConvertCPU.Etcd, res.ConvertCPU.Harness)
+	if res.Remaining > 0 || res.Written < res.Expected {
+		b.fail("tombstones: after deleting %d ToolActions, %d are left and %d of %d tombstones were written", res.Deleted, res.Remaining, res.Written, res.Expected)
+	}
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
+	}
+	if err := testenv.Sleep(ctx, res.Settle); err != nil {
+		return err
+	}
+	if res.AtRestTombstones, err = b.planeLoad(ctx); err != nil {
+		return err
+	}
+	if err := b.latency(ctx, fmt.Sprintf("%s finished actions turned into tombstones", count(res.Deleted))); err != nil {
+		return err
+	}
+	res.Tombstones = b.results.Latency[len(b.results.Latency)-1]
+	b.results.Tombstones.State = res
+	return nil
+}
+
+// waitGone waits until no ToolAction is left, at most 30 ms per deleted
+// action (2 minutes at least) from began, and returns how many are left.
+func (b *bench) waitGone(ctx context.Context, began time.Time, deleted int) (int, error) {
+	deadline := began.Add(max(2*time.Minute, time.Duration(deleted)*30*time.Millisecond))
+	lastLog := time.Now()
+	for {
+		left, err := countToolActions(ctx, b.c.k8s)
+		if err != nil || left == 0 || time.Now().After(deadline) {
+			return left, err
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			b.logf("tombstones: %d of %d ToolActions left after %s", left, deleted, dur(time.Since(began)))
+			lastLog = time.Now()
+		}
+		if err := testenv.Sleep(ctx, 2*time.Second); err != nil {
+			return left, err
+		}
+	}
+}
+
+// countIn counts the objects of list's kind in namespace.
+func countIn(ctx context.Context, k8s client.Client, list client.ObjectList, namespace string) (int, error) {
+	if err := k8s.List(ctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+		return 0, err
+	}
+	return listCount(list), nil
+}
+
+// eachPage lists every object of list's kind, a page at a time, and hands
+// each page to fn.
+func eachPage(ctx context.Context, k8s client.Client, list client.ObjectList, fn func(client.ObjectList)) error {
+	opts := []client.ListOption{client.Limit(500)}
+	for {
+		if err := k8s.List(ctx, list, opts...); err != nil {
+			return err
+		}
+		fn(list)
+		next := list.GetContinue()
+		if next == "" {
+			return nil
+		}
+		opts = []client.ListOption{client.Limit(500), client.Continue(next)}
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
