@@ -5,7 +5,9 @@ import (
 	"image/color"
 	"os"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -147,13 +149,13 @@ func (b *bench) plot(path string) error {
 	var groups []string
 	values := [3]plotter.Values{}
 	for _, lat := range b.results.Latency {
-		groups = append(groups, fmt.Sprintf("create→Succeeded at %.0f%% load,\n%s", lat.Load*100, lat.State))
+		groups = append(groups, wrapLabel(fmt.Sprintf("create→Succeeded at %.0f%% load, %s", lat.Load*100, lat.State), 22))
 		for i, d := range []time.Duration{lat.P50, lat.P95, lat.P99} {
 			values[i] = append(values[i], float64(d)/float64(time.Millisecond))
 		}
 	}
 	if dup := b.results.Duplicate; dup != nil {
-		groups = append(groups, "duplicate Invoke (Succeeded key)")
+		groups = append(groups, wrapLabel("duplicate Invoke (Succeeded key)", 22))
 		for i, d := range []time.Duration{dup.P50, dup.P95, dup.P99} {
 			values[i] = append(values[i], float64(d)/float64(time.Millisecond))
 		}
@@ -204,4 +206,27 @@ func (b *bench) plot(path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// wrapLabel breaks s at spaces into lines of at most width characters
+// (longer words stay whole), so that the bar chart's group labels do not
+// run into each other.
+func wrapLabel(s string, width int) string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = word
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
 }

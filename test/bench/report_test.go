@@ -309,3 +309,11 @@ func verdictsBench() *bench {
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
 	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
 }
+
+func TestWrapLabel(t *testing.T) {
+	got := wrapLabel("create→Succeeded at 50% load, 50k finished actions stored", 22)
+	want := "create→Succeeded at\n50% load, 50k finished\nactions stored"
+	if got != want {
+		t.Errorf("wrapLabel = %q, want %q", got, want)
+	}
+}
