@@ -23,7 +23,7 @@ func main() {
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "Number of actions handled in parallel. Each holds a worker for its whole downstream call, so one manager completes at most this many ÷ the tools' latency per second: size it to the expected rate × latency (8 workers and a 2s tool make 4 actions/s).")
 	flag.BoolVar(&opts.SuccessEvents, "success-events", false, "Also record a Normal event for every successful dispatch (one more API write per action); by default only what needs attention makes an event.")
 	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
-	flag.Float64Var(&opts.RetentionRate, "retention-rate", app.DefaultRetentionRate, "Retention writes a second: finished records retired into tombstones and tombstones deleted once their key retention passes. Bounds how hard a backlog (say 100k records coming due at once) presses on the API server, so live actions go first.")
+	flag.Float64Var(&opts.RetentionRate, "retention-rate", app.DefaultRetentionRate, "Records retired into tombstones, and tombstones deleted once their key retention passes, per second (three writes a record). Bounds how hard a backlog (say 100k records coming due at once) presses on the API server; keep it above the rate at which actions of tools with a retention finish, or the backlog grows.")
 	flag.StringVar(&opts.Namespace, "operator-namespace", "", "Namespace holding the Secrets of ClusterTools; $POD_NAMESPACE or toolledger-system when empty.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
