@@ -2,6 +2,8 @@
 // trials: an embedded control plane (kube-apiserver and etcd from bin/, with
 // etcd's data kept under the state directory so the ledger survives a
 // restart), the demo downstream and the operator, all in the foreground.
+// The operator runs as its ServiceAccount's user, impersonated, so that the
+// guard admission policy exempts it as it does the deployed one.
 // Ctrl-C stops everything. With --existing-cluster it uses the current
 // kubeconfig instead of starting a control plane.
 package main
@@ -44,6 +46,7 @@ type options struct {
 	assetsDir        string
 	crdDir           string
 	admissionPolicy  string
+	guardPolicy      string
 	sampleTool       string
 	namespace        string
 	existingCluster  bool
@@ -58,6 +61,7 @@ func main() {
 	flag.StringVar(&opts.assetsDir, "assets", "bin", "Directory holding kube-apiserver and etcd; KUBEBUILDER_ASSETS wins when set.")
 	flag.StringVar(&opts.crdDir, "crds", filepath.Join("config", "crd", "bases"), "Directory of the CRDs to install.")
 	flag.StringVar(&opts.admissionPolicy, "admission-policy", filepath.Join("config", "admission", "outcome_finalizer_policy.yaml"), "MutatingAdmissionPolicy that sets the outcome finalizer at creation (manifests then cost 3 writes, not 4); empty installs none.")
+	flag.StringVar(&opts.guardPolicy, "guard-policy", filepath.Join("config", "admission", "tombstone_guard_policy.yaml"), "ValidatingAdmissionPolicies that refuse to anyone but the operator and the group "+testenv.BreakGlassGroup+" the removal of a dispatched action's finalizer, owners on actions, and tombstone writes (docs/admission.md); empty installs none.")
 	flag.StringVar(&opts.sampleTool, "sample-tool", filepath.Join("config", "samples", "toolledger_v1alpha1_tool.yaml"), "Tool manifest to apply; empty applies none.")
 	flag.StringVar(&opts.namespace, "namespace", "default", "Namespace (tenant) of the sample Tool.")
 	flag.BoolVar(&opts.existingCluster, "existing-cluster", os.Getenv("USE_EXISTING_CLUSTER") == "true", "Use the current kubeconfig's cluster instead of an embedded control plane.")
@@ -97,17 +101,26 @@ func run(opts options) error {
 			fmt.Fprintln(os.Stderr, "toolledger-dev: the admission policy is not installed:", err)
 		}
 	}
+	guarded := false
+	if opts.guardPolicy != "" {
+		// Clusters before Kubernetes 1.30 do not serve the policies.
+		if err := testenv.ApplyFile(ctx, cfg, opts.guardPolicy, "toolledger-dev"); err != nil {
+			fmt.Fprintln(os.Stderr, "toolledger-dev: the guard policy is not installed:", err)
+		} else {
+			guarded = true
+		}
+	}
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err
 	}
-	if err := waitUntilAdmitted(ctx, cfg, opts.namespace); err != nil {
+	if err := waitUntilAdmitted(ctx, cfg, opts.namespace, guarded); err != nil {
 		return err
 	}
-	mgr, err := app.NewManager(cfg, app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
+	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
 	if err != nil {
 		return err
 	}
-	printBanner(kubeconfig, downstreamURL, opts)
+	printBanner(kubeconfig, downstreamURL, opts, guarded)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("operator stopped: %w", err)
 	}
@@ -234,8 +247,9 @@ func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error 
 // control plane refuses one with ServiceUnavailable until the admission
 // policy that sets the outcome finalizer has loaded the CRD's schema, and
 // the first `kubectl apply` after the banner must not meet that. It probes
-// with a server-side dry run, which stores nothing.
-func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string) error {
+// with a server-side dry run, which stores nothing. When guarded, it also
+// waits until the guard refuses what it must.
+func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, guarded bool) error {
 	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		return err
@@ -255,10 +269,13 @@ func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string) 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	if guarded {
+		return testenv.WaitForGuard(ctx, c, namespace)
+	}
 	return nil
 }
 
-func printBanner(kubeconfig, downstreamURL string, opts options) {
+func printBanner(kubeconfig, downstreamURL string, opts options, guarded bool) {
 	fmt.Println()
 	fmt.Println("toolledger-dev: the operator is starting; Ctrl-C stops everything.")
 	if kubeconfig != "" {
@@ -269,6 +286,10 @@ func printBanner(kubeconfig, downstreamURL string, opts options) {
 	}
 	if opts.sampleTool != "" {
 		fmt.Printf("  sample tool: %s/charge\n", opts.namespace)
+	}
+	if guarded {
+		fmt.Println("  operator:    runs as " + testenv.ManagerUser + ", which the guard policy exempts")
+		fmt.Println("  break-glass: kubectl --as=me --as-group=system:masters --as-group=" + testenv.BreakGlassGroup + " … (docs/admission.md)")
 	}
 	fmt.Println("  try:         kubectl apply -f config/samples/toolledger_v1alpha1_toolaction.yaml")
 	fmt.Println()

@@ -2,7 +2,8 @@
 // kube-apiserver and etcd with toolledger's CRDs installed, the demo
 // downstream, toolledger managers, and the Tools they call. The envtest
 // suites, the end-to-end suite and the benchmarks use it; of the commands,
-// only the local runner toolledger-dev does, for ApplyFile.
+// only the local runner toolledger-dev does, for ApplyFile and to run its
+// manager as the guard policy expects (guard.go).
 package testenv
 
 import (

@@ -1,9 +1,13 @@
 // Package integration runs several toolledger managers, started and stopped
 // by each spec, against one real API server and one real downstream: the
-// guarantees that need more than one executor.
+// guarantees that need more than one executor. The guard admission policy
+// is installed, as config/ installs it, and the managers run as the
+// manager's ServiceAccount user, which it exempts.
 package integration
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,6 +43,10 @@ var _ = BeforeSuite(func() {
 		ControlPlane: testenv.ControlPlaneOptions{EtcdDataDir: GinkgoT().TempDir()},
 	})
 	k8s, downstream = env.Client, env.Downstream
+
+	ctx := context.Background()
+	Expect(testenv.ApplyFile(ctx, env.Config, filepath.Join("..", "..", "config", "admission", "tombstone_guard_policy.yaml"), "integration")).To(Succeed())
+	Expect(testenv.WaitForGuard(ctx, k8s, "default")).To(Succeed())
 })
 
 // startManager runs a manager with its own executor identity until the
@@ -50,7 +58,7 @@ func startManager(executor string, wrap func(adapter.Adapter) adapter.Adapter) (
 		Expect(err).NotTo(HaveOccurred())
 		opts.Adapters = registry
 	}
-	stopManager, err := testenv.StartManager(env.Config, opts)
+	stopManager, err := testenv.StartManager(testenv.AsManager(env.Config), opts)
 	Expect(err).NotTo(HaveOccurred())
 	// A manager stopped with a dispatch still blocked (a simulated crash)
 	// reports that its runnables outlived the grace period: not a failure.
