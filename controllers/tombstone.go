@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,11 +67,19 @@ func (r *ToolActionReconciler) bury(ctx context.Context, action *v1alpha1.ToolAc
 		}
 	}
 	tomb := newTombstone(action, tool, cause, deletedBy, deleted)
-	if err := r.Client.Create(ctx, tomb); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
+	err := r.Client.Create(ctx, tomb)
+	switch {
+	case err == nil || apierrors.IsAlreadyExists(err):
+		log.FromContext(ctx).V(1).Info("Tombstone written", "cause", cause)
+		return nil
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		// The tenant is being deleted, and its tombstones with it: there is
+		// no key left to guard, and holding the record would hold the
+		// namespace in Terminating for good.
+		log.FromContext(ctx).Info("No tombstone: the namespace is being deleted", "cause", cause)
+		return nil
 	}
-	log.FromContext(ctx).V(1).Info("Tombstone written", "cause", cause)
-	return nil
+	return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
 }
 
 // tombstoneOf reads the key's tombstone from the API server (never a

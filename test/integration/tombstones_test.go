@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,7 +36,7 @@ var _ = Describe("Tombstones", func() {
 		ctx = context.Background()
 		ns = env.NewTenant()
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-		stop, err := testenv.StartManager(env.Config, app.Options{ExecutorID: "tombstones", LeaseGrace: time.Second,
+		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "tombstones", LeaseGrace: time.Second,
 			Clock: clock, RetentionSweep: 200 * time.Millisecond})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
@@ -160,5 +161,17 @@ var _ = Describe("Tombstones", func() {
 		recreate(rejected)
 		_, err = tombstone("order-2002-charge")()
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "tombstone of a never-dispatched action: %v", err)
+	})
+
+	It("lets a dispatched record go without one when its namespace is being deleted", func() {
+		Expect(k8s.Create(ctx, charge("order-3001-charge", 500))).To(Succeed())
+		done := env.WaitForPhase(ns, "order-3001-charge", v1alpha1.PhaseSucceeded)
+		// envtest runs no namespace controller: the namespace stays
+		// Terminating, refusing creates, and the test deletes its content.
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Expect(k8s.Delete(ctx, done)).To(Succeed())
+		Eventually(gone(done)).Should(BeTrue())
+		_, err := tombstone("order-3001-charge")()
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "tombstone in a terminating namespace: %v", err)
 	})
 })
