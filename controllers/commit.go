@@ -94,9 +94,8 @@ func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha
 }
 
 // finish does what follows a finished action: a succeeded compensation is
-// linked to its original, and the record is deleted once its tool's
-// keyRetention has passed (requeued until then). Without a tool there is no
-// retention to apply.
+// linked to its original, and the tool's retentions are applied (expire;
+// requeued until one is due). Without a tool there is no retention to apply.
 func (r *ToolActionReconciler) finish(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
 	if action.Status.Phase == v1alpha1.PhaseSucceeded {
 		if err := r.linkCompensation(ctx, action); err != nil {

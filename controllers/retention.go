@@ -45,16 +45,10 @@ func retention(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (reti
 	if d := tool.Spec.RecordRetention; d != nil && !now.Before(completed.Add(d.Duration)) {
 		return toTombstone, 0
 	}
-	var wait time.Duration
-	for _, d := range []*time.Duration{durationOf(tool.Spec.RecordRetention), durationOf(tool.Spec.KeyRetention)} {
-		if d != nil {
-			left := completed.Add(*d).Sub(now)
-			if wait == 0 || left < wait {
-				wait = left
-			}
-		}
+	if d := earliestRetention(&tool.Spec); d != nil {
+		return keepRecord, completed.Add(*d).Sub(now)
 	}
-	return keepRecord, wait
+	return keepRecord, 0
 }
 
 // keyRetentionPassed reports whether a key whose action finished at
@@ -65,8 +59,8 @@ func keyRetentionPassed(completed time.Time, tool *v1alpha1.Tool, now time.Time)
 
 // earliestRetention is the shorter of the tool's retentions: a finished
 // record is looked at once it has passed.
-func earliestRetention(tool *v1alpha1.Tool) *time.Duration {
-	record, key := durationOf(tool.Spec.RecordRetention), durationOf(tool.Spec.KeyRetention)
+func earliestRetention(spec *v1alpha1.ToolSpec) *time.Duration {
+	record, key := durationOf(spec.RecordRetention), durationOf(spec.KeyRetention)
 	if record == nil || (key != nil && *key < *record) {
 		return key
 	}
@@ -161,7 +155,7 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 	}
 	var errs []error
 	for _, target := range targets {
-		if earliestRetention(&v1alpha1.Tool{Spec: *target.spec}) != nil {
+		if earliestRetention(target.spec) != nil {
 			for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
 				errs = append(errs, s.sweepActions(ctx, target, phase))
 			}
@@ -178,7 +172,7 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 // ClusterTool, with a read of the namespace) and must not do so for every record.
 func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, phase v1alpha1.Phase) error {
 	r := s.Reconciler
-	retention := *earliestRetention(&v1alpha1.Tool{Spec: *target.spec})
+	retention := *earliestRetention(target.spec)
 	selector := fields.AndSelectors(
 		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
 		fields.OneTermEqualSelector("status.phase", string(phase)),

@@ -25,7 +25,7 @@ func needsTombstone(a *v1alpha1.ToolAction) bool {
 
 // newTombstone is what remains of a finished action once its record goes.
 func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) *v1alpha1.Tombstone {
-	kind := toolKind(a)
+	kind := a.Spec.ToolRef.KindOrDefault()
 	rec := v1alpha1.TombstoneRecord{
 		ActionUID:      a.UID,
 		RequestDigest:  a.Status.RequestDigest,
@@ -94,7 +94,7 @@ func (r *ToolActionReconciler) tombstoneOf(ctx context.Context, action *v1alpha1
 		}
 		return nil, fmt.Errorf("cannot read the Tombstone of key %s: %w", action.Name, err)
 	}
-	sameTool := tomb.Record.ToolRef.Name == action.Spec.ToolRef.Name && tomb.Record.ToolRef.Kind == toolKind(action)
+	sameTool := tomb.Record.ToolRef.Name == action.Spec.ToolRef.Name && tomb.Record.ToolRef.Kind == action.Spec.ToolRef.KindOrDefault()
 	if sameTool && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) {
 		if err := r.unbury(ctx, &tomb); err != nil {
 			return nil, err
@@ -120,11 +120,4 @@ func (r *ToolActionReconciler) answerFromTombstone(ctx context.Context, action *
 		t = r.rules().tombstoneConflict(tomb, requestDigest)
 	}
 	return &t, nil
-}
-
-func toolKind(a *v1alpha1.ToolAction) string {
-	if a.Spec.ToolRef.Kind == "" {
-		return v1alpha1.KindTool
-	}
-	return a.Spec.ToolRef.Kind
 }

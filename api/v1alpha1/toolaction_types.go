@@ -30,6 +30,15 @@ type ToolReference struct {
 	Name string `json:"name"`
 }
 
+// KindOrDefault is the reference's kind, Tool when unset (the API server
+// defaults it; objects built in code may not).
+func (r ToolReference) KindOrDefault() string {
+	if r.Kind == "" {
+		return KindTool
+	}
+	return r.Kind
+}
+
 // Provenance records who asked for an action and within which unit of work.
 // It is passed downstream unchanged and never enters the request digest.
 type Provenance struct {

@@ -61,7 +61,7 @@ func (l *ledger) findTombstone(ctx context.Context, namespace, name string) (*v1
 // findToolSpec reads the spec of the tool a tombstone in namespace names;
 // nil when the tool does not exist.
 func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
-	if toolKindOf(ref) == v1alpha1.KindClusterTool {
+	if ref.KindOrDefault() == v1alpha1.KindClusterTool {
 		tool, err := findObject[v1alpha1.ClusterTool](ctx, l, resourceClusterTools, v1alpha1.KindClusterTool, "", ref.Name)
 		if tool == nil {
 			return nil, err

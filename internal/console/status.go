@@ -280,7 +280,7 @@ func describeCause(cause string) string {
 // toolName names the tool an action refers to: its name, prefixed with its
 // kind ("ClusterTool/charge") when that is not the default, Tool.
 func toolName(ref v1alpha1.ToolReference) string {
-	if ref.Kind == "" || ref.Kind == "Tool" {
+	if ref.KindOrDefault() == v1alpha1.KindTool {
 		return ref.Name
 	}
 	return ref.Kind + "/" + ref.Name

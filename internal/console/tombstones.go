@@ -45,15 +45,8 @@ type KeyFreed struct {
 // namespace.
 type toolKey struct{ kind, namespace, name string }
 
-func toolKindOf(ref v1alpha1.ToolReference) string {
-	if ref.Kind == "" {
-		return v1alpha1.KindTool
-	}
-	return ref.Kind
-}
-
 func toolKeyOf(tomb *v1alpha1.Tombstone) toolKey {
-	key := toolKey{kind: toolKindOf(tomb.Record.ToolRef), namespace: tomb.Namespace, name: tomb.Record.ToolRef.Name}
+	key := toolKey{kind: tomb.Record.ToolRef.KindOrDefault(), namespace: tomb.Namespace, name: tomb.Record.ToolRef.Name}
 	if key.kind == v1alpha1.KindClusterTool {
 		key.namespace = ""
 	}
