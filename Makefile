@@ -8,10 +8,14 @@ CONTROLLER_GEN ?= $(BIN)/controller-gen
 GOLANGCI_LINT ?= $(BIN)/golangci-lint
 KUBE_APISERVER ?= $(BIN)/kube-apiserver
 ETCD ?= $(BIN)/etcd
+KUBECTL ?= $(BIN)/kubectl
 CHART_CRDS := charts/toolledger/crds
 
 # envtest reads the control-plane binaries from here.
 export KUBEBUILDER_ASSETS ?= $(BIN)
+# The specs and the end-to-end suite run kubectl from PATH: the one built
+# into bin/, whatever else the machine has.
+export PATH := $(BIN):$(PATH)
 
 .DEFAULT_GOAL := help
 
@@ -76,7 +80,7 @@ build: ## Build the operator, the local runner and the demo downstream into bin/
 	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
 
 .PHONY: controlplane
-controlplane: $(KUBE_APISERVER) $(ETCD) ## Build kube-apiserver and etcd from source into bin/ (first time: minutes).
+controlplane: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build kube-apiserver, etcd and kubectl from source into bin/ (first time: minutes).
 
 $(KUBE_APISERVER):
 	@echo ">> building kube-apiserver from source into $(BIN); the first build takes several minutes, later ones are cached"
@@ -85,6 +89,10 @@ $(KUBE_APISERVER):
 $(ETCD):
 	@echo ">> building etcd from source into $(BIN)"
 	cd hack/controlplane && go build -o $@ go.etcd.io/etcd/server/v3
+
+$(KUBECTL):
+	@echo ">> building kubectl from source into $(BIN)"
+	cd hack/controlplane && go build -o $@ k8s.io/kubernetes/cmd/kubectl
 
 $(GOLANGCI_LINT): hack/lint/go.mod
 	cd hack/lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
