@@ -85,8 +85,8 @@ var knobs = []*knob{
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
 	{flag: "tombstone-sample", env: "BENCH_TOMBSTONE_SAMPLE", full: "50", smoke: "10", help: "actions of the writes batch deleted with the manager running, whose tombstones are weighed in etcd (0 for none)"},
 	{flag: "retention-records", env: "BENCH_RETENTION_RECORDS", full: "10000", smoke: "400", help: "finished records past their tool's recordRetention that the shipped manager's retention sweep retires while live actions are timed (0 for none); those it has not reached by the end count towards the memory steps"},
-	{flag: "tombstone-state", env: "BENCH_TOMBSTONE_STATE", full: "true", smoke: "true", help: "after the last latency run, delete every stored action with the manager running, so that tombstones replace them, and run it again"},
-	{flag: "tombstone-settle", env: "BENCH_TOMBSTONE_SETTLE", full: "75s", smoke: "0s", help: "idle time after the last record became a tombstone, before that run (the kube-apiserver keeps the last 75 s of events in its watch cache)"},
+	{flag: "tombstone-state", env: "BENCH_TOMBSTONE_STATE", full: "true", smoke: "true", help: "run the last latency run at rest after a restart on the same etcd data, then delete every stored action with the manager running, so that tombstones replace them, restart again and run it again"},
+	{flag: "tombstone-settle", env: "BENCH_TOMBSTONE_SETTLE", full: "30s", smoke: "0s", help: "idle time after each restart of the control plane on its etcd data, before the runs with the records and with the tombstones"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "75m", smoke: "8m", help: "bound on the whole run"},
@@ -386,6 +386,20 @@ func (b *bench) restartPlane(ctx context.Context, name string) error {
 	return b.startPlane(ctx, name)
 }
 
+// reopenPlane restarts kube-apiserver and etcd on the plane's own etcd
+// data: every client, the manager and the downstream start anew, and every
+// object stored stays.
+func (b *bench) reopenPlane(ctx context.Context) error {
+	b.logf("restarting control plane %s on its etcd data", b.plane)
+	b.stopManager()
+	stopErr := b.c.stop()
+	b.c = nil
+	if stopErr != nil {
+		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, stopErr)
+	}
+	return b.startPlane(ctx, b.plane)
+}
+
 func (b *bench) etcdDir(plane string) string {
 	return filepath.Join(cmp.Or(b.settings.EtcdDir, b.tmp), "etcd-"+plane)
 }
@@ -554,13 +568,13 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if len(steps) > 1 {
 		stored := b.results.Memory[len(b.results.Memory)-1].Present
-		if err := b.latency(ctx, fmt.Sprintf("%s finished actions stored", count(stored))); err != nil {
-			return err
-		}
+		state := fmt.Sprintf("%s finished actions stored", count(stored))
 		if s.TombstoneState {
-			if err := b.tombstoneState(ctx); err != nil {
+			if err := b.tombstoneState(ctx, state); err != nil {
 				return err
 			}
+		} else if err := b.latency(ctx, state); err != nil {
+			return err
 		}
 	}
 	b.results.Wall = time.Since(b.started)

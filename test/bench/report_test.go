@@ -184,7 +184,8 @@ func fullTombstones(latency []*latencyResult) tombstoneResults {
 			RetiredBefore: 152, Retired: 905, Tombstones: 1057},
 		State: &tombstoneState{Records: latency[1], Tombstones: latency[2], Deleted: 52250, Dispatched: 52250, Expected: 52250,
 			Written: 52250, Concurrency: 32, Workers: 8, ConvertTime: msec(471000), SharedCPUs: true,
-			ConvertCPU: processCPU{APIServer: 11.9, Etcd: 2.4, Harness: 3.1}, Settle: 75 * time.Second,
+			ConvertCPU: processCPU{APIServer: 11.9, Etcd: 2.4, Harness: 3.1}, Settle: 30 * time.Second,
+			EtcdRecords: 231 << 20, EtcdTombstones: 88 << 20,
 			AtRestRecords:    planeLoad{ToolActions: 52250, Tombstones: 1150, CeilingObjects: 2250, HeapInuse: 2.4 * (1 << 30)},
 			AtRestTombstones: planeLoad{Tombstones: 52250 + 1150, CeilingObjects: 2250, HeapInuse: 0.9 * (1 << 30)}},
 	}
@@ -293,9 +294,8 @@ func verdictsBench() *bench {
 	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true),
 		TombstoneRequestsPerAction: 1.04, TombstoneGetsPerAction: 1.04}
 	// etcd not read, the sweep slower than its rate and slower live, the
-	// tail longer with tombstones and the heap at rest larger (the watch
-	// caches still holding the deleted records), the deletion on the split
-	// layout.
+	// tail longer with tombstones and the heap at rest larger, the deletion
+	// on the split layout.
 	sz := *r.Tombstones.Sizes
 	sz.Etcd, sz.EtcdError, sz.Encoding, sz.RecordValue, sz.TombstoneValue = false, "etcd holds no key /registry/toolledger.dev/toolactions/tl-writes/writes-000000", "", 0, 0
 	sw := *r.Tombstones.Sweep

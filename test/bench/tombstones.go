@@ -49,41 +49,80 @@ func storageKey(resource, namespace, name string) string {
 	return "/registry/" + v1alpha1.GroupVersion.Group + "/" + resource + "/" + namespace + "/" + name
 }
 
-// get returns the value etcd stores under key.
-func (e *etcdStorage) get(ctx context.Context, key string) ([]byte, error) {
-	body, err := json.Marshal(map[string][]byte{"key": []byte(key)}) // the gateway takes bytes as base64
+// call posts a request to one of the gateway's endpoints and decodes its
+// answer into out.
+func (e *etcdStorage) call(ctx context.Context, endpoint string, in, out any) error {
+	body, err := json.Marshal(in)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v3/kv/range", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+endpoint, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read etcd's gateway: %w", err)
+		return fmt.Errorf("cannot reach etcd's gateway: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("etcd's gateway answered %s: %.200s", resp.Status, raw)
+		return fmt.Errorf("etcd's gateway answered %s to %s: %.200s", resp.Status, endpoint, raw)
 	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("cannot decode etcd's answer to %s: %w", endpoint, err)
+	}
+	return nil
+}
+
+// get returns the value etcd stores under key.
+func (e *etcdStorage) get(ctx context.Context, key string) ([]byte, error) {
 	var out struct {
 		Kvs []struct {
 			Value []byte `json:"value"`
 		} `json:"kvs"`
 	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, fmt.Errorf("cannot decode etcd's answer: %w", err)
+	// The gateway takes and returns bytes as base64.
+	if err := e.call(ctx, "/v3/kv/range", map[string][]byte{"key": []byte(key)}, &out); err != nil {
+		return nil, err
 	}
 	if len(out.Kvs) == 0 {
 		return nil, fmt.Errorf("etcd holds no key %s", key)
 	}
 	return out.Kvs[0].Value, nil
+}
+
+// compact drops every revision older than the current one and defragments
+// the database, as a cluster's periodic compaction (the kube-apiserver's,
+// every 5 minutes) and an operator's defragmentation eventually do, and
+// returns the database's size before and after.
+func (e *etcdStorage) compact(ctx context.Context) (before, after int64, err error) {
+	var status struct {
+		Header struct {
+			Revision int64 `json:"revision,string"`
+		} `json:"header"`
+		DBSize int64 `json:"dbSize,string"`
+	}
+	if err := e.call(ctx, "/v3/maintenance/status", struct{}{}, &status); err != nil {
+		return 0, 0, err
+	}
+	before = status.DBSize
+	var ignored json.RawMessage
+	compaction := map[string]any{"revision": status.Header.Revision, "physical": true}
+	if err := e.call(ctx, "/v3/kv/compaction", compaction, &ignored); err != nil {
+		return before, 0, err
+	}
+	if err := e.call(ctx, "/v3/maintenance/defragment", struct{}{}, &ignored); err != nil {
+		return before, 0, err
+	}
+	if err := e.call(ctx, "/v3/maintenance/status", struct{}{}, &status); err != nil {
+		return before, 0, err
+	}
+	return before, status.DBSize, nil
 }
 
 // storageEncoding names how the kube-apiserver encoded a stored value.
@@ -422,25 +461,34 @@ type tombstoneState struct {
 	// SharedCPUs is whether every process had every CPU during the
 	// deletion (the layout splits them otherwise).
 	SharedCPUs bool
-	Settle     time.Duration
-	// AtRest are the control plane's stores and heap, idle, before the
-	// deletion and before the second run.
+	// Settle is the idle time after each restart, before the run.
+	Settle time.Duration
+	// AtRest are the control plane's stores and heap, idle, after each
+	// restart, before each run.
 	AtRestRecords, AtRestTombstones planeLoad
+	// Etcd are etcd's database sizes, in bytes, once each state was
+	// compacted and defragmented before its restart.
+	EtcdRecords, EtcdTombstones float64
 }
 
-// tombstoneState deletes every ToolAction stored, with the in-process
+// tombstoneState compares the latency run with every finished action
+// stored (named recordsState) against the same run once each of them is a
+// tombstone. It deletes every ToolAction stored, with the in-process
 // manager (as shipped) running: its deletion watches report each, and it
 // writes the tombstone and releases the finalizer, the path of kubectl
-// delete or a GitOps prune. Then it runs the latency run again.
-func (b *bench) tombstoneState(ctx context.Context) error {
+// delete or a GitOps prune. Each state is measured at rest (steady).
+func (b *bench) tombstoneState(ctx context.Context, recordsState string) error {
 	s, base := b.settings, b.baseline()
-	if err := b.useManager(ctx, base.manager()); err != nil {
+	res := &tombstoneState{Concurrency: s.MemoryCreateConcurrency, Workers: base.Workers, Settle: s.TombstoneSettle}
+	var err error
+	if res.AtRestRecords, res.EtcdRecords, err = b.steady(ctx); err != nil {
 		return err
 	}
-	res := &tombstoneState{Records: b.results.Latency[len(b.results.Latency)-1], Concurrency: s.MemoryCreateConcurrency,
-		Workers: base.Workers, Settle: s.TombstoneSettle}
-	var err error
-	if res.AtRestRecords, err = b.planeLoad(ctx); err != nil {
+	if err := b.latency(ctx, recordsState); err != nil {
+		return err
+	}
+	res.Records = b.results.Latency[len(b.results.Latency)-1]
+	if err := b.useManager(ctx, base.manager()); err != nil {
 		return err
 	}
 	buried := map[types.NamespacedName]bool{}
@@ -501,10 +549,7 @@ func (b *bench) tombstoneState(ctx context.Context) error {
 	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
-	if err := testenv.Sleep(ctx, res.Settle); err != nil {
-		return err
-	}
-	if res.AtRestTombstones, err = b.planeLoad(ctx); err != nil {
+	if res.AtRestTombstones, res.EtcdTombstones, err = b.steady(ctx); err != nil {
 		return err
 	}
 	if err := b.latency(ctx, fmt.Sprintf("%s finished actions turned into tombstones", count(res.Deleted))); err != nil {
@@ -513,6 +558,33 @@ func (b *bench) tombstoneState(ctx context.Context) error {
 	res.Tombstones = b.results.Latency[len(b.results.Latency)-1]
 	b.results.Tombstones.State = res
 	return nil
+}
+
+// steady brings the control plane to the steady state of what it stores,
+// as a long-running cluster reaches it: etcd's history is compacted and
+// defragmented, then kube-apiserver and etcd restart on the same data, so
+// that no watch cache or heap still holds the events of a mass deletion
+// or a bulk load. After Settle idle it returns what the plane holds at
+// rest and etcd's database size.
+func (b *bench) steady(ctx context.Context) (planeLoad, float64, error) {
+	e, err := b.c.etcd()
+	if err != nil {
+		return planeLoad{}, 0, err
+	}
+	before, after, err := e.compact(ctx)
+	if err != nil {
+		return planeLoad{}, 0, err
+	}
+	size := float64(after)
+	b.logf("etcd compacted and defragmented: %s → %s", mib(float64(before)), mib(size))
+	if err := b.reopenPlane(ctx); err != nil {
+		return planeLoad{}, size, err
+	}
+	if err := testenv.Sleep(ctx, b.settings.TombstoneSettle); err != nil {
+		return planeLoad{}, size, err
+	}
+	load, err := b.planeLoad(ctx)
+	return load, size, err
 }
 
 // waitGone waits until no ToolAction is left, at most 30 ms per deleted
