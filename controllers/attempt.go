@@ -16,9 +16,17 @@ import (
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
-// attempt verifies the request, claims the next attempt and dispatches it.
-// reason says why this attempt happens, for the history.
+// attempt verifies the request, claims the next attempt and has the
+// dispatcher send it. reason says why this attempt happens, for the history.
 func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
+	return r.attemptIn(ctx, nil, action, tool, reason)
+}
+
+// attemptIn is attempt in a dispatcher slot already held (a lookup that
+// proved the request absent sends it in its own slot), or, when held is
+// nil, in a slot reserved before the claim: an action that must wait for
+// one is parked unclaimed, so that no lease runs while it waits.
+func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
 	requestDigest, parameters, err := verifyRequest(action, tool.tool)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
@@ -34,12 +42,12 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 			return r.commit(ctx, action, tool.tool, *answered)
 		}
 	}
-	held, err := r.gate(ctx, action, tool.tool, requestDigest)
+	gated, err := r.gate(ctx, action, tool.tool, requestDigest)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}
-	if held != nil {
-		return r.commit(ctx, action, tool.tool, *held)
+	if gated != nil {
+		return r.commit(ctx, action, tool.tool, *gated)
 	}
 	conn, err := tool.adapter.Connect(ctx, tool.tool)
 	if err != nil {
@@ -49,11 +57,31 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 	if action, err = r.ensureFinalizer(ctx, action); err != nil || action == nil {
 		return ctrl.Result{}, err
 	}
+	s := held
+	if s == nil {
+		if s = r.Dispatcher.reserve(laneOf(action, tool.tool), limitsOf(tool.tool), client.ObjectKeyFromObject(action)); s == nil {
+			return ctrl.Result{}, nil
+		}
+	}
 	d, err := r.claim(ctx, action, tool, conn, reason, requestDigest, parameters)
 	if err != nil || d == nil {
+		if held == nil {
+			s.release()
+		}
 		return ctrl.Result{}, err
 	}
-	return r.dispatch(ctx, d)
+	if held != nil {
+		return r.dispatch(ctx, d)
+	}
+	// The call and its record outlive the reconcile and a manager
+	// shutdown: an attempt that finishes while the process drains leaves a
+	// known outcome, not a lapsed claim.
+	ctx = context.WithoutCancel(ctx)
+	s.run(func() {
+		result, err := r.dispatch(ctx, d)
+		r.requeue(ctx, client.ObjectKeyFromObject(d.claimed), result, err)
+	})
+	return ctrl.Result{}, nil
 }
 
 // gate holds an action that may not be dispatched yet: a compensation whose
@@ -159,11 +187,8 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 	}, nil
 }
 
-// dispatch sends a claimed attempt and commits its outcome. Both outlive a
-// manager shutdown: an attempt that finishes while the process drains
-// leaves a known outcome, not a lapsed claim.
+// dispatch sends a claimed attempt and commits its outcome.
 func (r *ToolActionReconciler) dispatch(ctx context.Context, d *dispatch) (ctrl.Result, error) {
-	ctx = context.WithoutCancel(ctx)
 	outcome, err := d.conn.Execute(ctx, d.request)
 	return r.commit(ctx, d.claimed, d.tool.tool, r.rules().afterDispatch(d.claimed, d.tool, outcome, err))
 }

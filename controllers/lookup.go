@@ -5,18 +5,40 @@ import (
 	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
-// lookup asks the downstream whether the last attempt of an Unknown action
-// applied, and carries out what its answer means (rules.afterLookup).
+// lookup has the dispatcher ask the downstream whether the last attempt of
+// an Unknown action applied; an action that must wait for a slot is parked.
 func (r *ToolActionReconciler) lookup(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(action)
+	s := r.Dispatcher.reserve(laneOf(action, tool.tool), limitsOf(tool.tool), key)
+	if s == nil {
+		return ctrl.Result{}, nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	s.run(func() {
+		result, err := r.lookUp(ctx, s, action, tool)
+		r.requeue(ctx, key, result, err)
+	})
+	return ctrl.Result{}, nil
+}
+
+// lookUp makes the lookup in slot s and carries out what its answer means
+// (rules.afterLookup): a request proved absent is sent again in the same
+// slot.
+func (r *ToolActionReconciler) lookUp(ctx context.Context, s *slot, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
 	// The deadline is judged at the time the lookup was asked.
 	rules := r.rules()
 	outcome, err := r.lookUpKey(ctx, action, tool)
-	return r.perform(ctx, action, tool, rules.afterLookup(action, tool, outcome, err))
+	next := rules.afterLookup(action, tool, outcome, err)
+	if next.kind == stepAttempt {
+		return r.attemptIn(ctx, s, action, tool, next.reason)
+	}
+	return r.perform(ctx, action, tool, next)
 }
 
 func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool) (adapter.Outcome, error) {

@@ -18,8 +18,24 @@ var (
 		Name: "toolledger_deletion_watch_synced",
 		Help: "1 while the watch for deletions of finished actions in a phase runs on a complete list; 0 while it lists, or retries a failed list or watch.",
 	}, []string{"phase"})
+	dispatchInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_dispatch_in_flight",
+		Help: "Downstream calls (attempts and lookups) of a tool that this manager has in flight, or holds a slot for.",
+	}, toolLabels)
+	dispatchWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_dispatch_waiting",
+		Help: "Actions of a tool waiting in this manager for a dispatch slot: the tool's in-flight or rate limit, or the namespace's or the manager's bound, is reached.",
+	}, toolLabels)
+	dispatchLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_dispatch_limit",
+		Help: "A tool's spec.limits as this manager applies them: limit=in_flight is maxInFlight, limit=per_second is requestsPerSecond.",
+	}, append(toolLabels, "limit"))
 )
 
+// toolLabels name a tool in metrics: kind Tool or ClusterTool, the Tool's
+// namespace (empty for a ClusterTool) and its name.
+var toolLabels = []string{"tool_kind", "tool_namespace", "tool"}
+
 func init() {
-	metrics.Registry.MustRegister(claimConflicts, outcomes, deletionWatchSynced)
+	metrics.Registry.MustRegister(claimConflicts, outcomes, deletionWatchSynced, dispatchInFlight, dispatchWaiting, dispatchLimit)
 }

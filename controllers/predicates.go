@@ -7,8 +7,8 @@ import (
 )
 
 // ownClaim reports an update that records a new claim of this executor. The
-// reconcile that wrote it goes on to dispatch and record the outcome (or
-// returns an error and is retried), so the claim needs no reconcile of its
+// dispatcher goes on to send the attempt and record the outcome (an error
+// requeues the action with backoff), so the claim needs no reconcile of its
 // own; one would read a cache that has not caught up with the outcome and
 // leave a requeue behind. Any other change to a claimed action, a deletion
 // for one, still triggers a reconcile.

@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -66,6 +69,12 @@ type ToolActionReconciler struct {
 	OperatorNamespace string
 	// Pacer bounds the rate of retention work; nil leaves it unbounded.
 	Pacer *Pacer
+	// Dispatcher makes the downstream calls, off the reconcile workers.
+	Dispatcher *Dispatcher
+
+	// queue is the controller's work queue, for the calls the dispatcher
+	// finishes and the actions it wakes.
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 
 	// revisits delivers actions that left the cache but still need a
 	// reconcile of their own (see revisit).
@@ -87,6 +96,9 @@ type ToolActionReconciler struct {
 // Reconcile moves one action a step towards its outcome: the rules decide
 // the step (decide.go), and perform carries it out.
 func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	// A slot the dispatcher held for this action and this reconcile did
+	// not use goes to the next action waiting.
+	defer r.Dispatcher.forget(req.NamespacedName, time.Now())
 	var action v1alpha1.ToolAction
 	// The cache holds active actions only (ActiveActions): a finished one,
 	// requeued for its key's expiry or reported by the DeletionWatch, is read
@@ -166,9 +178,34 @@ func (r *ToolActionReconciler) revisit(ctx context.Context, action *v1alpha1.Too
 	}
 }
 
+// requeue hands what a call made off the workers returned to the work
+// queue, as the controller does with a reconcile's result.
+func (r *ToolActionReconciler) requeue(ctx context.Context, key types.NamespacedName, result ctrl.Result, err error) {
+	q := r.queue.Load()
+	if q == nil {
+		return
+	}
+	req := reconcile.Request{NamespacedName: key}
+	switch {
+	case err != nil:
+		log.FromContext(ctx).Error(err, "Downstream call not recorded; reconciled again with backoff")
+		(*q).AddRateLimited(req)
+	case result.RequeueAfter > 0:
+		(*q).Forget(req)
+		(*q).AddAfter(req, result.RequeueAfter)
+	default:
+		(*q).Forget(req)
+	}
+}
+
 // SetupWithManager registers the reconciler.
 func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.revisits = make(chan event.GenericEvent)
+	r.Dispatcher.wake = func(key types.NamespacedName) {
+		if q := r.queue.Load(); q != nil {
+			(*q).Add(reconcile.Request{NamespacedName: key})
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// An action leaving the cache is finishing (its executor scheduled
 		// what follows) or gone: neither needs a reconcile. Deletions of
@@ -179,6 +216,10 @@ func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})).
 		WatchesRawSource(source.Channel(r.Deleting, &handler.EnqueueRequestForObject{})).
 		WatchesRawSource(source.Channel(r.revisits, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.queue.Store(&q)
+			return nil
+		})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.MaxConcurrentReconciles,
 			// A missing Secret or an unreachable API is retried at least

@@ -124,10 +124,13 @@ type HTTPAdapter struct {
 	// +optional
 	AuthHeader *SecretHeader `json:"authHeader,omitempty"`
 
-	// timeout bounds one attempt. A request still unanswered then has an
-	// unknown outcome, which is reconciled rather than re-sent.
+	// timeout bounds one attempt, 5m at most. A request still unanswered
+	// then has an unknown outcome, which is reconciled rather than re-sent.
+	// An operation that takes longer is modelled as two tools: one that
+	// starts it and returns its identifier, and one that reads its state.
 	// +optional
 	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('5m')",message="timeout must be more than 0s and at most 5m: model a longer operation as a tool that starts it and one that reads its state"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// lookup finds an earlier request by its idempotency key.
@@ -158,6 +161,45 @@ type RetryPolicy struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+}
+
+// DispatchLimits bound the calls a tool's downstream receives from one
+// manager replica: attempts and lookups alike. An action beyond them waits,
+// in order, without holding a worker; nothing about the wait is written.
+type DispatchLimits struct {
+	// maxInFlight is the most calls in flight at once.
+	// +optional
+	// +kubebuilder:default=16
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxInFlight int32 `json:"maxInFlight,omitempty"`
+
+	// requestsPerSecond is the most calls started a second, in bursts of
+	// up to maxInFlight. Divide a provider's limit by the replicas that
+	// call it: 25 keeps two replicas within half of a 100/s limit.
+	// +optional
+	// +kubebuilder:default=25
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	RequestsPerSecond int32 `json:"requestsPerSecond,omitempty"`
+}
+
+// The defaults of spec.limits. The API server applies them to new Tools;
+// the controller applies them to Tools stored before limits existed.
+const (
+	DefaultMaxInFlight       = 16
+	DefaultRequestsPerSecond = 25
+)
+
+// WithDefaults is l with the defaults in place of unset members.
+func (l DispatchLimits) WithDefaults() DispatchLimits {
+	if l.MaxInFlight <= 0 {
+		l.MaxInFlight = DefaultMaxInFlight
+	}
+	if l.RequestsPerSecond <= 0 {
+		l.RequestsPerSecond = DefaultRequestsPerSecond
+	}
+	return l
 }
 
 // ToolSpec is the tool contract. Exactly one adapter member (http) says how
@@ -192,6 +234,12 @@ type ToolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Retry RetryPolicy `json:"retry,omitempty"`
+
+	// limits bound the calls in flight and the calls a second that one
+	// manager replica makes to the downstream.
+	// +optional
+	// +kubebuilder:default={}
+	Limits DispatchLimits `json:"limits,omitempty"`
 
 	// unknownOutcomeDeadline is how long an unknown outcome is looked up by
 	// key before the action is escalated to a human (phase Escalated).

@@ -55,6 +55,7 @@ func newQueueCommand(c *console) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool
+		byTool        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "queue",
@@ -72,11 +73,19 @@ The table shortens long messages; -o json|yaml prints them in full as a list of
 {namespace, name, tool, phase, since, ageSeconds, attempts, lookups, reason,
 message} under "items".
 
+With --by-tool it counts instead, per namespace and tool, the unfinished
+actions by phase (Executing over every replica; Accepted ones wait for a
+dispatch slot or a claim) beside the tool's spec.limits, which bound each
+replica's calls in flight and calls a second. What waits in one replica's
+memory is in its metrics: toolledger_dispatch_in_flight and
+toolledger_dispatch_waiting.
+
 The actions are read with the field selector status.phase=<phase>, one list per
 phase, so the server returns only the actions in the queue (this needs CRD
 selectable fields, Kubernetes 1.31 or later).`,
 		Example: `  kubectl toolledger queue -n shop
-  kubectl toolledger queue -A -o json`,
+  kubectl toolledger queue -A -o json
+  kubectl toolledger queue -A --by-tool`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			namespace := ""
@@ -89,6 +98,20 @@ selectable fields, Kubernetes 1.31 or later).`,
 			ledger, err := c.ledger()
 			if err != nil {
 				return err
+			}
+			if byTool {
+				queue, err := readToolQueue(cmd.Context(), ledger, namespace)
+				if err != nil {
+					return err
+				}
+				if format != outputText {
+					return printStructured(c.streams.Out, format, queue)
+				}
+				if len(queue.Items) == 0 {
+					fmt.Fprintf(c.streams.ErrOut, "No unfinished ToolActions in %s.\n", scope(namespace))
+					return nil
+				}
+				return writeToolQueue(c.streams.Out, queue, allNamespaces)
 			}
 			// Listed in lifecycle order, so that an action advancing while the
 			// lists are read (Unknown to Escalated) is seen in its newer phase
@@ -114,6 +137,7 @@ selectable fields, Kubernetes 1.31 or later).`,
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List the queue across all namespaces.")
+	cmd.Flags().BoolVar(&byTool, "by-tool", false, "Count the unfinished actions per namespace and tool, by phase, beside the tool's limits.")
 	addOutputFlag(cmd, &format, "a summary of each action")
 	return cmd
 }

@@ -52,6 +52,14 @@ func WithTimeout(d time.Duration) ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.HTTP.Timeout = &metav1.Duration{Duration: d} }
 }
 
+// WithLimits sets the calls in flight and the calls a second that one
+// manager makes to the tool's downstream.
+func WithLimits(maxInFlight, requestsPerSecond int32) ToolOption {
+	return func(t *v1alpha1.Tool) {
+		t.Spec.Limits = v1alpha1.DispatchLimits{MaxInFlight: maxInFlight, RequestsPerSecond: requestsPerSecond}
+	}
+}
+
 // WithKeyLookup adds the lookup by key that the demo downstream and the
 // benchmarks' counting downstream serve beside the tool's URL:
 // {url}/by-key/{key}.

@@ -88,11 +88,13 @@ func (c *cluster) namespace(ctx context.Context, tool *v1alpha1.Tool) error {
 
 // chargeTool is the sample payments Tool (config/samples) in namespace,
 // calling url: the demo downstream's charges for throughput, the counting
-// downstream for recovery.
+// downstream for recovery. Its limits are the most the CRD allows, so that
+// the control plane, not a provider's rate limit, is what each run
+// measures.
 func chargeTool(namespace, url string, class v1alpha1.IdempotencyClass, timeout time.Duration) *v1alpha1.Tool {
 	return testenv.NewTool(namespace, toolName, url, testenv.WithClass(class), testenv.WithTimeout(timeout),
 		testenv.WithKeyLookup(), testenv.WithResultPointers("/status", "/amount", "/currency"),
-		testenv.WithMaxAttempts(5), testenv.WithBackoff(time.Second, time.Minute))
+		testenv.WithMaxAttempts(5), testenv.WithBackoff(time.Second, time.Minute), testenv.WithLimits(1000, 10000))
 }
 
 // The request every benchmark action carries: the sample's charge, with

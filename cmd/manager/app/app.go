@@ -43,7 +43,16 @@ type Options struct {
 	// ExecutorID names this instance in claims; DefaultExecutorID when empty.
 	ExecutorID string
 	// MaxConcurrentReconciles is the number of actions handled in parallel.
+	// No worker waits on a downstream: the dispatcher makes those calls.
 	MaxConcurrentReconciles int
+	// MaxConcurrentDispatches bounds the downstream calls (attempts and
+	// lookups) in flight in this manager, over every tool;
+	// DefaultMaxConcurrentDispatches when zero.
+	MaxConcurrentDispatches int
+	// MaxDispatchesPerNamespace bounds those of the actions of one
+	// namespace, so that one tenant's backlog leaves room for the others;
+	// half of MaxConcurrentDispatches when zero.
+	MaxDispatchesPerNamespace int
 	// LeaseGrace is added to a tool's timeout to give a claim's lease.
 	LeaseGrace time.Duration
 	// Clock is the time source; the real clock when nil.
@@ -98,6 +107,10 @@ func ClientOptions() client.Options {
 // by default: 100k records coming due at once are retired in about an hour.
 const DefaultRetentionRate = 30
 
+// DefaultMaxConcurrentDispatches is the downstream calls a manager has in
+// flight at most by default, over every tool.
+const DefaultMaxConcurrentDispatches = 64
+
 // DefaultExecutorID is the pod name when set (POD_NAME, from the downward
 // API), else the host name; a random suffix keeps two processes on one host apart.
 func DefaultExecutorID() string {
@@ -139,6 +152,12 @@ func (opts Options) withDefaults() Options {
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 8
 	}
+	if opts.MaxConcurrentDispatches <= 0 {
+		opts.MaxConcurrentDispatches = DefaultMaxConcurrentDispatches
+	}
+	if opts.MaxDispatchesPerNamespace <= 0 {
+		opts.MaxDispatchesPerNamespace = max(opts.MaxConcurrentDispatches/2, 1)
+	}
 	if opts.RetentionSweep <= 0 {
 		opts.RetentionSweep = time.Minute
 	}
@@ -173,10 +192,10 @@ func ManagerOptions(opts Options) ctrl.Options {
 }
 
 // DefaultAdapters registers the adapters built into toolledger. The HTTP
-// adapter's connections are pooled with room for every worker.
-func DefaultAdapters(mgr ctrl.Manager, workers int) *adapter.Registry {
+// adapter's connections are pooled with room for every call in flight.
+func DefaultAdapters(mgr ctrl.Manager, inFlight int) *adapter.Registry {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = workers
+	transport.MaxIdleConnsPerHost = inFlight
 	registry, err := adapter.NewRegistry(&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport})
 	if err != nil {
 		panic(err) // the built-in names are distinct
@@ -190,7 +209,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	opts = opts.withDefaults()
 	adapters := opts.Adapters
 	if adapters == nil {
-		adapters = DefaultAdapters(mgr, opts.MaxConcurrentReconciles)
+		adapters = DefaultAdapters(mgr, opts.MaxConcurrentDispatches)
+	}
+	dispatcher := controllers.NewDispatcher(opts.MaxConcurrentDispatches, opts.MaxDispatchesPerNamespace)
+	if err := mgr.Add(dispatcher); err != nil {
+		return fmt.Errorf("cannot add the dispatcher: %w", err)
 	}
 	metadataClient, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
@@ -210,6 +233,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		OperatorNamespace:       opts.Namespace,
 		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
+		Dispatcher:              dispatcher,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)

@@ -1,0 +1,262 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// testDispatcher is a dispatcher on a fake clock whose wakes are recorded.
+type testDispatcher struct {
+	*Dispatcher
+	t     *testing.T
+	clock time.Time
+	// tick advances the clock at each reading, so that unpaced tools
+	// refill; zero holds it still.
+	tick  time.Duration
+	woken []types.NamespacedName
+}
+
+func newTestDispatcher(t *testing.T, maxInFlight, maxPerNamespace int) *testDispatcher {
+	td := &testDispatcher{Dispatcher: NewDispatcher(maxInFlight, maxPerNamespace), t: t, clock: time.Unix(1_000_000, 0), tick: time.Millisecond}
+	td.now = func() time.Time {
+		td.clock = td.clock.Add(td.tick)
+		return td.clock
+	}
+	td.wake = func(key types.NamespacedName) { td.woken = append(td.woken, key) }
+	t.Cleanup(func() {
+		td.mu.Lock()
+		defer td.mu.Unlock()
+		for _, g := range td.grants {
+			g.timer.Stop()
+		}
+		if td.pending != nil {
+			td.pending.Stop()
+		}
+	})
+	return td
+}
+
+var (
+	toolA = laneKey{kind: "Tool", namespace: "a", name: "charge"}
+	toolB = laneKey{kind: "Tool", namespace: "b", name: "ticket"}
+	// shared is a ClusterTool that actions of several namespaces call.
+	shared = laneKey{kind: "ClusterTool", name: "shared"}
+	// unpaced has rate limits far above what a test reaches.
+	unpaced = func(n int) toolLimits { return toolLimits{maxInFlight: n, perSecond: 1e6} }
+)
+
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
+
+func (td *testDispatcher) takeWoken() []types.NamespacedName {
+	w := td.woken
+	td.woken = nil
+	return w
+}
+
+func TestDispatcherBoundsATool(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	s1 := td.reserve(toolA, unpaced(2), key("a", "1"))
+	s2 := td.reserve(toolA, unpaced(2), key("a", "2"))
+	if s1 == nil || s2 == nil {
+		t.Fatalf("the first two calls within maxInFlight 2 got no slot: %v, %v", s1, s2)
+	}
+	if s := td.reserve(toolA, unpaced(2), key("a", "3")); s != nil {
+		t.Fatal("a third call of a tool with maxInFlight 2 got a slot")
+	}
+	if s := td.reserve(toolB, unpaced(2), key("b", "1")); s == nil {
+		t.Fatal("another tool's call waited behind a full tool")
+	}
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("woken before any slot was freed: %v", w)
+	}
+	s1.release()
+	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "3")}) {
+		t.Fatalf("woken after a release: %v, want a/3", w)
+	}
+	// The slot is held for a/3: a newcomer waits behind it.
+	if s := td.reserve(toolA, unpaced(2), key("a", "4")); s != nil {
+		t.Fatal("a newcomer took the slot held for the woken action")
+	}
+	if s := td.reserve(toolA, unpaced(2), key("a", "3")); s == nil {
+		t.Fatal("the woken action got no slot")
+	}
+	s1.release() // a second release of one slot frees nothing
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("a slot released twice woke %v", w)
+	}
+}
+
+func TestDispatcherServesNamespacesOfAToolInTurn(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	running := td.reserve(shared, unpaced(1), key("x", "0"))
+	for _, k := range []types.NamespacedName{key("x", "1"), key("x", "2"), key("x", "3"), key("y", "1"), key("z", "1"), key("y", "2")} {
+		if s := td.reserve(shared, unpaced(1), k); s != nil {
+			t.Fatalf("%v got a slot of a full tool", k)
+		}
+	}
+	var order []string
+	for range 6 {
+		running.release()
+		w := td.takeWoken()
+		if len(w) != 1 {
+			t.Fatalf("one release woke %v", w)
+		}
+		order = append(order, w[0].String())
+		running = td.reserve(shared, unpaced(1), w[0])
+		if running == nil {
+			t.Fatalf("woken %v got no slot", w[0])
+		}
+	}
+	want := []string{"x/1", "y/1", "z/1", "x/2", "y/2", "x/3"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("served %v, want %v: a namespace's backlog must not delay another's first call", order, want)
+	}
+}
+
+func TestDispatcherServesToolsInTurnWithinTheProcessBound(t *testing.T) {
+	td := newTestDispatcher(t, 1, 1)
+	running := td.reserve(toolA, unpaced(8), key("a", "0"))
+	td.reserve(toolA, unpaced(8), key("a", "1"))
+	td.reserve(toolA, unpaced(8), key("a", "2"))
+	td.reserve(toolB, unpaced(8), key("a", "b1"))
+	var order []string
+	for range 3 {
+		running.release()
+		w := td.takeWoken()
+		if len(w) != 1 {
+			t.Fatalf("one release woke %v", w)
+		}
+		order = append(order, w[0].Name)
+		lane := toolA
+		if w[0].Name == "b1" {
+			lane = toolB
+		}
+		running = td.reserve(lane, unpaced(8), w[0])
+	}
+	if want := []string{"1", "b1", "2"}; !slices.Equal(order, want) {
+		t.Fatalf("served %v, want %v", order, want)
+	}
+}
+
+func TestDispatcherBoundsANamespace(t *testing.T) {
+	td := newTestDispatcher(t, 4, 2)
+	if td.reserve(toolA, unpaced(8), key("a", "1")) == nil || td.reserve(toolB, unpaced(8), key("a", "2")) == nil {
+		t.Fatal("the first two calls of a namespace got no slot")
+	}
+	if td.reserve(toolA, unpaced(8), key("a", "3")) != nil {
+		t.Fatal("a namespace got a third slot with maxPerNamespace 2")
+	}
+	if td.reserve(toolA, unpaced(8), key("c", "1")) == nil {
+		t.Fatal("another namespace waited behind a namespace at its bound")
+	}
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("a call that got its slot at once was also woken: %v", w)
+	}
+}
+
+func TestDispatcherPacesATool(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	td.tick = 0
+	limits := toolLimits{maxInFlight: 2, perSecond: 2}
+	for i := range 2 {
+		s := td.reserve(toolA, limits, key("a", fmt.Sprint(i)))
+		if s == nil {
+			t.Fatalf("call %d of the first burst got no slot", i)
+		}
+		s.release()
+	}
+	if td.reserve(toolA, limits, key("a", "2")) != nil {
+		t.Fatal("a call beyond the burst got a slot without waiting")
+	}
+	td.mu.Lock()
+	if td.pending == nil {
+		t.Fatal("no timer serves the lane when its next token is due")
+	}
+	td.mu.Unlock()
+	td.clock = td.clock.Add(400 * time.Millisecond)
+	td.serveDue()
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("woken %v before the next token (0.5 s at 2/s)", w)
+	}
+	td.clock = td.clock.Add(100 * time.Millisecond)
+	td.serveDue()
+	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "2")}) {
+		t.Fatalf("woken %v once the token was due, want a/2", w)
+	}
+}
+
+func TestDispatcherPassesOnAnUnusedSlot(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	running := td.reserve(toolA, unpaced(1), key("a", "0"))
+	td.reserve(toolA, unpaced(1), key("a", "1"))
+	td.reserve(toolA, unpaced(1), key("a", "2"))
+	began := td.clock
+	running.release()
+	td.takeWoken()
+	// A reconcile of a/1 begun before the grant must not give it away: the
+	// grant is for the reconcile its wake queued.
+	td.forget(key("a", "1"), began)
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("a reconcile begun before the grant passed it on to %v", w)
+	}
+	// That reconcile did not use it (the action was claimed elsewhere).
+	td.forget(key("a", "1"), td.now())
+	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "2")}) {
+		t.Fatalf("the unused slot went to %v, want a/2", w)
+	}
+}
+
+func TestDispatcherMakesOneCallPerActionAtATime(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	s := td.reserve(toolA, unpaced(4), key("a", "1"))
+	if s == nil {
+		t.Fatal("no slot")
+	}
+	if td.reserve(toolA, unpaced(4), key("a", "1")) != nil {
+		t.Fatal("an action got a second slot while its call is under way")
+	}
+	s.release()
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("the action refused a second slot was parked and woken: %v", w)
+	}
+	if td.reserve(toolA, unpaced(4), key("a", "1")) == nil {
+		t.Fatal("no slot once the call ended")
+	}
+}
+
+func TestDispatcherDrainsOnStop(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	running := td.reserve(toolA, unpaced(1), key("a", "0"))
+	td.reserve(toolA, unpaced(1), key("a", "1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- td.Start(ctx) }()
+	cancel()
+	select {
+	case err := <-stopped:
+		t.Fatalf("the dispatcher stopped with a call in flight: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	running.release()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dispatcher did not stop once its last call ended")
+	}
+	if w := td.takeWoken(); len(w) != 0 {
+		t.Fatalf("woken while stopping: %v", w)
+	}
+	if td.reserve(toolB, unpaced(1), key("b", "1")) != nil {
+		t.Fatal("a slot was given after the stop")
+	}
+}

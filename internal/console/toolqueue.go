@@ -1,0 +1,151 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// toolQueuePhases are the phases counted per tool: in flight, then waiting
+// for a dispatch or a retry, then waiting for an outcome.
+var toolQueuePhases = []v1alpha1.Phase{
+	v1alpha1.PhaseExecuting, v1alpha1.PhaseAccepted, v1alpha1.PhaseRetryScheduled, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated,
+}
+
+// ToolQueue is what `queue --by-tool -o json|yaml` prints: per namespace
+// and tool, its unfinished actions by phase and the tool's limits.
+type ToolQueue struct {
+	Items []ToolQueueItem `json:"items"`
+}
+
+// ToolQueueItem is one tool as the actions of one namespace use it.
+type ToolQueueItem struct {
+	Namespace string `json:"namespace"`
+	// Tool is the tool's name, prefixed with its kind when that is not Tool.
+	Tool string `json:"tool"`
+	// Executing counts the actions in flight, over every replica; the
+	// others wait for a dispatch slot or a claim (Accepted), a retry
+	// (RetryScheduled), a lookup (Unknown) or a human (Escalated).
+	Executing      int `json:"executing"`
+	Accepted       int `json:"accepted"`
+	RetryScheduled int `json:"retryScheduled"`
+	Unknown        int `json:"unknown"`
+	Escalated      int `json:"escalated"`
+	// Limits are the tool's spec.limits, per replica, defaults applied;
+	// nil when the tool does not exist.
+	Limits *v1alpha1.DispatchLimits `json:"limits,omitempty"`
+}
+
+type toolUse struct {
+	namespace string
+	ref       v1alpha1.ToolReference
+}
+
+// readToolQueue lists the unfinished actions of namespace ("" for all) and
+// the specs of the tools they use, each read once.
+func readToolQueue(ctx context.Context, l *ledger, namespace string) (ToolQueue, error) {
+	var actions []v1alpha1.ToolAction
+	for _, phase := range toolQueuePhases {
+		listed, err := l.listActions(ctx, namespace, fields.OneTermEqualSelector("status.phase", string(phase)).String())
+		if err != nil {
+			return ToolQueue{}, err
+		}
+		actions = append(actions, listed...)
+	}
+	limits := map[toolUse]*v1alpha1.DispatchLimits{}
+	for i := range actions {
+		use := useOf(&actions[i])
+		if _, read := limits[use]; read {
+			continue
+		}
+		spec, err := l.findToolSpec(ctx, use.namespace, use.ref)
+		if err != nil {
+			return ToolQueue{}, err
+		}
+		limits[use] = nil
+		if spec != nil {
+			applied := spec.Limits.WithDefaults()
+			limits[use] = &applied
+		}
+	}
+	return buildToolQueue(actions, limits), nil
+}
+
+func useOf(a *v1alpha1.ToolAction) toolUse {
+	ref := v1alpha1.ToolReference{Kind: a.Spec.ToolRef.KindOrDefault(), Name: a.Spec.ToolRef.Name}
+	return toolUse{namespace: a.Namespace, ref: ref}
+}
+
+// buildToolQueue counts the actions per namespace and tool, by phase. An
+// action listed twice (it changed phase between two lists) counts once, in
+// the phase it was last listed in.
+func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.DispatchLimits) ToolQueue {
+	last := map[string]*v1alpha1.ToolAction{}
+	for i := range actions {
+		last[actions[i].Namespace+"/"+actions[i].Name] = &actions[i]
+	}
+	items := map[toolUse]*ToolQueueItem{}
+	for _, a := range last {
+		use := useOf(a)
+		item, ok := items[use]
+		if !ok {
+			item = &ToolQueueItem{Namespace: use.namespace, Tool: toolName(use.ref), Limits: limits[use]}
+			items[use] = item
+		}
+		switch a.Status.Phase {
+		case v1alpha1.PhaseExecuting:
+			item.Executing++
+		case v1alpha1.PhaseAccepted:
+			item.Accepted++
+		case v1alpha1.PhaseRetryScheduled:
+			item.RetryScheduled++
+		case v1alpha1.PhaseUnknown:
+			item.Unknown++
+		case v1alpha1.PhaseEscalated:
+			item.Escalated++
+		}
+	}
+	queue := ToolQueue{Items: []ToolQueueItem{}}
+	for _, item := range items {
+		queue.Items = append(queue.Items, *item)
+	}
+	slices.SortFunc(queue.Items, func(a, b ToolQueueItem) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Tool, b.Tool)
+	})
+	return queue
+}
+
+func writeToolQueue(w io.Writer, queue ToolQueue, withNamespace bool) error {
+	tw := printers.GetNewTabWriter(w)
+	columns := []string{"TOOL", "EXECUTING", "ACCEPTED", "RETRYSCHEDULED", "UNKNOWN", "ESCALATED", "MAX-IN-FLIGHT", "PER-SECOND"}
+	if withNamespace {
+		columns = append([]string{"NAMESPACE"}, columns...)
+	}
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	for _, item := range queue.Items {
+		inFlight, perSecond := "<no tool>", "<no tool>"
+		if l := item.Limits; l != nil {
+			inFlight, perSecond = fmt.Sprint(l.MaxInFlight), fmt.Sprint(l.RequestsPerSecond)
+		}
+		row := []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.RetryScheduled),
+			fmt.Sprint(item.Unknown), fmt.Sprint(item.Escalated), inFlight, perSecond}
+		if withNamespace {
+			row = append([]string{item.Namespace}, row...)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("cannot write the queue: %w", err)
+	}
+	return nil
+}
