@@ -39,7 +39,7 @@ spec:
 		out, err := kubectl("apply", "-f", toolManifest(ns, "report", `  http: {url: "http://127.0.0.1:1/reports", timeout: 24h}
 `))
 		Expect(err).To(HaveOccurred())
-		Expect(out).To(ContainSubstring(`spec.http.timeout: Invalid value: "string": timeout must be more than 0s and at most 5m: model a longer operation as a tool that starts it and one that reads its state`))
+		Expect(out).To(ContainSubstring(`spec.http.timeout: Invalid value: "24h": timeout must be more than 0s and at most 5m: model a longer operation as a tool that starts it and one that reads its state`))
 	})
 
 	It("refuses limits out of range", func() {
