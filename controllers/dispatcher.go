@@ -42,8 +42,9 @@ type Dispatcher struct {
 	// grants are the slots held for woken actions.
 	grants map[types.NamespacedName]grant
 	// calling holds the actions whose call is under way: an action makes
-	// one call at a time, however often it is reconciled meanwhile.
-	calling map[types.NamespacedName]bool
+	// one call at a time, however often it is reconciled meanwhile. A
+	// reconcile refused for that is owed another once the call ends (again).
+	calling, again map[types.NamespacedName]bool
 	// ring is the order in which lanes with waiting actions are served; a
 	// lane served goes to its back.
 	ring []laneKey
@@ -68,7 +69,7 @@ func NewDispatcher(maxInFlight, maxPerNamespace int) *Dispatcher {
 	return &Dispatcher{
 		maxInFlight: max(maxInFlight, 1), maxPerNamespace: max(min(maxPerNamespace, maxInFlight), 1),
 		namespaces: map[string]int{}, lanes: map[laneKey]*lane{}, grants: map[types.NamespacedName]grant{},
-		calling: map[types.NamespacedName]bool{}, now: time.Now,
+		calling: map[types.NamespacedName]bool{}, again: map[types.NamespacedName]bool{}, now: time.Now,
 	}
 }
 
@@ -142,12 +143,17 @@ type slot struct {
 
 // reserve returns a slot for a call of action's tool, or nil when the
 // action must wait: it is then parked, and reconciled again once a slot is
-// held for it. An action whose call is under way gets none: that call's end
-// has it reconciled.
+// held for it. An action whose call is under way gets none, and is
+// reconciled again when that call ends: the call's own record may have been
+// read before the change that made this reconcile.
 func (d *Dispatcher) reserve(key laneKey, limits toolLimits, action types.NamespacedName) *slot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopping || d.calling[action] {
+	if d.stopping {
+		return nil
+	}
+	if d.calling[action] {
+		d.again[action] = true
 		return nil
 	}
 	l := d.lane(key, limits)
@@ -225,6 +231,12 @@ func (s *slot) release() {
 	}
 	s.released = true
 	delete(d.calling, s.action)
+	if d.again[s.action] {
+		delete(d.again, s.action)
+		if d.wake != nil && !d.stopping {
+			d.wake(s.action)
+		}
+	}
 	if l, ok := d.lanes[s.lane]; ok {
 		d.freeLocked(l, s.action.Namespace)
 	}

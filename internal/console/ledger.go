@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 
@@ -73,6 +74,23 @@ func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha
 		return nil, err
 	}
 	return &tool.Spec, nil
+}
+
+// listInPhases lists the ToolActions of namespace ("" for all) in each of
+// phases, one list a phase, through the field selector status.phase.
+// Listed in lifecycle order, an action advancing while the lists are read
+// (Unknown to Escalated) is seen again in its newer phase rather than
+// missed; the callers keep its last sighting.
+func (l *ledger) listInPhases(ctx context.Context, namespace string, phases []v1alpha1.Phase) ([]v1alpha1.ToolAction, error) {
+	var actions []v1alpha1.ToolAction
+	for _, phase := range phases {
+		listed, err := l.listActions(ctx, namespace, fields.OneTermEqualSelector("status.phase", string(phase)).String())
+		if err != nil {
+			return nil, err
+		}
+		actions = append(actions, listed...)
+	}
+	return actions, nil
 }
 
 // listActions reads the ToolActions of a namespace ("" for all) that match

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -45,6 +46,42 @@ func (o *output) Type() string { return "format" }
 
 func addOutputFlag(cmd *cobra.Command, o *output, what string) {
 	cmd.Flags().VarP(o, "output", "o", "Output format: json or yaml ("+what+"); human-readable text when omitted.")
+}
+
+// printList prints a list command's result: v as format asks, or as text
+// the table write draws, or, when there is nothing to draw, the sentence
+// none on standard error.
+func (c *console) printList(format output, v any, empty bool, none string, write func(io.Writer) error) error {
+	if format != outputText {
+		return printStructured(c.streams.Out, format, v)
+	}
+	if empty {
+		fmt.Fprintln(c.streams.ErrOut, none)
+		return nil
+	}
+	return write(c.streams.Out)
+}
+
+// writeTable writes a table as kubectl does: the columns, led by NAMESPACE
+// when withNamespace, then n rows; row(i) gives the i-th row's namespace and
+// its other cells. what names the table in an error.
+func writeTable(w io.Writer, what string, columns []string, withNamespace bool, n int, row func(i int) (namespace string, cells []string)) error {
+	tw := printers.GetNewTabWriter(w)
+	if withNamespace {
+		columns = append([]string{"NAMESPACE"}, columns...)
+	}
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	for i := range n {
+		namespace, cells := row(i)
+		if withNamespace {
+			cells = append([]string{namespace}, cells...)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("cannot write the %s: %w", what, err)
+	}
+	return nil
 }
 
 // printStructured writes v as indented JSON, as kubectl does, or as YAML.

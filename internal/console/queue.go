@@ -10,9 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -104,36 +102,16 @@ selectable fields, Kubernetes 1.31 or later).`,
 				if err != nil {
 					return err
 				}
-				if format != outputText {
-					return printStructured(c.streams.Out, format, queue)
-				}
-				if len(queue.Items) == 0 {
-					fmt.Fprintf(c.streams.ErrOut, "No unfinished ToolActions in %s.\n", scope(namespace))
-					return nil
-				}
-				return writeToolQueue(c.streams.Out, queue, allNamespaces)
+				return c.printList(format, queue, len(queue.Items) == 0, fmt.Sprintf("No unfinished ToolActions in %s.", scope(namespace)),
+					func(w io.Writer) error { return writeToolQueue(w, queue, allNamespaces) })
 			}
-			// Listed in lifecycle order, so that an action advancing while the
-			// lists are read (Unknown to Escalated) is seen in its newer phase
-			// rather than missed; buildQueue keeps the last sighting.
-			var actions []v1alpha1.ToolAction
-			for _, phase := range queuePhases {
-				selector := fields.OneTermEqualSelector("status.phase", string(phase)).String()
-				listed, err := ledger.listActions(cmd.Context(), namespace, selector)
-				if err != nil {
-					return err
-				}
-				actions = append(actions, listed...)
+			actions, err := ledger.listInPhases(cmd.Context(), namespace, queuePhases)
+			if err != nil {
+				return err
 			}
 			queue := buildQueue(actions, c.now())
-			if format != outputText {
-				return printStructured(c.streams.Out, format, queue)
-			}
-			if len(queue.Items) == 0 {
-				fmt.Fprintf(c.streams.ErrOut, "No ToolActions need attention in %s.\n", scope(namespace))
-				return nil
-			}
-			return writeQueue(c.streams.Out, queue, allNamespaces)
+			return c.printList(format, queue, len(queue.Items) == 0, fmt.Sprintf("No ToolActions need attention in %s.", scope(namespace)),
+				func(w io.Writer) error { return writeQueue(w, queue, allNamespaces) })
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List the queue across all namespaces.")
@@ -198,24 +176,12 @@ func waitingFor(a *v1alpha1.ToolAction) (reason, message string) {
 }
 
 func writeQueue(w io.Writer, queue Queue, withNamespace bool) error {
-	tw := printers.GetNewTabWriter(w)
 	columns := []string{"NAME", "PHASE", "AGE", "TOOL", "ATTEMPTS", "LOOKUPS", "REASON", "MESSAGE"}
-	if withNamespace {
-		columns = append([]string{"NAMESPACE"}, columns...)
-	}
-	fmt.Fprintln(tw, strings.Join(columns, "\t"))
-	for _, item := range queue.Items {
-		row := []string{
+	return writeTable(w, "queue", columns, withNamespace, len(queue.Items), func(i int) (string, []string) {
+		item := queue.Items[i]
+		return item.Namespace, []string{
 			item.Name, string(item.Phase), duration.HumanDuration(time.Duration(item.AgeSeconds) * time.Second),
 			item.Tool, fmt.Sprint(item.Attempts), fmt.Sprint(item.Lookups), cell(item.Reason), cell(shorten(item.Message, queueMessageWidth)),
 		}
-		if withNamespace {
-			row = append([]string{item.Namespace}, row...)
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("cannot write the queue: %w", err)
-	}
-	return nil
+	})
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -208,18 +207,12 @@ server's order; kubectl toolledger status KEY shows one in full.`,
 				}
 			}
 			list := buildTombstones(tombs, tools)
-			if format != outputText {
-				return printStructured(c.streams.Out, format, list)
+			of := ""
+			if tool != "" {
+				of = " of tool " + tool
 			}
-			if len(list.Items) == 0 {
-				of := ""
-				if tool != "" {
-					of = " of tool " + tool
-				}
-				fmt.Fprintf(c.streams.ErrOut, "No Tombstones%s in %s.\n", of, scope(namespace))
-				return nil
-			}
-			return writeTombstones(c.streams.Out, list, allNamespaces, c.now())
+			return c.printList(format, list, len(list.Items) == 0, fmt.Sprintf("No Tombstones%s in %s.", of, scope(namespace)),
+				func(w io.Writer) error { return writeTombstones(w, list, allNamespaces, c.now()) })
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List the tombstones of all namespaces.")
@@ -271,26 +264,14 @@ func buildTombstones(tombs []v1alpha1.Tombstone, tools toolCatalog) Tombstones {
 }
 
 func writeTombstones(w io.Writer, list Tombstones, withNamespace bool, now time.Time) error {
-	tw := printers.GetNewTabWriter(w)
 	columns := []string{"KEY", "TOOL", "OUTCOME", "EXTERNAL-REF", "COMPLETED", "CAUSE", "FREED"}
-	if withNamespace {
-		columns = append([]string{"NAMESPACE"}, columns...)
-	}
-	fmt.Fprintln(tw, strings.Join(columns, "\t"))
-	for _, item := range list.Items {
-		row := []string{
+	return writeTable(w, "tombstones", columns, withNamespace, len(list.Items), func(i int) (string, []string) {
+		item := list.Items[i]
+		return item.Namespace, []string{
 			item.Name, item.Tool, string(item.Outcome), cell(item.ExternalRef),
 			age(now, item.CompletionTime), item.Cause, freedCell(item.KeyFreed, now),
 		}
-		if withNamespace {
-			row = append([]string{item.Namespace}, row...)
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("cannot write the tombstones: %w", err)
-	}
-	return nil
+	})
 }
 
 // freedCell is the FREED column.

@@ -7,9 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/cli-runtime/pkg/printers"
-
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
@@ -51,13 +48,9 @@ type toolUse struct {
 // readToolQueue lists the unfinished actions of namespace ("" for all) and
 // the specs of the tools they use, each read once.
 func readToolQueue(ctx context.Context, l *ledger, namespace string) (ToolQueue, error) {
-	var actions []v1alpha1.ToolAction
-	for _, phase := range toolQueuePhases {
-		listed, err := l.listActions(ctx, namespace, fields.OneTermEqualSelector("status.phase", string(phase)).String())
-		if err != nil {
-			return ToolQueue{}, err
-		}
-		actions = append(actions, listed...)
+	actions, err := l.listInPhases(ctx, namespace, toolQueuePhases)
+	if err != nil {
+		return ToolQueue{}, err
 	}
 	limits := map[toolUse]*v1alpha1.DispatchLimits{}
 	for i := range actions {
@@ -126,26 +119,14 @@ func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.
 }
 
 func writeToolQueue(w io.Writer, queue ToolQueue, withNamespace bool) error {
-	tw := printers.GetNewTabWriter(w)
 	columns := []string{"TOOL", "EXECUTING", "ACCEPTED", "RETRYSCHEDULED", "UNKNOWN", "ESCALATED", "MAX-IN-FLIGHT", "PER-SECOND"}
-	if withNamespace {
-		columns = append([]string{"NAMESPACE"}, columns...)
-	}
-	fmt.Fprintln(tw, strings.Join(columns, "\t"))
-	for _, item := range queue.Items {
+	return writeTable(w, "queue", columns, withNamespace, len(queue.Items), func(i int) (string, []string) {
+		item := queue.Items[i]
 		inFlight, perSecond := "<no tool>", "<no tool>"
 		if l := item.Limits; l != nil {
 			inFlight, perSecond = fmt.Sprint(l.MaxInFlight), fmt.Sprint(l.RequestsPerSecond)
 		}
-		row := []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.RetryScheduled),
+		return item.Namespace, []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.RetryScheduled),
 			fmt.Sprint(item.Unknown), fmt.Sprint(item.Escalated), inFlight, perSecond}
-		if withNamespace {
-			row = append([]string{item.Namespace}, row...)
-		}
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return fmt.Errorf("cannot write the queue: %w", err)
-	}
-	return nil
+	})
 }
