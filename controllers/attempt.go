@@ -73,13 +73,8 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 	if held != nil {
 		return r.dispatch(ctx, d)
 	}
-	// The call and its record outlive the reconcile and a manager
-	// shutdown: an attempt that finishes while the process drains leaves a
-	// known outcome, not a lapsed claim.
-	ctx = context.WithoutCancel(ctx)
-	s.run(func() {
-		result, err := r.dispatch(ctx, d)
-		r.requeue(ctx, client.ObjectKeyFromObject(d.claimed), result, err)
+	r.callIn(ctx, s, client.ObjectKeyFromObject(d.claimed), func(ctx context.Context) (ctrl.Result, error) {
+		return r.dispatch(ctx, d)
 	})
 	return ctrl.Result{}, nil
 }

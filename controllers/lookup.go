@@ -19,10 +19,8 @@ func (r *ToolActionReconciler) lookup(ctx context.Context, action *v1alpha1.Tool
 	if s == nil {
 		return ctrl.Result{}, nil
 	}
-	ctx = context.WithoutCancel(ctx)
-	s.run(func() {
-		result, err := r.lookUp(ctx, s, action, tool)
-		r.requeue(ctx, key, result, err)
+	r.callIn(ctx, s, key, func(ctx context.Context) (ctrl.Result, error) {
+		return r.lookUp(ctx, s, action, tool)
 	})
 	return ctrl.Result{}, nil
 }

@@ -178,6 +178,18 @@ func (r *ToolActionReconciler) revisit(ctx context.Context, action *v1alpha1.Too
 	}
 }
 
+// callIn makes call, a downstream call and the record of its outcome, in
+// slot s, off the workers, and hands its result to the work queue. Both
+// outlive the reconcile and a manager shutdown: a call that finishes while
+// the process drains leaves a known outcome, not a lapsed claim.
+func (r *ToolActionReconciler) callIn(ctx context.Context, s *slot, key types.NamespacedName, call func(context.Context) (ctrl.Result, error)) {
+	ctx = context.WithoutCancel(ctx)
+	s.run(func() {
+		result, err := call(ctx)
+		r.requeue(ctx, key, result, err)
+	})
+}
+
 // requeue hands what a call made off the workers returned to the work
 // queue, as the controller does with a reconcile's result.
 func (r *ToolActionReconciler) requeue(ctx context.Context, key types.NamespacedName, result ctrl.Result, err error) {
