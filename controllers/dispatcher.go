@@ -246,13 +246,16 @@ func (s *slot) release() {
 // lane returns key's lane, with limits as the tool states them now.
 func (d *Dispatcher) lane(key laneKey, limits toolLimits) *lane {
 	l, ok := d.lanes[key]
-	if !ok {
+	switch {
+	case !ok:
 		l = newLane(key, limits)
 		d.lanes[key] = l
-	} else if l.limits != limits {
+	case l.limits != limits:
 		l.limits = limits
 		l.limiter.SetLimit(rate.Limit(limits.perSecond))
 		l.limiter.SetBurst(limits.maxInFlight)
+	default:
+		return l
 	}
 	dispatchLimit.WithLabelValues(key.kind, key.namespace, key.name, "in_flight").Set(float64(limits.maxInFlight))
 	dispatchLimit.WithLabelValues(key.kind, key.namespace, key.name, "per_second").Set(limits.perSecond)
