@@ -54,6 +54,15 @@ func key(namespace, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: namespace, Name: name}
 }
 
+// expectWoken fails the test unless exactly want were woken, in order,
+// since the last look; when says at which point of the test.
+func (td *testDispatcher) expectWoken(when string, want ...types.NamespacedName) {
+	td.t.Helper()
+	if got := td.takeWoken(); !slices.Equal(got, want) {
+		td.t.Fatalf("woken %s: %v, want %v", when, got, want)
+	}
+}
+
 func (td *testDispatcher) takeWoken() []types.NamespacedName {
 	w := td.woken
 	td.woken = nil
@@ -73,13 +82,9 @@ func TestDispatcherBoundsATool(t *testing.T) {
 	if s := td.reserve(toolB, unpaced(2), key("b", "1")); s == nil {
 		t.Fatal("another tool's call waited behind a full tool")
 	}
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("woken before any slot was freed: %v", w)
-	}
+	td.expectWoken("before any slot was freed")
 	s1.release()
-	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "3")}) {
-		t.Fatalf("woken after a release: %v, want a/3", w)
-	}
+	td.expectWoken("after a release", key("a", "3"))
 	// The slot is held for a/3: a newcomer waits behind it.
 	if s := td.reserve(toolA, unpaced(2), key("a", "4")); s != nil {
 		t.Fatal("a newcomer took the slot held for the woken action")
@@ -88,9 +93,7 @@ func TestDispatcherBoundsATool(t *testing.T) {
 		t.Fatal("the woken action got no slot")
 	}
 	s1.release() // a second release of one slot frees nothing
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("a slot released twice woke %v", w)
-	}
+	td.expectWoken("after a slot was released twice")
 }
 
 func TestDispatcherServesNamespacesOfAToolInTurn(t *testing.T) {
@@ -156,9 +159,7 @@ func TestDispatcherBoundsANamespace(t *testing.T) {
 	if td.reserve(toolA, unpaced(8), key("c", "1")) == nil {
 		t.Fatal("another namespace waited behind a namespace at its bound")
 	}
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("a call that got its slot at once was also woken: %v", w)
-	}
+	td.expectWoken("for a call that got its slot at once")
 }
 
 func TestDispatcherPacesATool(t *testing.T) {
@@ -182,14 +183,10 @@ func TestDispatcherPacesATool(t *testing.T) {
 	td.mu.Unlock()
 	td.clock = td.clock.Add(400 * time.Millisecond)
 	td.serveDue()
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("woken %v before the next token (0.5 s at 2/s)", w)
-	}
+	td.expectWoken("before the next token (0.5 s at 2/s)")
 	td.clock = td.clock.Add(100 * time.Millisecond)
 	td.serveDue()
-	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "2")}) {
-		t.Fatalf("woken %v once the token was due, want a/2", w)
-	}
+	td.expectWoken("once the token was due", key("a", "2"))
 }
 
 func TestDispatcherPassesOnAnUnusedSlot(t *testing.T) {
@@ -203,14 +200,10 @@ func TestDispatcherPassesOnAnUnusedSlot(t *testing.T) {
 	// A reconcile of a/1 begun before the grant must not give it away: the
 	// grant is for the reconcile its wake queued.
 	td.forget(key("a", "1"), began)
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("a reconcile begun before the grant passed it on to %v", w)
-	}
+	td.expectWoken("when a reconcile begun before the grant ended")
 	// That reconcile did not use it (the action was claimed elsewhere).
 	td.forget(key("a", "1"), td.now())
-	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "2")}) {
-		t.Fatalf("the unused slot went to %v, want a/2", w)
-	}
+	td.expectWoken("when the unused slot passed on", key("a", "2"))
 }
 
 func TestDispatcherMakesOneCallPerActionAtATime(t *testing.T) {
@@ -222,23 +215,17 @@ func TestDispatcherMakesOneCallPerActionAtATime(t *testing.T) {
 	if td.reserve(toolA, unpaced(4), key("a", "1")) != nil {
 		t.Fatal("an action got a second slot while its call is under way")
 	}
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("woken while its call is under way: %v", w)
-	}
+	td.expectWoken("while its call is under way")
 	// The refused reconcile may have seen a change the call's record did
 	// not: the action is reconciled again once the call ends.
 	s.release()
-	if w := td.takeWoken(); !slices.Equal(w, []types.NamespacedName{key("a", "1")}) {
-		t.Fatalf("woken after the call %v, want a/1 once", w)
-	}
+	td.expectWoken("after the call, once", key("a", "1"))
 	s2 := td.reserve(toolA, unpaced(4), key("a", "1"))
 	if s2 == nil {
 		t.Fatal("no slot once the call ended")
 	}
 	s2.release()
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("a call nobody was refused during woke %v", w)
-	}
+	td.expectWoken("after a call nobody was refused during")
 }
 
 func TestDispatcherDrainsOnStop(t *testing.T) {
@@ -263,9 +250,7 @@ func TestDispatcherDrainsOnStop(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the dispatcher did not stop once its last call ended")
 	}
-	if w := td.takeWoken(); len(w) != 0 {
-		t.Fatalf("woken while stopping: %v", w)
-	}
+	td.expectWoken("while stopping")
 	if td.reserve(toolB, unpaced(1), key("b", "1")) != nil {
 		t.Fatal("a slot was given after the stop")
 	}
