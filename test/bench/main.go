@@ -374,11 +374,8 @@ func (b *bench) restartPlane(ctx context.Context, name string) error {
 	}
 	b.logf("control plane %s held %d ToolActions and %d ceiling objects, kube-apiserver heap in use %s; replacing it by %s on an empty etcd",
 		b.plane, load.ToolActions, load.CeilingObjects, mib(load.HeapInuse), name)
-	b.stopManager()
-	stopErr := b.c.stop()
-	b.c = nil
-	if stopErr != nil {
-		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, stopErr)
+	if err := b.stopPlane(); err != nil {
+		return err
 	}
 	if err := os.RemoveAll(b.etcdDir(b.plane)); err != nil {
 		return err
@@ -391,13 +388,21 @@ func (b *bench) restartPlane(ctx context.Context, name string) error {
 // object stored stays.
 func (b *bench) reopenPlane(ctx context.Context) error {
 	b.logf("restarting control plane %s on its etcd data", b.plane)
-	b.stopManager()
-	stopErr := b.c.stop()
-	b.c = nil
-	if stopErr != nil {
-		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, stopErr)
+	if err := b.stopPlane(); err != nil {
+		return err
 	}
 	return b.startPlane(ctx, b.plane)
+}
+
+// stopPlane stops the manager, then the control plane, keeping its data.
+func (b *bench) stopPlane() error {
+	b.stopManager()
+	err := b.c.stop()
+	b.c = nil
+	if err != nil {
+		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, err)
+	}
+	return nil
 }
 
 func (b *bench) etcdDir(plane string) string {
