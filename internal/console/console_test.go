@@ -106,7 +106,7 @@ func TestBuildQueueOrdersOldestFirst(t *testing.T) {
 	advanced := escalated
 	advanced.Status.Lookups = 3
 
-	queue := buildQueue([]v1alpha1.ToolAction{waiting, recentlyUnknown, escalated, advanced}, now)
+	queue := buildQueue(lastSightings([]v1alpha1.ToolAction{waiting, recentlyUnknown, escalated, advanced}), now)
 
 	var names []string
 	for _, item := range queue.Items {

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -80,7 +81,7 @@ func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha
 // phases, one list a phase, through the field selector status.phase.
 // Listed in lifecycle order, an action advancing while the lists are read
 // (Unknown to Escalated) is seen again in its newer phase rather than
-// missed; the callers keep its last sighting.
+// missed, and kept as last seen (lastSightings).
 func (l *ledger) listInPhases(ctx context.Context, namespace string, phases []v1alpha1.Phase) ([]v1alpha1.ToolAction, error) {
 	var actions []v1alpha1.ToolAction
 	for _, phase := range phases {
@@ -90,7 +91,24 @@ func (l *ledger) listInPhases(ctx context.Context, namespace string, phases []v1
 		}
 		actions = append(actions, listed...)
 	}
-	return actions, nil
+	return lastSightings(actions), nil
+}
+
+// lastSightings keeps each action listed more than once (it changed phase
+// between two lists) once, as last listed, where it was first listed.
+func lastSightings(actions []v1alpha1.ToolAction) []v1alpha1.ToolAction {
+	index := map[types.NamespacedName]int{}
+	var out []v1alpha1.ToolAction
+	for _, a := range actions {
+		key := types.NamespacedName{Namespace: a.Namespace, Name: a.Name}
+		if at, seen := index[key]; seen {
+			out[at] = a
+			continue
+		}
+		index[key] = len(out)
+		out = append(out, a)
+	}
+	return out
 }
 
 // listActions reads the ToolActions of a namespace ("" for all) that match

@@ -120,10 +120,8 @@ selectable fields, Kubernetes 1.31 or later).`,
 	return cmd
 }
 
-// buildQueue summarises the actions, oldest first. An action listed twice
-// (it changed phase between two lists) appears once, as last listed.
+// buildQueue summarises the actions, each listed once, oldest first.
 func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
-	index := map[string]int{}
 	queue := Queue{Items: []QueueItem{}}
 	for i := range actions {
 		a := &actions[i]
@@ -132,7 +130,7 @@ func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
 			since = *a.Status.UnknownSince
 		}
 		reason, message := waitingFor(a)
-		item := QueueItem{
+		queue.Items = append(queue.Items, QueueItem{
 			Namespace:  a.Namespace,
 			Name:       a.Name,
 			Tool:       toolName(a.Spec.ToolRef),
@@ -143,14 +141,7 @@ func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
 			Lookups:    a.Status.Lookups,
 			Reason:     reason,
 			Message:    message,
-		}
-		key := a.Namespace + "/" + a.Name
-		if at, seen := index[key]; seen {
-			queue.Items[at] = item
-			continue
-		}
-		index[key] = len(queue.Items)
-		queue.Items = append(queue.Items, item)
+		})
 	}
 	slices.SortStableFunc(queue.Items, func(a, b QueueItem) int {
 		if c := a.Since.Compare(b.Since.Time); c != 0 {

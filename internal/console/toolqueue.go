@@ -76,16 +76,12 @@ func useOf(a *v1alpha1.ToolAction) toolUse {
 	return toolUse{namespace: a.Namespace, ref: ref}
 }
 
-// buildToolQueue counts the actions per namespace and tool, by phase. An
-// action listed twice (it changed phase between two lists) counts once, in
-// the phase it was last listed in.
+// buildToolQueue counts the actions, each listed once, per namespace and
+// tool, by phase.
 func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.DispatchLimits) ToolQueue {
-	last := map[string]*v1alpha1.ToolAction{}
-	for i := range actions {
-		last[actions[i].Namespace+"/"+actions[i].Name] = &actions[i]
-	}
 	items := map[toolUse]*ToolQueueItem{}
-	for _, a := range last {
+	for i := range actions {
+		a := &actions[i]
 		use := useOf(a)
 		item, ok := items[use]
 		if !ok {

@@ -35,7 +35,7 @@ func TestBuildToolQueueCountsPerNamespaceAndTool(t *testing.T) {
 	charge := toolUse{namespace: "shop", ref: v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "charge"}}
 	limits := map[toolUse]*v1alpha1.DispatchLimits{charge: {MaxInFlight: 2, RequestsPerSecond: 10}}
 
-	got := buildToolQueue(actions, limits)
+	got := buildToolQueue(lastSightings(actions), limits)
 	want := []ToolQueueItem{
 		{Namespace: "billing", Tool: "ClusterTool/notify", Escalated: 1},
 		{Namespace: "shop", Tool: "ClusterTool/notify", Accepted: 1},
