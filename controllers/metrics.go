@@ -30,6 +30,10 @@ var (
 		Name: "toolledger_dispatch_limit",
 		Help: "A tool's spec.limits as this manager applies them: limit=in_flight is maxInFlight, limit=per_second is requestsPerSecond.",
 	}, append(toolLabels, "limit"))
+	shardMembers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "toolledger_shard_members",
+		Help: "Live managers sharing the active actions by key, as this manager last listed their member Leases; 0 until it has listed them.",
+	})
 )
 
 // toolLabels name a tool in metrics: kind Tool or ClusterTool, the Tool's
@@ -37,5 +41,5 @@ var (
 var toolLabels = []string{"tool_kind", "tool_namespace", "tool"}
 
 func init() {
-	metrics.Registry.MustRegister(claimConflicts, outcomes, deletionWatchSynced, dispatchInFlight, dispatchWaiting, dispatchLimit)
+	metrics.Registry.MustRegister(claimConflicts, outcomes, deletionWatchSynced, dispatchInFlight, dispatchWaiting, dispatchLimit, shardMembers)
 }

@@ -71,6 +71,9 @@ type ToolActionReconciler struct {
 	Pacer *Pacer
 	// Dispatcher makes the downstream calls, off the reconcile workers.
 	Dispatcher *Dispatcher
+	// Shards says which active actions this manager handles; nil handles
+	// every one.
+	Shards *Shards
 
 	// queue is the controller's work queue, for the calls the dispatcher
 	// finishes and the actions it wakes.
@@ -112,7 +115,32 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// Another live manager owns this active action; a change of members
+	// hands it back (ResyncOwned). Finished actions are handled by whichever
+	// manager is told of them, as few events concern them.
+	if !action.Status.Phase.IsTerminal() && !r.Shards.Owns(req.NamespacedName) {
+		return ctrl.Result{}, nil
+	}
 	return r.advance(ctx, &action)
+}
+
+// ResyncOwned has the active actions that owns accepts reconciled: a
+// change of members may have given this manager some.
+func (r *ToolActionReconciler) ResyncOwned(ctx context.Context, owns func(types.NamespacedName) bool) {
+	q := r.queue.Load()
+	if q == nil {
+		return // the controller has not started: its first list reconciles every action
+	}
+	var actions v1alpha1.ToolActionList
+	if err := r.Client.List(ctx, &actions); err != nil {
+		log.FromContext(ctx).Error(err, "Cannot list the active actions to take up a changed share")
+		return
+	}
+	for i := range actions.Items {
+		if key := client.ObjectKeyFromObject(&actions.Items[i]); owns(key) {
+			(*q).Add(reconcile.Request{NamespacedName: key})
+		}
+	}
 }
 
 // advance decides and performs the action's next step. The tool is resolved

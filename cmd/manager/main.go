@@ -25,6 +25,8 @@ func main() {
 	flag.IntVar(&opts.MaxDispatchesPerNamespace, "max-dispatches-per-namespace", 0, "Downstream calls in flight at once for the actions of one namespace, so that one tenant's backlog leaves room for the others; half of --max-concurrent-dispatches when 0.")
 	flag.BoolVar(&opts.SuccessEvents, "success-events", false, "Also record a Normal event for every successful dispatch (one more API write per action); by default only what needs attention makes an event.")
 	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
+	flag.BoolVar(&opts.NoSharding, "no-sharding", false, "Have every replica race for every active action, as one unsharded manager does. By default replicas split the active actions by key hash over the live members' Leases in the operator namespace; the claim keeps every dispatch single either way.")
+	flag.DurationVar(&opts.MemberLeaseDuration, "member-lease-duration", app.DefaultMemberLeaseDuration, "How long this replica's member Lease lasts without renewal (renewed every third of it): how soon the other replicas take the share of one that died.")
 	flag.Float64Var(&opts.RetentionRate, "retention-rate", app.DefaultRetentionRate, "Records retired into tombstones, and tombstones deleted once their key retention passes, per second (three writes a record). Bounds how hard a backlog (say 100k records coming due at once) presses on the API server; keep it above the rate at which actions of tools with a retention finish, or the backlog grows.")
 	flag.StringVar(&opts.Namespace, "operator-namespace", "", "Namespace holding the Secrets of ClusterTools; $POD_NAMESPACE or toolledger-system when empty.")
 	zapOpts := zap.Options{}

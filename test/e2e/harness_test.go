@@ -568,6 +568,7 @@ func (ps *processes) startManager(kubeconfig, id string, leaseGrace time.Duratio
 		"--metrics-bind-address=0",
 		"--health-probe-bind-address=0",
 		"--lease-grace=" + leaseGrace.String(),
+		"--member-lease-duration=" + memberLeaseDuration.String(),
 		"--max-concurrent-reconciles=8",
 	}, func(line string) {
 		// Workers start once the caches are synced: from then on the

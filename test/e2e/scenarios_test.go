@@ -29,12 +29,17 @@ import (
 // a claim whose executor died lapses 2s after it was written.
 const leaseGrace = time.Second
 
+// memberLeaseDuration is every manager's --member-lease-duration: a killed
+// manager's share passes to the others 3s after its last renewal.
+const memberLeaseDuration = 3 * time.Second
+
 func allScenarios() []scenario {
 	compensatable := toolOptions{class: v1alpha1.Compensatable, lookup: true}
 	return []scenario{
 		{"crash-1", "1 manager, SIGKILLed mid-dispatch and replaced", crashScenario(1, allStages)},
 		{"crash-2", "2 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(2, victimStages)},
 		{"crash-3", "3 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(3, victimStages)},
+		{"share-kill", "3 managers sharing the actions by key, one holding claims SIGKILLed and not replaced until the others finish its share", shareKill},
 		{"apiserver-restart", "kube-apiserver restarted mid-flight", restartScenario("kube-apiserver", (*cluster).restartAPIServer)},
 		{"etcd-restart", "etcd restarted mid-flight (data kept)", restartScenario("etcd", (*cluster).restartEtcd)},
 		{"drop-after-commit", "downstream: response dropped after commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
@@ -527,6 +532,105 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 			s.paths(sc))
 		return err
 	}
+}
+
+// shareKill kills, in each trial, one of three managers while it holds
+// claims on requests held downstream, and replaces it only once the
+// trial's intents settled: the two others must take its share when its
+// member Lease lapses, settle its claimed actions by lookup and finish the
+// ones it owned and had not claimed. It runs a fifth of the trials of the
+// other scenarios, as each waits for its trial to settle.
+func shareKill(s *suite, sc *run) error {
+	d, err := s.procs.startDownstream(sc.name, true)
+	if err != nil {
+		return err
+	}
+	defer d.proc.stop(5 * time.Second)
+	var pool []*manager
+	defer func() {
+		for _, m := range pool {
+			m.proc.stop(10 * time.Second)
+		}
+	}()
+	var (
+		wg             sync.WaitGroup
+		byOthers, kept int
+		handover       time.Duration
+		kills          int
+	)
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	for i := range max(s.trials/5, 1) {
+		if s.ctx.Err() != nil {
+			break
+		}
+		rng := s.rngFor(sc.name, i)
+		for len(pool) < 3 {
+			m, err := s.startManager("share", leaseGrace)
+			if err != nil {
+				return err
+			}
+			pool = append(pool, m)
+		}
+		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+		if err != nil {
+			return err
+		}
+		n := intRange(rng, 8, 12)
+		keys := intents(tr, rng, "order", n)
+		if err := d.clearFaults(s.ctx); err != nil {
+			return err
+		}
+		if err := d.inject(s.ctx, crashFaults(rng, stageHeld, n)...); err != nil {
+			return err
+		}
+		s.invokeAll(ctx, tr, keys, &wg)
+		k, err := s.killAt(pool, tr, stageHeld, rng)
+		if err != nil {
+			return err
+		}
+		killed := time.Now()
+		kills++
+		victim := pool[k.victim].id
+		if !k.hit {
+			s.logf("%s: trial %d: no manager held a request downstream within 3s; killed %s at random", sc.name, i, victim)
+		}
+		s.waitSettled([]*trial{tr}, settleTimeout)
+		handover = max(handover, time.Since(killed))
+		var list v1alpha1.ToolActionList
+		if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+			return err
+		}
+		for _, a := range list.Items {
+			touchedByVictim := slices.ContainsFunc(a.Status.History, func(h v1alpha1.Transition) bool { return h.Executor == victim })
+			last := a.Status.History[len(a.Status.History)-1].Executor
+			switch {
+			case !a.Status.Phase.IsSettled():
+				tr.violation(a.Name, "not settled by the managers alive after %s was killed", victim)
+			case !touchedByVictim:
+				kept++
+			case last == victim:
+				// Finished before the kill.
+			default:
+				byOthers++
+			}
+		}
+		m, err := s.startManager("share", leaseGrace)
+		if err != nil {
+			return err
+		}
+		pool[k.victim] = m
+	}
+	wg.Wait()
+	err = s.verify(sc)
+	if kills > 0 && byOthers == 0 {
+		err = errors.Join(err, fmt.Errorf("none of %d killed managers left an action for the others: the scenario showed no handover", kills))
+	}
+	sc.row.Notes = append(sc.row.Notes,
+		fmt.Sprintf("%d SIGKILLs of a manager holding claims; %d actions it had written and left unfinished, every one settled by the two others (the longest wait from a kill to its trial settled: %s); %d actions of the trials the victim never wrote",
+			kills, byOthers, handover.Round(100*time.Millisecond), kept),
+		s.paths(sc))
+	return err
 }
 
 // crashFaults shapes the downstream so that the aimed-at point lasts long

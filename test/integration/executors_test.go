@@ -10,12 +10,16 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/controllers"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
@@ -30,10 +34,17 @@ var _ = Describe("Several executors", func() {
 		createTool(ns)
 	})
 
-	It("dispatch every one of 300 actions exactly once with 3 managers and no leader election", func() {
+	// runThreeManagers creates 300 actions for three managers started with
+	// opts, checks each was dispatched exactly once, and returns the
+	// compare-and-set conflicts by step and the dispatches by executor.
+	runThreeManagers := func(opts app.Options) (conflicts map[string]float64, executors map[string]int) {
 		conflictsBefore := claimConflicts()
 		for i := range 3 {
-			startManager(fmt.Sprintf("executor-%d", i), nil)
+			opts.ExecutorID = fmt.Sprintf("executor-%d", i)
+			startManagerWith(opts, nil)
+		}
+		if !opts.NoSharding {
+			waitForMembers(3)
 		}
 
 		const actions, creators = 300, 30
@@ -64,7 +75,7 @@ var _ = Describe("Several executors", func() {
 			}
 		}, 3*time.Minute, time.Second).Should(Succeed())
 
-		executors := map[string]int{}
+		executors = map[string]int{}
 		var list v1alpha1.ToolActionList
 		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
 		for _, a := range list.Items {
@@ -74,14 +85,57 @@ var _ = Describe("Several executors", func() {
 			Expect(a.Status.Attempts).To(Equal(int32(1)))
 			executors[a.Status.Claim.Executor]++
 		}
-		conflicts := claimConflicts()
+		conflicts = claimConflicts()
 		for step := range conflicts {
 			conflicts[step] -= conflictsBefore[step]
 		}
 		AddReportEntry("compare-and-set conflicts (each a write that lost, dispatching nothing)", fmt.Sprint(conflicts))
 		AddReportEntry("actions dispatched per executor", fmt.Sprint(executors))
 		GinkgoWriter.Printf("conflicts by step: %v; dispatches by executor: %v\n", conflicts, executors)
+		return conflicts, executors
+	}
+
+	It("dispatch every one of 300 actions exactly once with 3 unsharded managers racing for each", func() {
+		conflicts, _ := runThreeManagers(app.Options{LeaseGrace: time.Second, NoSharding: true})
 		Expect(conflicts["finalizer"]+conflicts["claim"]).To(BeNumerically(">", 0), "three managers raced for the same actions")
+	})
+
+	It("split 300 actions among 3 sharded managers, each dispatched once by its owner, without racing", func() {
+		conflicts, executors := runThreeManagers(app.Options{LeaseGrace: time.Second, MemberLeaseDuration: 3 * time.Second})
+		Expect(executors).To(HaveLen(3), "every manager dispatched its share")
+		for executor, n := range executors {
+			// 100 each on average; rendezvous hashing of 300 keys stays within 60–140.
+			Expect(n).To(BeNumerically(">=", 60), "share of %s", executor)
+		}
+		Expect(conflicts["finalizer"]+conflicts["claim"]).To(BeZero(), "managers that agree on the members never race")
+	})
+
+	It("hand a dead manager's share to the live one when its member Lease lapses", func() {
+		startManagerWith(app.Options{ExecutorID: "executor-b", LeaseGrace: time.Second, MemberLeaseDuration: 3 * time.Second}, nil)
+		// A member that renewed its Lease once and died: about half the keys are its.
+		renewed := metav1.NewMicroTime(time.Now())
+		ghost := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: app.DefaultNamespace(), Name: "toolledger-member-ghost", Labels: map[string]string{controllers.MemberLabel: "true"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To(int32(5)), RenewTime: &renewed},
+		}
+		Expect(k8s.Create(ctx, ghost)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), ghost) })
+		waitForMembers(2)
+		created := time.Now()
+		for i := range 40 {
+			Expect(k8s.Create(ctx, action(ns, fmt.Sprintf("shared-%02d", i), i+1))).To(Succeed())
+		}
+		waited := 0
+		for i := range 40 {
+			done := env.WaitForPhase(ns, fmt.Sprintf("shared-%02d", i), v1alpha1.PhaseSucceeded)
+			Expect(done.Status.Claim.Executor).To(Equal("executor-b"))
+			if done.Status.History[0].Time.Sub(created) > 2*time.Second {
+				waited++
+			}
+		}
+		// The ghost's share waited for its Lease to lapse (5s after its
+		// renewal, about 3.5s after the creates); executor-b's own did not.
+		Expect(waited).To(And(BeNumerically(">", 0), BeNumerically("<", 40)), "actions first handled more than 2s after their creation")
 	})
 
 	It("lets the next manager settle an attempt whose executor stopped after the claim, before the request left", func() {
@@ -240,6 +294,18 @@ func transitions(a *v1alpha1.ToolAction) []string {
 		out = append(out, fmt.Sprintf("%s/%s@%s", t.To, t.Reason, t.Executor))
 	}
 	return out
+}
+
+// waitForMembers waits until n member Leases are held and every manager
+// has listed them once since (a renewal period of the 3s Leases).
+func waitForMembers(n int) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		var leases coordinationv1.LeaseList
+		g.Expect(k8s.List(context.Background(), &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{controllers.MemberLabel: "true"})).To(Succeed())
+		g.Expect(leases.Items).To(HaveLen(n))
+	}).Should(Succeed())
+	time.Sleep(1500 * time.Millisecond)
 }
 
 // claimConflicts reads toolledger_claim_conflicts_total by step from the

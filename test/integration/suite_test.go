@@ -52,7 +52,11 @@ var _ = BeforeSuite(func() {
 // startManager runs a manager with its own executor identity until the
 // returned function stops it. wrap, when set, intercepts its dispatches.
 func startManager(executor string, wrap func(adapter.Adapter) adapter.Adapter) (stop func()) {
-	opts := app.Options{ExecutorID: executor, LeaseGrace: time.Second}
+	return startManagerWith(app.Options{ExecutorID: executor, LeaseGrace: time.Second, MemberLeaseDuration: 3 * time.Second}, wrap)
+}
+
+// startManagerWith is startManager with the manager's options.
+func startManagerWith(opts app.Options, wrap func(adapter.Adapter) adapter.Adapter) (stop func()) {
 	if wrap != nil {
 		registry, err := adapter.NewRegistry(wrap(&httpadapter.Connector{Secrets: k8s}))
 		Expect(err).NotTo(HaveOccurred())

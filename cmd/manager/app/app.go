@@ -55,6 +55,14 @@ type Options struct {
 	MaxDispatchesPerNamespace int
 	// LeaseGrace is added to a tool's timeout to give a claim's lease.
 	LeaseGrace time.Duration
+	// NoSharding has every replica race for every action; by default
+	// replicas split the active actions by key (controllers.Shards). Leader
+	// election turns sharding off: the leader handles every action.
+	NoSharding bool
+	// MemberLeaseDuration is how long a replica's member Lease lasts
+	// without renewal: how soon the others take a dead replica's share.
+	// DefaultMemberLeaseDuration when zero; renewed every third of it.
+	MemberLeaseDuration time.Duration
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
 	// GracefulShutdownTimeout bounds how long in-flight attempts may finish
@@ -110,6 +118,9 @@ const DefaultRetentionRate = 30
 // DefaultMaxConcurrentDispatches is the downstream calls a manager has in
 // flight at most by default, over every tool.
 const DefaultMaxConcurrentDispatches = 64
+
+// DefaultMemberLeaseDuration is how long a member Lease lasts by default.
+const DefaultMemberLeaseDuration = 15 * time.Second
 
 // DefaultExecutorID is the pod name when set (POD_NAME, from the downward
 // API), else the host name; a random suffix keeps two processes on one host apart.
@@ -167,6 +178,9 @@ func (opts Options) withDefaults() Options {
 	if opts.LeaseGrace <= 0 {
 		opts.LeaseGrace = 30 * time.Second
 	}
+	if opts.MemberLeaseDuration <= 0 {
+		opts.MemberLeaseDuration = DefaultMemberLeaseDuration
+	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -203,6 +217,28 @@ func DefaultAdapters(mgr ctrl.Manager, inFlight int) *adapter.Registry {
 	return registry
 }
 
+// addShards has the reconciler handle only its share of the active actions.
+// The member Leases are read and written without the cache, so that no
+// informer watches Leases across the cluster.
+func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler) error {
+	leases, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return fmt.Errorf("cannot create the member Lease client: %w", err)
+	}
+	reconciler.Shards = &controllers.Shards{
+		Client:    leases,
+		Namespace: opts.Namespace,
+		Identity:  opts.ExecutorID,
+		Duration:  opts.MemberLeaseDuration,
+		Renew:     opts.MemberLeaseDuration / 3,
+		Resync:    reconciler.ResyncOwned,
+	}
+	if err := mgr.Add(reconciler.Shards); err != nil {
+		return fmt.Errorf("cannot add the member Lease: %w", err)
+	}
+	return nil
+}
+
 // Setup registers the toolledger controllers, watches, sweeps and health
 // checks with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
@@ -234,6 +270,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		OperatorNamespace:       opts.Namespace,
 		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
 		Dispatcher:              dispatcher,
+	}
+	// Under leader election the leader alone reconciles, so it keeps
+	// every key.
+	if !opts.NoSharding && !opts.LeaderElection {
+		if err := addShards(mgr, opts, reconciler); err != nil {
+			return err
+		}
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)
