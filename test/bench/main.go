@@ -14,6 +14,9 @@
 //   - writes per action, from the kube-apiserver's own metrics;
 //   - recovery: actions in flight against a slow downstream that does not
 //     deduplicate, the manager process SIGKILLed and restarted;
+//   - dispatch: throughput with a slow downstream against the ceiling, a
+//     fast tool's latency beside a hung tool's backlog, and 1, 2 and 3
+//     manager processes sharing the actions;
 //   - the manager process's memory with few and many finished actions;
 //   - tombstones: the check each new action makes, the bytes a tombstone
 //     takes in etcd against a finished record, live latency while the
@@ -80,6 +83,14 @@ var knobs = []*knob{
 	{flag: "recovery-lease-grace", env: "BENCH_RECOVERY_LEASE_GRACE", full: "30s", smoke: "2s", help: "--lease-grace of the recovery manager process (30s is the default)"},
 	{flag: "recovery-kill-at", env: "BENCH_RECOVERY_KILL_AT", full: "0.3", smoke: "0.3", help: "share of the recovery actions terminal when the manager is killed"},
 	{flag: "recovery-timeout", env: "BENCH_RECOVERY_TIMEOUT", full: "10m", smoke: "2m", help: "longest wait for every recovery action to be terminal after the restart"},
+	{flag: "dispatch-concurrency", env: "BENCH_DISPATCH_CONCURRENCY", full: "128", smoke: "8", help: "callers in the dispatch step's closed loops (the slow downstream against the ceiling, and the replica runs)"},
+	{flag: "dispatch-delay", env: "BENCH_DISPATCH_DELAY", full: "300ms", smoke: "300ms", help: "the slow downstream's mean latency in the dispatch step"},
+	{flag: "dispatch-jitter", env: "BENCH_DISPATCH_JITTER", full: "100ms", smoke: "100ms", help: "the slow downstream's latency spread (uniform, ± this)"},
+	{flag: "dispatch-hung", env: "BENCH_DISPATCH_HUNG", full: "200", smoke: "20", help: "actions queued on a tool whose downstream answers nothing while a fast tool is timed (0 for none)"},
+	{flag: "dispatch-rate", env: "BENCH_DISPATCH_RATE", full: "20", smoke: "5", help: "fast tool actions per second offered alone and beside the hung backlog"},
+	{flag: "dispatch-duration", env: "BENCH_DISPATCH_DURATION", full: "20s", smoke: "3s", help: "length of each of those two runs"},
+	{flag: "dispatch-replicas", env: "BENCH_DISPATCH_REPLICAS", full: "1,2,3", smoke: "1,2", help: "manager processes in each replica run (\"\" for none)"},
+	{flag: "dispatch-bounded", env: "BENCH_DISPATCH_BOUNDED", full: "8", smoke: "8", help: "--max-concurrent-dispatches of the replica runs where each replica, not the API server, bounds the throughput"},
 	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
 	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions (and parallel deletes when they become tombstones)"},
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
@@ -119,6 +130,14 @@ type settings struct {
 	RecoveryLeaseGrace      time.Duration
 	RecoveryKillAt          float64
 	RecoveryTimeout         time.Duration
+	DispatchConcurrency     int
+	DispatchDelay           time.Duration
+	DispatchJitter          time.Duration
+	DispatchHung            int
+	DispatchRate            float64
+	DispatchDuration        time.Duration
+	DispatchReplicas        []int
+	DispatchBounded         int
 	MemorySteps             []int
 	MemoryCreateConcurrency int
 	MemoryGCWait            time.Duration
@@ -225,6 +244,14 @@ func parseSettings(args []string) (settings, error) {
 		RecoveryLeaseGrace:      dur("recovery-lease-grace"),
 		RecoveryKillAt:          float("recovery-kill-at"),
 		RecoveryTimeout:         dur("recovery-timeout"),
+		DispatchConcurrency:     num("dispatch-concurrency"),
+		DispatchDelay:           dur("dispatch-delay"),
+		DispatchJitter:          dur("dispatch-jitter"),
+		DispatchHung:            num("dispatch-hung"),
+		DispatchRate:            float("dispatch-rate"),
+		DispatchDuration:        dur("dispatch-duration"),
+		DispatchReplicas:        list("dispatch-replicas"),
+		DispatchBounded:         num("dispatch-bounded"),
 		MemorySteps:             list("memory-steps"),
 		MemoryCreateConcurrency: num("memory-create-concurrency"),
 		MemoryGCWait:            dur("memory-gc-wait"),
@@ -244,6 +271,9 @@ func parseSettings(args []string) (settings, error) {
 	}
 	if s.Measure <= 0 || s.Rounds <= 0 || s.Workers <= 0 || s.WritesActions <= 0 || s.RecoveryActions <= 0 {
 		errs = append(errs, errors.New("-measure, -rounds, -workers, -writes-actions and -recovery-actions must be positive"))
+	}
+	if s.DispatchConcurrency <= 0 || s.DispatchBounded <= 0 || s.DispatchRate <= 0 || s.DispatchDuration <= 0 || s.DispatchHung < 0 || s.DispatchJitter > s.DispatchDelay {
+		errs = append(errs, errors.New("-dispatch-concurrency, -dispatch-bounded, -dispatch-rate and -dispatch-duration must be positive, -dispatch-hung not negative, and -dispatch-jitter at most -dispatch-delay"))
 	}
 	if s.TombstoneSample < 0 || s.RetentionRecords < 0 || s.TombstoneSettle < 0 {
 		errs = append(errs, errors.New("-tombstone-sample, -retention-records and -tombstone-settle must not be negative"))
@@ -295,6 +325,7 @@ type results struct {
 	Duplicate   *duplicateResult
 	Limiter     *limiterResult
 	Recovery    *recoveryResult
+	Dispatch    *dispatchResult
 	Memory      []memoryStep
 	SizesSDK    objectSizes
 	SizesMemory objectSizes
@@ -524,6 +555,12 @@ func (b *bench) run(ctx context.Context) (err error) {
 		}
 	}
 	if err := b.throughput(ctx); err != nil {
+		return err
+	}
+	if err := b.restartPlane(ctx, "dispatch"); err != nil {
+		return err
+	}
+	if err := b.dispatch(ctx); err != nil {
 		return err
 	}
 	if err := b.restartPlane(ctx, "steps"); err != nil {

@@ -31,7 +31,9 @@ import (
 // answers 200 once a key has an effect, 409 while one is in progress and
 // 404 otherwise.
 type countingDownstream struct {
+	// delay ± jitter (uniformly) is how long each request takes.
 	delay    time.Duration
+	jitter   time.Duration
 	mu       sync.Mutex
 	effects  map[string]int
 	inflight map[string]int
@@ -73,7 +75,7 @@ func (d *countingDownstream) apply(w http.ResponseWriter, r *http.Request) {
 	d.requests++
 	d.inflight[key]++
 	d.mu.Unlock()
-	time.Sleep(d.delay) // not the request's context: the effect happens anyway
+	time.Sleep(jittered(d.delay, d.jitter)) // not the request's context: the effect happens anyway
 	d.mu.Lock()
 	d.inflight[key]--
 	d.effects[key]++

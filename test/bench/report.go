@@ -53,6 +53,7 @@ type reportView struct {
 	Duplicate     *duplicateView
 	Writes        *writesView
 	Recovery      *recoveryView
+	Dispatch      *dispatchView
 	Memory        memoryView
 	// Tombstones is section 7; nil when none of it ran.
 	Tombstones *tombstonesView
@@ -76,6 +77,7 @@ func (b *bench) view() reportView {
 		Duplicate:     duplicateFigures(r.Duplicate),
 		Writes:        writesFigures(r.Writes),
 		Recovery:      recoveryFigures(r.Recovery),
+		Dispatch:      dispatchFigures(r.Dispatch, r.SplitCPUs),
 		Memory:        memoryFigures(r.Memory),
 		Tombstones:    tombstonesFigures(r.Writes, r.Tombstones),
 		Tuning:        b.tuningFigures(),
@@ -871,4 +873,74 @@ func sharedRatios(levels []levelResult) []levelResult {
 		}
 	}
 	return out
+}
+
+// dispatchView is section 8: the slow downstream against the ceiling, the
+// fast tool beside a hung one, and the replica runs against one replica.
+type dispatchView struct {
+	Result *dispatchResult
+	// SplitCPUs is whether the control plane had CPUs of its own;
+	// MaxReplicas the most replicas of a run.
+	SplitCPUs            bool
+	MaxReplicas          int
+	SlowRatio, HungRatio float64
+	SlowMark, HungMark   string
+	Scaling              []scalingRow
+	ShardedConflicts     float64 // lost claims per action, sharded runs of more than one replica
+	UnshardedConflicts   float64 // and unsharded
+	UnshardedFast        []scalingRow
+}
+
+// scalingRow is a replica run against the one-replica run of its kind.
+type scalingRow struct {
+	replicaRun
+	Ratio, Target float64
+	Mark          string
+}
+
+func dispatchFigures(d *dispatchResult, splitCPUs bool) *dispatchView {
+	if d == nil {
+		return nil
+	}
+	v := &dispatchView{Result: d, SplitCPUs: splitCPUs,
+		SlowRatio: safeDiv(d.Slow.Throughput, d.Ceiling.Throughput),
+		HungRatio: safeDiv(float64(d.Beside.P99), float64(d.FastAlone.P99)),
+	}
+	v.SlowMark = mark(v.SlowRatio >= 0.8, false)
+	v.HungMark = mark(v.HungRatio <= 1.5 && d.FastAlone.P99 > 0, false)
+	single := map[string]float64{}
+	for _, r := range d.Replicas {
+		if r.Replicas == 1 && r.Sharded {
+			single[fmt.Sprintf("%s/%d", r.Downstream, r.Dispatches)] = r.Run.Throughput
+		}
+	}
+	var sharded, unsharded, shardedN, unshardedN float64
+	for _, r := range d.Replicas {
+		row := scalingRow{replicaRun: r, Ratio: safeDiv(r.Run.Throughput, single[fmt.Sprintf("%s/%d", r.Downstream, r.Dispatches)])}
+		switch {
+		case r.Replicas == 1:
+		case r.Downstream == "fast":
+			row.Target = 1.0
+		default:
+			// The targets: 1.6 with two replicas, 2.2 with three.
+			row.Target = 1.0 + 0.6*float64(r.Replicas-1)
+		}
+		if row.Target > 0 {
+			row.Mark = mark(row.Ratio >= row.Target, false)
+		}
+		v.MaxReplicas = max(v.MaxReplicas, r.Replicas)
+		if r.Replicas > 1 && r.Sharded {
+			sharded += r.ClaimConflicts
+			shardedN++
+		}
+		if !r.Sharded {
+			unsharded += r.ClaimConflicts
+			unshardedN++
+			v.UnshardedFast = append(v.UnshardedFast, row)
+			continue
+		}
+		v.Scaling = append(v.Scaling, row)
+	}
+	v.ShardedConflicts, v.UnshardedConflicts = safeDiv(sharded, shardedN), safeDiv(unsharded, unshardedN)
+	return v
 }

@@ -142,6 +142,30 @@ func fullSettings() settings {
 		WritesActions: 300, Duplicates: 200, RecoveryActions: 1000, RecoveryWorkers: 64,
 		RecoveryDelay: 2 * time.Second, RecoveryLeaseGrace: 30 * time.Second, RecoveryKillAt: 0.3,
 		MemorySteps: []int{1000, 50000}, MemoryCreateConcurrency: 32, MemoryGCWait: 130 * time.Second,
+		DispatchConcurrency: 128, DispatchDelay: 300 * time.Millisecond, DispatchJitter: 100 * time.Millisecond,
+		DispatchHung: 200, DispatchRate: 20, DispatchDuration: 20 * time.Second, DispatchReplicas: []int{1, 2, 3}, DispatchBounded: 8,
+	}
+}
+
+// fullDispatch is section 8 with scaling that meets its targets with the
+// bounded dispatcher and not with the API server as the bound.
+func fullDispatch() *dispatchResult {
+	replica := func(downstream string, dispatches int, sharded bool, n int, tp, conflicts float64) replicaRun {
+		return replicaRun{Downstream: downstream, Dispatches: dispatches, Sharded: sharded, Replicas: n, Run: sampleRun(128, 1, tp, 900), ClaimConflicts: conflicts}
+	}
+	slow := "300ms ± 100ms"
+	return &dispatchResult{Concurrency: 128, Delay: 300 * time.Millisecond, Jitter: 100 * time.Millisecond, MaxDispatches: 64, PerNamespace: 32,
+		Ceiling: sampleRun(128, 1, 88.1, 2400), Slow: sampleRun(128, 1, 74.2, 2900),
+		FastAlone: openLoopSummary{Samples: 360, P50: msec(31.2), P95: msec(52.3), P99: msec(70.4)},
+		Beside:    openLoopSummary{Samples: 360, P50: msec(33.9), P95: msec(58.1), P99: msec(81.7)},
+		Hung:      200, HungHeld: 32, HungWaiting: 168, Rate: 20, Duration: 20 * time.Second, Bounded: 8,
+		Replicas: []replicaRun{
+			replica("fast", 64, true, 1, 80.3, 0), replica(slow, 64, true, 1, 70.2, 0), replica(slow, 8, true, 1, 25.9, 0),
+			replica("fast", 64, true, 2, 76.1, 0.004), replica(slow, 64, true, 2, 71.9, 0.002), replica(slow, 8, true, 2, 50.8, 0.001),
+			replica("fast", 64, false, 2, 61.5, 0.31),
+			replica("fast", 64, true, 3, 73.5, 0.006), replica(slow, 64, true, 3, 70.8, 0.003), replica(slow, 8, true, 3, 69.0, 0.002),
+			replica("fast", 64, false, 3, 55.2, 0.52),
+		},
 	}
 }
 
@@ -241,6 +265,7 @@ func fullResults() results {
 			}},
 		Limiter:  &limiterResult{Concurrency: 8, QPS: 5, Burst: 10, Limited: sampleRun(8, 1, 5.1, 1900), Unlimited: sampleRun(8, 1, 71.2, 250)},
 		Recovery: fullRecovery(),
+		Dispatch: fullDispatch(),
 		Memory: []memoryStep{
 			{Present: 1000, Created: 1000, CreateTime: msec(8200), SettleTime: msec(3400), HeapLive: 5.3e6, HeapInuse: 7e6, RSS: 40e6,
 				AfterGC: true, GCWaited: msec(118000), HeapLiveAfterGC: 5.1e6, HeapInuseAfterGC: 6.8e6, RSSAfterGC: 41e6},
@@ -309,6 +334,7 @@ func verdictsBench() *bench {
 	r.Tombstones = tombstoneResults{Sizes: &sz, Sweep: &sw, State: &st}
 	r.Duplicate.EtcdMetric, r.Duplicate.RVChanged, r.Duplicate.NotDeduplicated = false, 1, 2
 	r.Recovery.Lost, r.Recovery.TimedOut = 1, true
+	r.Dispatch.Beside.P99, r.Dispatch.Slow.Throughput = msec(140.8), 52.5
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
 	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
 }

@@ -108,6 +108,11 @@ type openLoopSummary struct {
 	Errors        int
 }
 
+func summarizeOpenLoop(r openLoopResult) openLoopSummary {
+	return openLoopSummary{Samples: len(r.Latencies), Errors: r.Errors,
+		P50: percentile(r.Latencies, 50), P95: percentile(r.Latencies, 95), P99: percentile(r.Latencies, 99)}
+}
+
 // latency offers Load × the best baseline throughput as a fixed arrival
 // rate (an open loop: arrivals do not wait for earlier ones) and times each
 // SDK Invoke from the apply to the Succeeded it returns; then it offers the
@@ -183,8 +188,7 @@ func (b *bench) latency(ctx context.Context, state string) error {
 	if err != nil {
 		return err
 	}
-	res.Ceiling = openLoopSummary{Samples: len(c.Latencies), Errors: c.Errors,
-		P50: percentile(c.Latencies, 50), P95: percentile(c.Latencies, 95), P99: percentile(c.Latencies, 99)}
+	res.Ceiling = summarizeOpenLoop(c)
 	if c.FirstErr != nil {
 		b.fail("ceiling latency run (%s): %d errors, first: %v", state, c.Errors, c.FirstErr)
 	}
