@@ -105,6 +105,9 @@ func (r *ToolActionReconciler) retire(ctx context.Context, action *v1alpha1.Tool
 // scheduled: records finished by a ToolResolution, by a manager that has
 // since stopped or before a restart, and tombstones past their key
 // retention. It reads pages from the API server and keeps none of them.
+// Each replica sweeps the keys it owns (Shards), so replicas share a
+// backlog instead of racing through it; a dead replica's keys are swept by
+// the others from their next sweep after its Lease lapsed.
 type RetentionSweep struct {
 	Reconciler *ToolActionReconciler
 	Every      time.Duration
@@ -189,7 +192,7 @@ func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, p
 		for i := range page.Items {
 			action := &page.Items[i]
 			if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-				action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) {
+				action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(action)) {
 				continue
 			}
 			if err := s.waitTurn(ctx, action.UID); err != nil {
@@ -225,7 +228,7 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 		}
 		for i := range page.Items {
 			tomb := &page.Items[i]
-			if !keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) {
+			if !keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
 				continue
 			}
 			if err := s.waitTurn(ctx, tomb.UID); err != nil {
