@@ -1,14 +1,23 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // shardKeys are 3000 action keys over three namespaces, named as agents name them.
@@ -24,7 +33,7 @@ func TestShardsSplitKeysEvenly(t *testing.T) {
 	members := []string{"toolledger-7d9f-abc123", "toolledger-7d9f-abc124", "toolledger-7d9f-abc125"}
 	counts := map[string]int{}
 	for _, k := range shardKeys() {
-		counts[owner(members, k)]++
+		counts[ShardOwner(members, k)]++
 	}
 	for _, m := range members {
 		// 1000 each on average; 850 is more than five standard deviations off.
@@ -39,14 +48,14 @@ func TestShardsMoveOnlyTheKeysOfAMemberThatLeaves(t *testing.T) {
 	two := []string{"a-1", "c-3"}
 	moved := 0
 	for _, k := range shardKeys() {
-		before, after := owner(three, k), owner(two, k)
+		before, after := ShardOwner(three, k), ShardOwner(two, k)
 		if before != after {
 			moved++
 			if before != "b-2" {
 				t.Fatalf("key %s moved from %s to %s, though only b-2 left", k, before, after)
 			}
 		}
-		if before == "b-2" && after == "b-2" {
+		if after == "b-2" {
 			t.Fatalf("key %s still belongs to b-2, which left", k)
 		}
 	}
@@ -62,8 +71,8 @@ func TestShardsOwnEveryKeyUntilMembersAreKnown(t *testing.T) {
 		t.Fatal("a manager that has not listed the members must own every key")
 	}
 	s.members = []string{"a-1", "b-2"}
-	if s.Owns(k) == (owner(s.members, k) != "a-1") {
-		t.Fatalf("Owns(%s) disagrees with owner %s", k, owner(s.members, k))
+	if s.Owns(k) != (ShardOwner(s.members, k) == "a-1") {
+		t.Fatalf("Owns(%s) disagrees with owner %s", k, ShardOwner(s.members, k))
 	}
 	s.members = []string{"b-2"}
 	if s.Owns(k) {
@@ -75,38 +84,144 @@ func TestShardsOwnEveryKeyUntilMembersAreKnown(t *testing.T) {
 	}
 }
 
-func TestLiveMembersDropLapsedAndDeletedLeases(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	lease := func(holder string, renewedAgo time.Duration, deleting bool) coordinationv1.Lease {
-		l := coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{
+func memberLease(name, holder, version string, renewed time.Time) coordinationv1.Lease {
+	return coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: version},
+		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(holder),
 			LeaseDurationSeconds: ptr.To(int32(15)),
-			RenewTime:            &metav1.MicroTime{Time: now.Add(-renewedAgo)},
-		}}
-		if deleting {
-			l.DeletionTimestamp = &metav1.Time{Time: now}
-		}
-		return l
-	}
-	got := liveMembers([]coordinationv1.Lease{
-		lease("c-3", time.Second, false),
-		lease("a-1", 14*time.Second, false),
-		lease("b-2", 15*time.Second, false), // lapsed just now
-		lease("d-4", time.Second, true),
-		{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("e-5")}}, // never renewed
-	}, now)
-	if fmt.Sprint(got) != "[a-1 c-3]" {
-		t.Fatalf("live members = %v, want [a-1 c-3]", got)
+			RenewTime:            &metav1.MicroTime{Time: renewed},
+		},
 	}
 }
 
-func TestLeaseNameIsAValidName(t *testing.T) {
-	for identity, want := range map[string]string{
-		"toolledger-7d9f-abc123": "toolledger-member-toolledger-7d9f-abc123",
-		"Build_Host-01-ab12cd":   "toolledger-member-build-host-01-ab12cd",
-	} {
-		if got := (&Shards{Identity: identity}).leaseName(); got != want {
-			t.Errorf("lease name of %q = %q, want %q", identity, got, want)
+func TestShardsJudgeLivenessOnTheirOwnClock(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	s := &Shards{}
+	deleting := memberLease("d", "d-4", "1", now)
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	live, stale := s.judge([]coordinationv1.Lease{
+		memberLease("c", "c-3", "1", now.Add(-time.Second)),
+		memberLease("a", "a-1", "1", now.Add(-14*time.Second)),
+		memberLease("b", "b-2", "1", now.Add(-15*time.Second)), // lapsed just now
+		memberLease("f", "f-6", "1", now.Add(time.Hour)),       // a clock an hour fast
+		memberLease("g", "g-7", "1", now.Add(-61*time.Second)), // lapsed four durations ago
+		deleting,
+		{ObjectMeta: metav1.ObjectMeta{Name: "e"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("e-5")}}, // never renewed
+	}, now)
+	if fmt.Sprint(live) != "[a-1 c-3 f-6]" {
+		t.Fatalf("live members = %v, want [a-1 c-3 f-6]", live)
+	}
+	if len(stale) != 1 || stale[0].Name != "g" {
+		t.Fatalf("stale Leases = %v, want g only", stale)
+	}
+
+	// 16s later: the fast clock's Lease was never renewed and lapses by
+	// this clock; a's was renewed (a new version) by a clock 20s slow.
+	later := now.Add(16 * time.Second)
+	live, _ = s.judge([]coordinationv1.Lease{
+		memberLease("a", "a-1", "2", later.Add(-20*time.Second)),
+		memberLease("f", "f-6", "1", now.Add(time.Hour)),
+	}, later)
+	if fmt.Sprint(live) != "[a-1]" {
+		t.Fatalf("live members 16s later = %v, want [a-1]", live)
+	}
+}
+
+func TestShardsOwnEveryKeyWhenTheirViewIsStale(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	resynced := 0
+	s := &Shards{Identity: "a-1", Duration: 15 * time.Second, Now: func() time.Time { return now },
+		members: []string{"a-1", "b-2"}, listed: now.Add(-10 * time.Second)}
+	s.Resync = func(_ context.Context, _ func(types.NamespacedName) bool) { resynced++ }
+	s.forgetMembersIfStale(context.Background())
+	if s.members == nil || resynced != 0 {
+		t.Fatal("a view listed 10s ago was forgotten")
+	}
+	now = now.Add(6 * time.Second)
+	s.forgetMembersIfStale(context.Background())
+	if s.members != nil || resynced != 1 {
+		t.Fatalf("a view listed 16s ago was kept (members %v, %d resyncs)", s.members, resynced)
+	}
+}
+
+func TestLeaseNameIsAValidNameOfItsOwn(t *testing.T) {
+	names := map[string]string{}
+	for _, identity := range []string{"toolledger-7d9f-abc123", "Build_Host-01-ab12cd", "build-host-01-ab12cd", "a..b", "a_b", "a-b"} {
+		name := (&Shards{Identity: identity}).leaseName()
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("lease name %q of %q is invalid: %v", name, identity, errs)
 		}
+		if other, taken := names[name]; taken {
+			t.Errorf("identities %q and %q share the lease name %q", other, identity, name)
+		}
+		names[name] = identity
+	}
+	if got := (&Shards{Identity: "toolledger-7d9f-abc123"}).leaseName(); got != "toolledger-member-toolledger-7d9f-abc123" {
+		t.Errorf("a valid identity's lease name is %q, want it kept as it is", got)
+	}
+}
+
+func TestShardsStopRenewingWhileTheWorkersAreWedged(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var progressing atomic.Bool
+	s := &Shards{Client: c, Namespace: "toolledger-system", Identity: "a-1", Duration: time.Second, Renew: 10 * time.Millisecond,
+		Progressing: func(time.Duration) bool { return progressing.Load() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "toolledger-system", Name: s.leaseName()}
+	version := func() string {
+		var lease coordinationv1.Lease
+		if err := c.Get(ctx, key, &lease); err != nil {
+			t.Fatal(err)
+		}
+		return lease.ResourceVersion
+	}
+	joined := version()
+	stopped := make(chan struct{})
+	go func() { _ = s.Start(ctx); close(stopped) }()
+	time.Sleep(100 * time.Millisecond)
+	if v := version(); v != joined {
+		t.Fatalf("the Lease was renewed (version %s, then %s) while the workers made no progress", joined, v)
+	}
+	progressing.Store(true)
+	for deadline := time.Now().Add(5 * time.Second); version() == joined; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Lease was not renewed once the workers moved again")
+		}
+	}
+	cancel()
+	<-stopped
+	if err := c.Get(context.Background(), key, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Lease outlived its manager's stop: %v", err)
+	}
+}
+
+func TestProgressingWhenNothingWaitsOrAReconcileReturnedLately(t *testing.T) {
+	r := &ToolActionReconciler{}
+	if !r.Progressing(time.Second) {
+		t.Fatal("a controller not started is taken to progress")
+	}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	r.queue.Store(&q)
+	q.Add(reconcile.Request{NamespacedName: key("shop", "order-1")})
+	if !r.Progressing(time.Second) {
+		t.Fatal("before the first reconcile returns, the workers are taken to progress")
+	}
+	r.reconciled.Store(time.Now().Add(-2 * time.Second).UnixNano())
+	if r.Progressing(time.Second) {
+		t.Fatal("work queued and no reconcile for 2s is progress over a 1s period")
+	}
+	r.reconciled.Store(time.Now().UnixNano())
+	if !r.Progressing(time.Second) {
+		t.Fatal("a reconcile that just returned is progress")
 	}
 }

@@ -82,6 +82,10 @@ type ToolActionReconciler struct {
 	// revisits delivers actions that left the cache but still need a
 	// reconcile of their own (see revisit).
 	revisits chan event.GenericEvent
+	// reconciled is when a reconcile last returned (Unix nanoseconds), for
+	// Progressing.
+	reconciled atomic.Int64
+
 	// revisited holds the keys whose next reconcile reads the API server:
 	// the cache may still hold the version before the change that made the
 	// revisit.
@@ -102,6 +106,7 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	// A slot the dispatcher held for this action and this reconcile did
 	// not use goes to the next action waiting.
 	defer r.Dispatcher.forget(req.NamespacedName, time.Now())
+	defer func() { r.reconciled.Store(time.Now().UnixNano()) }()
 	var action v1alpha1.ToolAction
 	// The cache holds active actions only (ActiveActions): a finished one,
 	// requeued for its key's expiry or reported by the DeletionWatch, is read
@@ -122,6 +127,18 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	return r.advance(ctx, &action)
+}
+
+// Progressing reports whether the workers keep up: nothing is queued, or a
+// reconcile returned within the last period. Until the first returns (the
+// cache may take long to sync) they are taken to. A replica whose workers
+// are wedged stops renewing its member Lease, so the others take its share.
+func (r *ToolActionReconciler) Progressing(period time.Duration) bool {
+	q, last := r.queue.Load(), r.reconciled.Load()
+	if q == nil || last == 0 || (*q).Len() == 0 {
+		return true
+	}
+	return time.Since(time.Unix(0, last)) < period
 }
 
 // ResyncOwned has the active actions that owns accepts reconciled: a
@@ -249,9 +266,14 @@ func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// An action leaving the cache is finishing (its executor scheduled
 		// what follows) or gone: neither needs a reconcile. Deletions of
-		// finished actions arrive from the DeletionWatch.
+		// finished actions arrive from the DeletionWatch. The cache holds
+		// active actions only, so another member's are dropped here, before
+		// the queue (Reconcile checks again: members may change meanwhile).
 		For(&v1alpha1.ToolAction{}, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e event.UpdateEvent) bool { return !r.ownClaim(e.ObjectOld, e.ObjectNew) },
+			CreateFunc: func(e event.CreateEvent) bool { return r.Shards.Owns(client.ObjectKeyFromObject(e.Object)) },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return !r.ownClaim(e.ObjectOld, e.ObjectNew) && r.Shards.Owns(client.ObjectKeyFromObject(e.ObjectNew))
+			},
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
 		WatchesRawSource(source.Channel(r.Deleting, &handler.EnqueueRequestForObject{})).

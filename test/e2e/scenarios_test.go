@@ -102,7 +102,7 @@ controller sent twice for an applied intent would count as a second effect. Thos
 ` + "`Compensatable`" + ` with the downstream's lookup by key, so the controller settles every
 ambiguous outcome by lookup and never re-sends blindly; the re-creation scenarios, which inject no
 faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers run with
-` + "`--lease-grace=1s`" + ` and no leader election.
+` + "`--lease-grace=1s`" + `, ` + "`--member-lease-duration=3s`" + ` and no leader election.
 
 * **1 manager SIGKILLed** — one trial is one tenant of 5–10 intents and one SIGKILL of
   the only manager, then a new manager. Each trial aims at a kill point (not yet claimed; claimed
@@ -114,6 +114,14 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
 * **2 or 3 managers** — as above with 2 (or 3) managers running at once: the suite freezes them
   all to look, kills one whose own claim stands at the aimed-at point (a random one at a random
   moment otherwise), thaws the others and starts a replacement.
+* **3 managers sharing the actions** — the managers split the active actions by key over their
+  member Leases (as in every scenario; ` + "`--member-lease-duration=3s`" + `). One trial is one tenant of 8–12
+  intents, every request held downstream 1.5–3.5s; the suite kills (SIGKILL, as above) a manager
+  holding such a request and starts no replacement until the trial has settled, so the two others
+  must take the victim's share when its Lease lapses, settle its claimed actions by lookup and
+  finish those it owned but had not claimed. The notes count the actions the victim had written and
+  left unfinished, each settled by another manager. It runs a fifth of the other scenarios' trials,
+  as each waits for its trial to settle.
 * **kube-apiserver / etcd restarted** — one restart per round of 10 trials (tenants of 3–6
   intents each): the intents are created at random moments over 1.5s, some held downstream by
   1–2.5s delays, and the process is stopped at a random moment 0.3–1.2s into the round, kept down
@@ -557,9 +565,13 @@ func shareKill(s *suite, sc *run) error {
 		byOthers, kept int
 		handover       time.Duration
 		kills          int
+		cancels        []context.CancelFunc
 	)
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
-	defer cancel()
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
 	for i := range max(s.trials/5, 1) {
 		if s.ctx.Err() != nil {
 			break
@@ -584,6 +596,9 @@ func shareKill(s *suite, sc *run) error {
 		if err := d.inject(s.ctx, crashFaults(rng, stageHeld, n)...); err != nil {
 			return err
 		}
+		// The agents wait for their own trial, which settles before the next.
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+		cancels = append(cancels, cancel)
 		s.invokeAll(ctx, tr, keys, &wg)
 		k, err := s.killAt(pool, tr, stageHeld, rng)
 		if err != nil {
@@ -620,6 +635,10 @@ func shareKill(s *suite, sc *run) error {
 			return err
 		}
 		pool[k.victim] = m
+		// Every manager lists the newcomer's Lease before the next trial.
+		if err := testenv.Sleep(s.ctx, memberLeaseDuration/3+500*time.Millisecond); err != nil {
+			return err
+		}
 	}
 	wg.Wait()
 	err = s.verify(sc)
