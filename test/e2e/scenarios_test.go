@@ -465,11 +465,7 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 		}
 		defer d.proc.stop(5 * time.Second)
 		var pool []*manager
-		defer func() {
-			for _, m := range pool {
-				m.proc.stop(10 * time.Second)
-			}
-		}()
+		defer stopAll(&pool)
 		var (
 			wg             sync.WaitGroup
 			aimed, reached tally
@@ -542,6 +538,14 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 	}
 }
 
+// stopAll stops the managers of a scenario's pool, as it stands when the
+// scenario ends.
+func stopAll(pool *[]*manager) {
+	for _, m := range *pool {
+		m.proc.stop(10 * time.Second)
+	}
+}
+
 // shareKill kills, in each trial, one of three managers while it holds
 // claims on requests held downstream, and replaces it only once the
 // trial's intents settled: the two others must take its share when its
@@ -555,11 +559,7 @@ func shareKill(s *suite, sc *run) error {
 	}
 	defer d.proc.stop(5 * time.Second)
 	var pool []*manager
-	defer func() {
-		for _, m := range pool {
-			m.proc.stop(10 * time.Second)
-		}
-	}()
+	defer stopAll(&pool)
 	var (
 		wg             sync.WaitGroup
 		byOthers, kept int
