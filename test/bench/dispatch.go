@@ -13,13 +13,11 @@ import (
 	"sync"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	"github.com/toolledger/toolledger/controllers"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -136,7 +134,7 @@ func (b *bench) dispatch(ctx context.Context) error {
 	if err := b.useManager(ctx, b.baseline().manager()); err != nil {
 		return err
 	}
-	if res.Slow, err = b.slowRun(ctx, "dispatch-slow", slowTool, c); err != nil {
+	if res.Slow, err = b.invokeRun(ctx, "dispatch-slow", slowTool, c); err != nil {
 		return err
 	}
 	res.SlowDuplicates = duplicates(slow)
@@ -158,9 +156,9 @@ func (b *bench) dispatch(ctx context.Context) error {
 	return nil
 }
 
-// slowRun is a closed loop of SDK invocations at concurrency c against the
+// invokeRun is a closed loop of SDK invocations at concurrency c against the
 // tool that tool makes, in a new namespace ns.
-func (b *bench) slowRun(ctx context.Context, ns string, tool func(string) *v1alpha1.Tool, c int) (runSummary, error) {
+func (b *bench) invokeRun(ctx context.Context, ns string, tool func(string) *v1alpha1.Tool, c int) (runSummary, error) {
 	if err := b.c.namespace(ctx, tool(ns)); err != nil {
 		return runSummary{}, err
 	}
@@ -330,7 +328,7 @@ func (b *bench) replicaRun(ctx context.Context, p replicaPlanned, index int, slo
 	duplicatesBefore := duplicates(slow)
 	before := conflicts()
 	ns := fmt.Sprintf("dispatch-replicas-%02d", index)
-	sum, err := b.slowRun(ctx, ns, p.tool, b.settings.DispatchConcurrency)
+	sum, err := b.invokeRun(ctx, ns, p.tool, b.settings.DispatchConcurrency)
 	if err != nil {
 		return run, err
 	}
@@ -353,14 +351,7 @@ const benchMemberLease = 3 * time.Second
 // listed them since (one renewal period, with room).
 func (b *bench) waitMembers(ctx context.Context, n int) error {
 	for deadline := time.Now().Add(time.Minute); ; {
-		var leases coordinationv1.LeaseList
-		err := b.c.k8s.List(ctx, &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{controllers.MemberLabel: "true"})
-		live := 0
-		for _, l := range leases.Items {
-			if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < benchMemberLease {
-				live++
-			}
-		}
+		live, err := testenv.LiveMembers(ctx, b.c.k8s, benchMemberLease)
 		if err == nil && live >= n {
 			return testenv.Sleep(ctx, benchMemberLease/3+time.Second)
 		}

@@ -309,17 +309,7 @@ func transitions(a *v1alpha1.ToolAction) []string {
 // of duration, and some room).
 func waitForMembers(n int, duration time.Duration) {
 	GinkgoHelper()
-	Eventually(func(g Gomega) {
-		var leases coordinationv1.LeaseList
-		g.Expect(k8s.List(context.Background(), &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{controllers.MemberLabel: "true"})).To(Succeed())
-		live := 0
-		for _, l := range leases.Items {
-			if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < duration {
-				live++
-			}
-		}
-		g.Expect(live).To(Equal(n))
-	}).Should(Succeed())
+	Eventually(func() (int, error) { return testenv.LiveMembers(context.Background(), k8s, duration) }).Should(Equal(n))
 	time.Sleep(duration/3 + 500*time.Millisecond)
 }
 
