@@ -113,6 +113,9 @@ func run(opts options) error {
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err
 	}
+	if err := createOperatorNamespace(ctx, cfg); err != nil {
+		return err
+	}
 	if err := waitUntilAdmitted(ctx, cfg, opts.namespace, guarded); err != nil {
 		return err
 	}
@@ -215,6 +218,16 @@ func startDownstream(ctx context.Context, listen string) (string, func(), error)
 
 // applySampleTool server-side-applies the sample Tool, pointed at the demo
 // downstream's real address.
+// createOperatorNamespace creates toolledger-system, where the manager
+// holds its member Lease, as the manifests do.
+func createOperatorNamespace(ctx context.Context, cfg *rest.Config) error {
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		return err
+	}
+	return testenv.CreateOperatorNamespace(ctx, c)
+}
+
 func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error {
 	if opts.sampleTool == "" {
 		return nil

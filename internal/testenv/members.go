@@ -2,14 +2,29 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/controllers"
 )
+
+// CreateOperatorNamespace creates the operator namespace, which holds the
+// managers' member Leases, as the manifests install it; one that exists
+// is left as it is.
+func CreateOperatorNamespace(ctx context.Context, c client.Client) error {
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app.DefaultNamespace()}}
+	if err := c.Create(ctx, namespace); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("cannot create the operator namespace %s: %w", namespace.Name, err)
+	}
+	return nil
+}
 
 // LiveMembers counts the managers' member Leases in the operator namespace
 // renewed within the last duration: the managers sharing the actions.

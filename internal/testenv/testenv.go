@@ -16,9 +16,6 @@ import (
 	"runtime"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,12 +94,9 @@ func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	// The operator namespace holds the managers' member Leases, as the
-	// manifests install it.
-	operatorNamespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: app.DefaultNamespace()}}
-	if err := c.Create(context.Background(), operatorNamespace); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := CreateOperatorNamespace(context.Background(), c); err != nil {
 		_ = env.Stop()
-		return nil, fmt.Errorf("cannot create the operator namespace: %w", err)
+		return nil, err
 	}
 	return &ControlPlane{Env: env, Config: cfg, Client: c}, nil
 }
