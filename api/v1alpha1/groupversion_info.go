@@ -24,7 +24,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &ToolAction{}, &ToolActionList{}, &Tool{}, &ToolList{}, &ToolResolution{}, &ToolResolutionList{}, &ClusterTool{}, &ClusterToolList{}, &Tombstone{}, &TombstoneList{})
+	scheme.AddKnownTypes(GroupVersion, &ToolAction{}, &ToolActionList{}, &Tool{}, &ToolList{}, &ToolResolution{}, &ToolResolutionList{}, &ToolApproval{}, &ToolApprovalList{}, &ClusterTool{}, &ClusterToolList{}, &Tombstone{}, &TombstoneList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

@@ -257,12 +257,20 @@ type ToolSpec struct {
 	// +kubebuilder:pruning:PreserveUnknownFields
 	ParametersSchema *apiextensionsv1.JSON `json:"parametersSchema,omitempty"`
 
-	// approvalRequired holds every action of this tool before its dispatch
-	// until an approver approves it (Approved condition). Approvals are
-	// granted through a ToolApproval, which is not served yet: until it is,
-	// such actions wait in Accepted and are never dispatched.
+	// approvalRequired holds every action of this tool before its first
+	// dispatch (phase AwaitingApproval, Approved=Unknown) until a ToolApproval
+	// of its key and request digest is applied. Approved, it is dispatched,
+	// and retried or looked up under its key with no new approval; denied, it
+	// fails with class Denied and is never dispatched.
 	// +optional
 	ApprovalRequired bool `json:"approvalRequired,omitempty"`
+
+	// selfApprovalAllowed lets the user who created an action
+	// (toolledger.dev/requested-by) approve it too. Off by default: the
+	// separation of duties refuses such an approval and the action keeps
+	// waiting for someone else's.
+	// +optional
+	SelfApprovalAllowed bool `json:"selfApprovalAllowed,omitempty"`
 
 	// recordRetention is how long a finished action's full record is kept
 	// after completion. The record is then deleted; an action that was

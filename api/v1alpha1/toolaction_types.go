@@ -109,7 +109,7 @@ type ToolActionSpec struct {
 }
 
 // Phase is a human-friendly summary of an action's conditions.
-// +kubebuilder:validation:Enum=Pending;Accepted;Executing;RetryScheduled;Succeeded;Failed;Unknown;Escalated
+// +kubebuilder:validation:Enum=Pending;Accepted;AwaitingApproval;Executing;RetryScheduled;Succeeded;Failed;Unknown;Escalated
 type Phase string
 
 const (
@@ -117,6 +117,9 @@ const (
 	PhasePending Phase = "Pending"
 	// PhaseAccepted means validated and digested, waiting to be claimed.
 	PhaseAccepted Phase = "Accepted"
+	// PhaseAwaitingApproval means accepted, and held until a ToolApproval of
+	// its request digest is applied (its tool requires one).
+	PhaseAwaitingApproval Phase = "AwaitingApproval"
 	// PhaseExecuting means claimed by an executor, which may have dispatched it.
 	PhaseExecuting Phase = "Executing"
 	// PhaseRetryScheduled means the last attempt definitely did not apply; another runs at status.nextAttemptTime.
@@ -157,8 +160,8 @@ const (
 	ConditionReconciling = "Reconciling"
 	// ConditionStalled is True when the action ended without success or was escalated.
 	ConditionStalled = "Stalled"
-	// ConditionApproved is False while an action of a tool that requires
-	// approval waits for one.
+	// ConditionApproved is Unknown while an action of a tool that requires
+	// approval waits for one, True once approved, False once denied.
 	ConditionApproved = "Approved"
 	// ConditionCompensated is True once a compensating action succeeded.
 	ConditionCompensated = "Compensated"
@@ -287,6 +290,12 @@ type ToolActionStatus struct {
 	// +optional
 	Lookups int32 `json:"lookups,omitempty"`
 
+	// approval is the decision applied to the action, for a tool that
+	// requires approval: the ToolApproval, its approver and when. An approved
+	// action keeps it for every retry and lookup under its key.
+	// +optional
+	Approval *ApprovalRecord `json:"approval,omitempty"`
+
 	// compensatedBy lists the Succeeded ToolActions that compensate this one.
 	// +optional
 	// +listType=set
@@ -332,7 +341,8 @@ type Transition struct {
 	// +optional
 	Attempt int32 `json:"attempt,omitempty"`
 
-	// executor is the controller instance, or the ToolResolution, that made the transition.
+	// executor is the controller instance, or the ToolResolution or
+	// ToolApproval, that made the transition.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Executor string `json:"executor,omitempty"`
@@ -353,6 +363,8 @@ type Transition struct {
 // +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.status.externalRef`,priority=1
+// +kubebuilder:printcolumn:name="Requested-By",type=string,JSONPath=`.metadata.annotations.toolledger\.dev/requested-by`,priority=1
+// +kubebuilder:printcolumn:name="Approved-By",type=string,JSONPath=`.status.approval.decidedBy`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.compensates) || self.spec.compensates != self.metadata.name",message="spec.compensates must name another ToolAction: a compensation is a new intent with its own key"
 
