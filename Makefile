@@ -119,7 +119,7 @@ chart-rbac: ## Copy the rules of the generated ClusterRole (config/rbac/role.yam
 	mv $(CHART_RBAC).tmp $(CHART_RBAC)
 
 # config/admission/<name>_policy.yaml is copied to files/<name>-policy.yaml.
-CHART_ADMISSION := outcome_finalizer tombstone_guard
+CHART_ADMISSION := outcome_finalizer tombstone_guard identity
 
 .PHONY: chart-admission
 chart-admission: ## Copy the admission policies (config/admission) into the chart.
@@ -146,7 +146,7 @@ chart-lint: $(HELM) chart-rbac chart-admission ## Lint the Helm chart and render
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system \
 		--set leaderElect=true --set metrics.enabled=false --set serviceAccount.create=false --set serviceAccount.name=sa > /dev/null
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system --set successEvents=true \
-		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | grep -q 'kind: MutatingAdmissionPolicyBinding'
+		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | grep -q 'name: toolledger-identity'
 	@# The guard exempts the release's ServiceAccount and break-glass group, and no other.
 	out="$$($(HELM) template toolledger $(CHART_DIR) --namespace ops --set serviceAccount.name=ledger \
 		--set tombstoneGuard.breakGlassGroup=oncall --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy)"; \

@@ -95,13 +95,20 @@ func (r *ToolActionReconciler) gate(ctx context.Context, action *v1alpha1.ToolAc
 			return nil, err
 		}
 	}
-	if tool.Spec.ApprovalRequired {
-		// No approval can be granted yet (ToolApproval is not served), so
-		// the action waits, visibly, and is never dispatched.
+	if tool.Spec.ApprovalRequired && !approvedFor(action, requestDigest) {
+		// The ToolApproval controller applies a matching approval.
 		held := r.rules().awaitingApproval(action, requestDigest)
 		return &held, nil
 	}
 	return nil, nil
+}
+
+// approvedFor reports whether the action carries an approval of the
+// request it is about to send. Once approved, it is for every attempt and
+// lookup under the key.
+func approvedFor(action *v1alpha1.ToolAction, requestDigest string) bool {
+	a := action.Status.Approval
+	return a != nil && a.Decision == v1alpha1.Approved && a.RequestDigest == requestDigest
 }
 
 // rejectIfInvalid records a final failure found before anything was
@@ -178,8 +185,18 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 		claimed: next,
 		tool:    &connected,
 		conn:    conn,
-		request: adapter.Request{IdempotencyKey: next.Status.IdempotencyKey, Parameters: parameters, Provenance: next.Spec.Provenance},
+		request: adapter.Request{
+			IdempotencyKey: next.Status.IdempotencyKey, Parameters: parameters, Provenance: next.Spec.Provenance,
+			RequestedBy: next.Annotations[v1alpha1.RequestedByAnnotation], ApprovedBy: approverOf(next),
+		},
 	}, nil
+}
+
+func approverOf(action *v1alpha1.ToolAction) string {
+	if a := action.Status.Approval; a != nil && a.Decision == v1alpha1.Approved {
+		return a.DecidedBy
+	}
+	return ""
 }
 
 // dispatch sends a claimed attempt and commits its outcome.

@@ -33,6 +33,8 @@ const (
 	ReasonToolNotReady          = "ToolNotReady"
 	ReasonToolNotAdmitted       = "ToolNotAdmitted"
 	ReasonAwaitingApproval      = "AwaitingApproval"
+	ReasonApproved              = "Approved"
+	ReasonApprovalDenied        = "ApprovalDenied"
 	ReasonInvalidToolContract   = "InvalidToolContract"
 	ReasonInvalidParameters     = "InvalidParameters"
 	ReasonRequestDigestMismatch = "RequestDigestMismatch"
@@ -103,14 +105,39 @@ func setEscalated(a *v1alpha1.ToolAction, now time.Time, by, reason, message str
 
 // setWaiting keeps an accepted action that cannot be dispatched yet.
 func setWaiting(a *v1alpha1.ToolAction, now time.Time, requestDigest, reason, message string) {
-	a.Status.RequestDigest = requestDigest
-	a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 	phase := a.Status.Phase
 	if phase == "" || phase == v1alpha1.PhasePending {
 		phase = v1alpha1.PhaseAccepted
 	}
+	hold(a, now, phase, requestDigest, reason, message)
+}
+
+// setAwaitingApproval holds an accepted action until an approval of its
+// digest is applied.
+func setAwaitingApproval(a *v1alpha1.ToolAction, now time.Time, requestDigest, message string) {
+	hold(a, now, v1alpha1.PhaseAwaitingApproval, requestDigest, ReasonAwaitingApproval, message)
+	set(a, now, v1alpha1.ConditionApproved, metav1.ConditionUnknown, ReasonAwaitingApproval, message)
+}
+
+func hold(a *v1alpha1.ToolAction, now time.Time, phase v1alpha1.Phase, requestDigest, reason, message string) {
+	a.Status.RequestDigest = requestDigest
+	a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 	accept(a, now)
 	inProgress(a, now, phase, reason, message, "")
+}
+
+// setApproved records the approval and makes the action dispatchable.
+func setApproved(a *v1alpha1.ToolAction, now time.Time, by string, approval v1alpha1.ApprovalRecord, message string) {
+	a.Status.Approval = &approval
+	set(a, now, v1alpha1.ConditionApproved, metav1.ConditionTrue, ReasonApproved, message)
+	inProgress(a, now, v1alpha1.PhaseAccepted, ReasonApproved, message, by)
+}
+
+// setDenied records the denial: a final failure, never dispatched.
+func setDenied(a *v1alpha1.ToolAction, now time.Time, by string, approval v1alpha1.ApprovalRecord, message string) {
+	a.Status.Approval = &approval
+	setFailed(a, now, by, v1alpha1.ErrorClassDenied, ReasonApprovalDenied, message)
+	set(a, now, v1alpha1.ConditionApproved, metav1.ConditionFalse, ReasonApprovalDenied, message)
 }
 
 func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outcome adapter.Outcome) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -96,13 +95,34 @@ func (p rules) waiting(requestDigest, reason, message string) transition {
 
 // awaitingApproval holds an action whose tool requires an approval.
 func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string) transition {
-	message := fmt.Sprintf("tool %q requires an approval of request %s before it is dispatched", a.Spec.ToolRef.Name, requestDigest)
+	message := fmt.Sprintf("tool %q requires an approval of request %s before it is dispatched (a ToolApproval of this key and digest)",
+		a.Spec.ToolRef.Name, requestDigest)
+	return transition{
+		apply:  func(a *v1alpha1.ToolAction) { setAwaitingApproval(a, p.now, requestDigest, message) },
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, verb: "Approve", message: message}},
+	}
+}
+
+// decided applies an approver's decision; p.by names the approval.
+func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transition {
+	record := v1alpha1.ApprovalRecord{
+		Name: approval.Name, Decision: approval.Spec.Decision, DecidedBy: approver,
+		RequestDigest: approval.Spec.RequestDigest, Time: metaTime(p.now),
+	}
+	verb := "approved"
+	if approval.Spec.Decision == v1alpha1.Denied {
+		verb = "denied"
+	}
+	message := fmt.Sprintf("request %s %s by %s (ToolApproval %s): %s", approval.Spec.RequestDigest, verb, approver, approval.Name, approval.Spec.Reason)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
-			setWaiting(a, p.now, requestDigest, ReasonAwaitingApproval, message)
-			set(a, p.now, v1alpha1.ConditionApproved, metav1.ConditionFalse, ReasonAwaitingApproval, message)
+			if approval.Spec.Decision == v1alpha1.Denied {
+				setDenied(a, p.now, p.by, record, message)
+				return
+			}
+			setApproved(a, p.now, p.by, record, message)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, verb: "Approve", message: message}},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: string(approval.Spec.Decision), verb: "Approve", message: message, related: approval}},
 	}
 }
 
@@ -139,7 +159,11 @@ func (p rules) lookupScheduled(a *v1alpha1.ToolAction, delay time.Duration, look
 
 // resolved applies a human's finding; p.by names the resolution.
 func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
-	message := fmt.Sprintf("resolved as %s by ToolResolution %s: %s", resolution.Spec.Outcome, resolution.Name, resolution.Spec.Reason)
+	by := "ToolResolution " + resolution.Name
+	if user := resolution.Annotations[v1alpha1.ResolvedByAnnotation]; user != "" {
+		by = fmt.Sprintf("%s (%s)", user, by)
+	}
+	message := fmt.Sprintf("resolved as %s by %s: %s", resolution.Spec.Outcome, by, resolution.Spec.Reason)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			switch resolution.Spec.Outcome {

@@ -47,6 +47,7 @@ type options struct {
 	crdDir           string
 	admissionPolicy  string
 	guardPolicy      string
+	identityPolicy   string
 	sampleTool       string
 	namespace        string
 	existingCluster  bool
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&opts.crdDir, "crds", filepath.Join("config", "crd", "bases"), "Directory of the CRDs to install.")
 	flag.StringVar(&opts.admissionPolicy, "admission-policy", filepath.Join("config", "admission", "outcome_finalizer_policy.yaml"), "MutatingAdmissionPolicy that sets the outcome finalizer at creation (manifests then cost 3 writes, not 4); empty installs none.")
 	flag.StringVar(&opts.guardPolicy, "guard-policy", filepath.Join("config", "admission", "tombstone_guard_policy.yaml"), "ValidatingAdmissionPolicies that refuse to anyone but the operator and the group "+testenv.BreakGlassGroup+" the removal of a dispatched action's finalizer, owners on actions, and tombstone writes (docs/admission.md); empty installs none.")
+	flag.StringVar(&opts.identityPolicy, "identity-policy", filepath.Join("config", "admission", "identity_policy.yaml"), "Admission policies that stamp the creating user on ToolActions, ToolApprovals and ToolResolutions and refuse it set by hand (docs/approvals.md); empty installs none, and then no approval can be applied.")
 	flag.StringVar(&opts.sampleTool, "sample-tool", filepath.Join("config", "samples", "toolledger_v1alpha1_tool.yaml"), "Tool manifest to apply; empty applies none.")
 	flag.StringVar(&opts.namespace, "namespace", "default", "Namespace (tenant) of the sample Tool.")
 	flag.BoolVar(&opts.existingCluster, "existing-cluster", os.Getenv("USE_EXISTING_CLUSTER") == "true", "Use the current kubeconfig's cluster instead of an embedded control plane.")
@@ -110,13 +112,21 @@ func run(opts options) error {
 			guarded = true
 		}
 	}
+	stamped := false
+	if opts.identityPolicy != "" {
+		if err := testenv.ApplyFile(ctx, cfg, opts.identityPolicy, "toolledger-dev"); err != nil {
+			fmt.Fprintln(os.Stderr, "toolledger-dev: the identity policy is not installed (no approval can be applied):", err)
+		} else {
+			stamped = true
+		}
+	}
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err
 	}
 	if err := createOperatorNamespace(ctx, cfg); err != nil {
 		return err
 	}
-	if err := waitUntilAdmitted(ctx, cfg, opts.namespace, guarded); err != nil {
+	if err := waitUntilAdmitted(ctx, cfg, opts.namespace, guarded, stamped); err != nil {
 		return err
 	}
 	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
@@ -261,8 +271,9 @@ func applySampleTool(ctx context.Context, cfg *rest.Config, opts options) error 
 // policy that sets the outcome finalizer has loaded the CRD's schema, and
 // the first `kubectl apply` after the banner must not meet that. It probes
 // with a server-side dry run, which stores nothing. When guarded, it also
-// waits until the guard refuses what it must.
-func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, guarded bool) error {
+// waits until the guard refuses what it must; when stamped, until the API
+// server stamps identities.
+func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, guarded, stamped bool) error {
 	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		return err
@@ -283,7 +294,12 @@ func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, 
 		}
 	}
 	if guarded {
-		return testenv.WaitForGuard(ctx, c, namespace)
+		if err := testenv.WaitForGuard(ctx, c, namespace); err != nil {
+			return err
+		}
+	}
+	if stamped {
+		return testenv.WaitForIdentity(ctx, c, namespace)
 	}
 	return nil
 }

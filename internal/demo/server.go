@@ -38,6 +38,8 @@ var provenanceHeaders = []string{
 	"Toolledger-Parent-Task-Id",
 	"Toolledger-Trace-Id",
 	"Toolledger-Principals",
+	"Toolledger-Requested-By",
+	"Toolledger-Approved-By",
 }
 
 // Charge is a committed payment.

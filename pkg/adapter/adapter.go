@@ -114,8 +114,15 @@ type Request struct {
 	IdempotencyKey string
 	// Parameters is the JSON object to send.
 	Parameters json.RawMessage
-	// Provenance is passed downstream unchanged; it may be nil.
+	// Provenance is passed downstream unchanged; it may be nil. Its
+	// principals are what the caller claims.
 	Provenance *v1alpha1.Provenance
+	// RequestedBy is the verified user who created the action, as the API
+	// server stamped it (toolledger.dev/requested-by); empty if unstamped.
+	RequestedBy string
+	// ApprovedBy is the verified approver of an approved action
+	// (status.approval.decidedBy); empty when the tool requires none.
+	ApprovedBy string
 }
 
 // Outcome is what the downstream reported for an applied request.

@@ -317,6 +317,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
 	}
+	approvals := &controllers.ToolApprovalReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("toolledger"),
+		Clock:     opts.Clock,
+		Actions:   reconciler,
+	}
+	if err := approvals.SetupWithManager(context.Background(), mgr); err != nil {
+		return fmt.Errorf("cannot set up the ToolApproval controller: %w", err)
+	}
 	tools := &controllers.ToolStatusReconciler{
 		Client:            mgr.GetClient(),
 		Adapters:          adapters,

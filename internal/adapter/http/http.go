@@ -50,6 +50,11 @@ const (
 	ParentTaskIDHeader = "Toolledger-Parent-Task-Id"
 	TraceIDHeader      = "Toolledger-Trace-Id"
 	PrincipalsHeader   = "Toolledger-Principals"
+	// RequestedByHeader and ApprovedByHeader carry the verified identities
+	// the API server stamped: who created the action and who approved it.
+	// PrincipalsHeader carries the ones the caller claims.
+	RequestedByHeader = "Toolledger-Requested-By"
+	ApprovedByHeader  = "Toolledger-Approved-By"
 )
 
 // Reasons of a Tool's Ready condition that the HTTP adapter decides.
@@ -222,6 +227,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	httpReq.GetBody = nil
 	e.setHeaders(httpReq, req.IdempotencyKey)
 	setProvenance(httpReq.Header, req.Provenance)
+	setIdentities(httpReq.Header, req.RequestedBy, req.ApprovedBy)
 	httpReq.Header.Set("Content-Type", "application/json")
 	if err := validHeaderValues(httpReq.Header); err != nil {
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
@@ -274,6 +280,15 @@ func (e *executor) setHeaders(req *nethttp.Request, idempotencyKey string) {
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set(IdempotencyKeyHeader, strconv.Quote(idempotencyKey))
+}
+
+func setIdentities(h nethttp.Header, requestedBy, approvedBy string) {
+	if requestedBy != "" {
+		h.Set(RequestedByHeader, requestedBy)
+	}
+	if approvedBy != "" {
+		h.Set(ApprovedByHeader, approvedBy)
+	}
 }
 
 func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {

@@ -1,0 +1,262 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// Reasons of the Applied condition of a ToolApproval that was not applied;
+// an applied one says Approved or Denied.
+const (
+	ReasonDigestMismatch      = "DigestMismatch"
+	ReasonSelfApproval        = "SelfApproval"
+	ReasonApprovalExpired     = "Expired"
+	ReasonApproverUnverified  = "ApproverUnverified"
+	ReasonRequesterUnverified = "RequesterUnverified"
+	ReasonAlreadyDecided      = "AlreadyDecided"
+	ReasonNotAwaitingApproval = "NotAwaitingApproval"
+)
+
+// finalRefusals can never turn into an application: the approval's spec
+// and annotations, and the action's request and requester, do not change.
+var finalRefusals = []string{ReasonDigestMismatch, ReasonSelfApproval, ReasonApprovalExpired, ReasonApproverUnverified, ReasonRequesterUnverified, ReasonAlreadyDecided}
+
+// approvalActionIndex indexes ToolApprovals by spec.actionName, so that an
+// action that starts to await approval finds the approvals made already.
+const approvalActionIndex = "spec.actionName"
+
+// ToolApprovalReconciler applies an approver's decision to the action it
+// names, once that action awaits an approval: Approved makes it
+// dispatchable, Denied fails it with class Denied. A decision about another
+// request digest, an expired one, or one by the action's own requester
+// (unless the tool allows it) is not applied; the approval's Applied
+// condition and an event on both objects say why. Who may decide is RBAC's
+// to say; who did, the API server's (the identity policies stamp it).
+type ToolApprovalReconciler struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// Actions records the decision through the ToolAction controller's
+	// commit path, like every other transition of an action.
+	Actions *ToolActionReconciler
+}
+
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals,verbs=get;list;watch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals/status,verbs=get;update;patch
+
+// Reconcile applies an approval once. As with a resolution, the action is
+// written first (a compare-and-set status update) and the approval marked
+// afterwards; after a crash in between, status.approval names it.
+func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var approval v1alpha1.ToolApproval
+	if err := r.Client.Get(ctx, req.NamespacedName, &approval); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if applied := meta.FindStatusCondition(approval.Status.Conditions, v1alpha1.ConditionApplied); applied != nil &&
+		(applied.Status == metav1.ConditionTrue || slices.Contains(finalRefusals, applied.Reason)) {
+		return ctrl.Result{}, nil
+	}
+	var action v1alpha1.ToolAction
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: approval.Namespace, Name: approval.Spec.ActionName}, &action)
+	switch {
+	case apierrors.IsNotFound(err):
+		// An approval may come first (applied with its action, say): the
+		// action's creation brings it back.
+		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonActionNotFound,
+			fmt.Sprintf("ToolAction %q not found in namespace %q", approval.Spec.ActionName, approval.Namespace))
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
+	}
+	if decided := action.Status.Approval; decided != nil {
+		if decided.Name == approval.Name {
+			// Applied before a crash or a failed mark.
+			return ctrl.Result{}, r.markApplied(ctx, &approval, &action)
+		}
+		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonAlreadyDecided,
+			fmt.Sprintf("ToolAction %q was already %s by %s (ToolApproval %s)", action.Name, decisionVerb(decided.Decision), decided.DecidedBy, decided.Name))
+	}
+	switch phase := action.Status.Phase; {
+	case phase == "" || phase == v1alpha1.PhasePending:
+		// Not accepted yet: it awaits approval, if at all, once its digest
+		// is known, and that change brings the approval back.
+		return ctrl.Result{}, nil
+	case phase != v1alpha1.PhaseAwaitingApproval:
+		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonNotAwaitingApproval,
+			fmt.Sprintf("ToolAction %q is %s and does not await an approval", action.Name, phase))
+	}
+
+	reason, message, err := r.refusal(ctx, &approval, &action)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if reason != "" {
+		return ctrl.Result{}, r.refuse(ctx, &approval, &action, reason, message)
+	}
+	rules := r.Actions.rules()
+	rules.by = approvalActor(&approval)
+	recorded, _, err := r.Actions.record(ctx, &action, nil, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
+	switch {
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)
+	case recorded == nil:
+		return ctrl.Result{}, fmt.Errorf("ToolAction %s changed while approval %s was applied; applying it again", action.Name, approval.Name)
+	}
+	if recorded.Status.Phase.IsTerminal() {
+		// A denial finished the action: the ToolAction controller schedules
+		// its retention.
+		if err := r.Actions.revisit(ctx, recorded); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, r.markApplied(ctx, &approval, recorded)
+}
+
+// refusal says why the approval cannot be applied to an action awaiting
+// one, or returns an empty reason when it can.
+func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction) (reason, message string, err error) {
+	if exp := approval.Spec.ExpiresAt; exp != nil && !r.Clock.Now().Before(exp.Time) {
+		return ReasonApprovalExpired, fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339)), nil
+	}
+	approver := approval.Annotations[v1alpha1.DecidedByAnnotation]
+	if approver == "" {
+		return ReasonApproverUnverified, "the approval has no " + v1alpha1.DecidedByAnnotation +
+			" annotation: the API server stamps the approver only where the identity admission policies are installed (config/admission/identity_policy.yaml)", nil
+	}
+	if want := action.Status.RequestDigest; approval.Spec.RequestDigest != want {
+		return ReasonDigestMismatch, fmt.Sprintf("the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
+			approval.Spec.RequestDigest, action.Name, want, want), nil
+	}
+	tool, err := r.Actions.findTool(ctx, action)
+	var invalid *invalidError
+	switch {
+	case errors.As(err, &invalid):
+		return invalid.reason, invalid.message, nil
+	case err != nil:
+		return "", "", err
+	}
+	if tool.Spec.SelfApprovalAllowed {
+		return "", "", nil
+	}
+	requester := action.Annotations[v1alpha1.RequestedByAnnotation]
+	switch {
+	case requester == "":
+		return ReasonRequesterUnverified, fmt.Sprintf("ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
+			action.Name, v1alpha1.RequestedByAnnotation, tool.Name), nil
+	case requester == approver:
+		return ReasonSelfApproval, fmt.Sprintf("%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
+			approver, action.Name, tool.Name), nil
+	}
+	return "", "", nil
+}
+
+// approvalActor names an approval in the action's history.
+func approvalActor(approval *v1alpha1.ToolApproval) string {
+	return "toolapproval/" + approval.Name
+}
+
+func decisionVerb(d v1alpha1.ApprovalDecision) string {
+	if d == v1alpha1.Denied {
+		return "denied"
+	}
+	return "approved"
+}
+
+func (r *ToolApprovalReconciler) markApplied(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction) error {
+	return r.mark(ctx, approval, metav1.ConditionTrue, string(approval.Spec.Decision),
+		fmt.Sprintf("applied to ToolAction %s: %s", action.Name, decisionVerb(approval.Spec.Decision)))
+}
+
+// refuse marks the approval not applied. The first time a reason is given,
+// an event says it on the approval and, when it concerns an action that
+// awaits approval, on the action too, naming both objects.
+func (r *ToolApprovalReconciler) refuse(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, reason, message string) error {
+	if c := meta.FindStatusCondition(approval.Status.Conditions, v1alpha1.ConditionApplied); c != nil && c.Reason == reason && c.Message == message {
+		return nil
+	}
+	if action != nil {
+		r.Recorder.Eventf(action, approval, corev1.EventTypeWarning, reason, "Approve", "ToolApproval %s not applied: %s", approval.Name, message)
+		r.Recorder.Eventf(approval, action, corev1.EventTypeWarning, reason, "Approve", "%s", message)
+	} else {
+		r.Recorder.Eventf(approval, nil, corev1.EventTypeWarning, reason, "Approve", "%s", message)
+	}
+	return r.mark(ctx, approval, metav1.ConditionFalse, reason, message)
+}
+
+func (r *ToolApprovalReconciler) mark(ctx context.Context, approval *v1alpha1.ToolApproval, status metav1.ConditionStatus, reason, message string) error {
+	next := approval.DeepCopy()
+	now := r.Clock.Now()
+	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
+		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: truncate(message, maxConditionMessage),
+		ObservedGeneration: next.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+	if status == metav1.ConditionTrue {
+		next.Status.AppliedTime = metaTimePtr(now)
+	}
+	return ignoreConflict(r.Client.Status().Update(ctx, next), "cannot mark approval %s", approval.Name)
+}
+
+// approvalsOf maps an action that has started to await approval, or was
+// created, to the approvals that name it.
+func (r *ToolApprovalReconciler) approvalsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var approvals v1alpha1.ToolApprovalList
+	if err := r.Client.List(ctx, &approvals, client.InNamespace(obj.GetNamespace()), client.MatchingFields{approvalActionIndex: obj.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Cannot list the approvals of an action", "action", obj.GetName())
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(approvals.Items))
+	for i := range approvals.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&approvals.Items[i])})
+	}
+	return requests
+}
+
+func startedAwaiting(e event.UpdateEvent) bool {
+	before, ok := e.ObjectOld.(*v1alpha1.ToolAction)
+	if !ok {
+		return false
+	}
+	after, ok := e.ObjectNew.(*v1alpha1.ToolAction)
+	return ok && after.Status.Phase == v1alpha1.PhaseAwaitingApproval && before.Status.Phase != v1alpha1.PhaseAwaitingApproval
+}
+
+// SetupWithManager registers the reconciler and the index it lists by.
+func (r *ToolApprovalReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ToolApproval{}, approvalActionIndex, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.ToolApproval).Spec.ActionName}
+	}); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		// The spec is immutable: only a new approval needs a reconcile of
+		// its own; its status writes do not.
+		For(&v1alpha1.ToolApproval{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1alpha1.ToolAction{}, handler.EnqueueRequestsFromMapFunc(r.approvalsOf), builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return true },
+			UpdateFunc:  startedAwaiting,
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		Named("toolapproval").
+		Complete(r)
+}

@@ -1,0 +1,46 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// identityPolicy names both identity policies of
+// config/admission/identity_policy.yaml.
+const identityPolicy = "toolledger-identity"
+
+// WaitForIdentity returns once the API server stamps c's user on a new
+// ToolAction and refuses one that names somebody else, as
+// config/admission/identity_policy.yaml has it. It probes with server-side
+// dry runs, which store nothing.
+func WaitForIdentity(ctx context.Context, c client.Client, namespace string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	probe := func(annotations map[string]string) (*v1alpha1.ToolAction, error) {
+		action := &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "identity-probe", Annotations: annotations},
+			Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "identity-probe"}},
+		}
+		return action, c.Create(ctx, action, client.DryRunAll)
+	}
+	for {
+		stamped, err := probe(nil)
+		if err == nil && stamped.Annotations[v1alpha1.RequestedByAnnotation] != "" {
+			_, err = probe(map[string]string{v1alpha1.RequestedByAnnotation: "identity-probe-somebody-else"})
+			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+identityPolicy+"'") {
+				return nil
+			}
+		}
+		if sleepErr := Sleep(ctx, 100*time.Millisecond); sleepErr != nil {
+			return fmt.Errorf("the API server does not enforce %s yet (last probe: %v)", identityPolicy, err)
+		}
+	}
+}
