@@ -119,18 +119,6 @@ var _ = Describe("The tool contract", func() {
 		Expect(out).To(MatchRegexp(`(?m)^charge-locked\s+payments.charge\s+v1\s+NonRepeatable\s+http://\S+\s+False`))
 	})
 
-	It("holds every action of a tool that requires approval, without a dispatch", func() {
-		newTool(ns, testenv.WithApprovalRequired())
-		Expect(k8s.Create(ctx, newAction(ns, "order-approve", "charge", charge(5000)))).To(Succeed())
-		waiting := env.WaitForPhase(ns, "order-approve", v1alpha1.PhaseAccepted)
-		approved := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionApproved)
-		Expect(approved).NotTo(BeNil())
-		Expect(approved.Status).To(Equal(metav1.ConditionFalse))
-		Expect(approved.Reason).To(Equal("AwaitingApproval"))
-		Expect(approved.Message).To(Equal(`tool "charge" requires an approval of request ` + waiting.Status.RequestDigest + ` before it is dispatched`))
-		Consistently(func() int { return downstream.Requests(keyOf(ns, "order-approve")) }, time.Second, 100*time.Millisecond).Should(BeZero())
-	})
-
 	It("deletes a finished action once its key retention has passed", func() {
 		newTool(ns, testenv.WithKeyRetention(2*time.Second))
 		Expect(k8s.Create(ctx, newAction(ns, "order-ttl", "charge", charge(11)))).To(Succeed())

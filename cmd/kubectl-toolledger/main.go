@@ -1,7 +1,7 @@
 // Command kubectl-toolledger is the toolledger operator console as a kubectl
-// plugin: `kubectl toolledger status|queue|tombstones|resolve`. It reads
-// ToolActions and Tombstones and creates ToolResolutions with the caller's
-// kubeconfig, and never edits a ToolAction. See `kubectl toolledger --help`.
+// plugin: `kubectl toolledger status|queue|tombstones|resolve|approvals|approve|deny`.
+// It reads ToolActions and Tombstones and creates ToolResolutions and
+// ToolApprovals with the caller's kubeconfig, and never edits a ToolAction. See `kubectl toolledger --help`.
 package main
 
 import (

@@ -1,9 +1,11 @@
 // Package console is the operator console behind the kubectl plugin
 // kubectl-toolledger: it shows an action's ledger record (or the tombstone
 // of a deleted one), lists the actions that need a human and the tombstones,
-// and records ToolResolutions. It never writes a ToolAction: the record
-// stays the controller's to write, and the console needs no more than the
-// toolledger-resolver role.
+// records ToolResolutions, and lists the actions awaiting approval and
+// records ToolApprovals. It never writes a ToolAction: the record stays the
+// controller's to write, and the console needs no more than the
+// toolledger-resolver role (resolve) or the toolledger-approver role
+// (approve, deny).
 package console
 
 import (
@@ -22,19 +24,22 @@ const (
 	// ExitOK means the command did what it was asked.
 	ExitOK = 0
 	// ExitError means it did not: invalid arguments or flags, an object not
-	// found, an API error, a resolution that was not applied, or a wait that
-	// timed out. The reason is printed on stderr.
+	// found, an API error, a resolution or approval that was not applied,
+	// or a wait that timed out. The reason is printed on stderr.
 	ExitError = 1
 )
 
-// commands builds the subcommands, one file each. A new command (approve,
-// deny) joins by adding its constructor here; the root command and the
-// connection flags stay as they are.
+// commands builds the subcommands, one file each. A new command joins by
+// adding its constructor here; the root command and the connection flags
+// stay as they are.
 var commands = []func(*console) *cobra.Command{
 	newStatusCommand,
 	newQueueCommand,
 	newTombstonesCommand,
 	newResolveCommand,
+	newApprovalsCommand,
+	newApproveCommand,
+	newDenyCommand,
 }
 
 // console is what every command shares: the streams, the kubectl connection
@@ -72,18 +77,18 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 
 	root := &cobra.Command{
 		Use:   "kubectl-toolledger",
-		Short: "Operator console for toolledger: inspect ToolActions and resolve the ones nobody could prove",
+		Short: "Operator console for toolledger: inspect ToolActions, approve them, and resolve the ones nobody could prove",
 		Long: `kubectl toolledger reads the toolledger ledger and records human findings.
 
 A ToolAction is one business intent: its namespace is the tenant and its name
 the idempotency key (KEY below). A deleted ToolAction that was dispatched
 leaves a Tombstone of the same name, which keeps the key. The console never
 edits a ToolAction; it only reads the ledger (ToolActions, Tombstones and
-their tools) and creates ToolResolutions.
+their tools) and creates ToolResolutions and ToolApprovals.
 
 Exit status: 0 when the command did what it was asked; 1 on invalid arguments
-or flags, an object not found, an API error, a resolution that was not applied,
-or a wait that timed out.`,
+or flags, an object not found, an API error, a resolution or approval that was
+not applied, or a wait that timed out.`,
 		Annotations: map[string]string{
 			// Help and errors then read as the command users type.
 			cobra.CommandDisplayNameAnnotation: "kubectl toolledger",

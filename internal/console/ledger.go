@@ -18,6 +18,7 @@ import (
 const (
 	resourceActions      = "toolactions"
 	resourceResolutions  = "toolresolutions"
+	resourceApprovals    = "toolapprovals"
 	resourceTombstones   = "tombstones"
 	resourceTools        = "tools"
 	resourceClusterTools = "clustertools"
@@ -243,6 +244,20 @@ func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.Tool
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a ToolResolution for ToolAction %q in namespace %q: %w",
 			resolution.Spec.ActionName, resolution.Namespace, err)
+	}
+	return &created, nil
+}
+
+func (l *ledger) getApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
+	return getObject[v1alpha1.ToolApproval](ctx, l, resourceApprovals, "ToolApproval", namespace, name)
+}
+
+func (l *ledger) createApproval(ctx context.Context, approval *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, error) {
+	var created v1alpha1.ToolApproval
+	err := l.rest.Post().Namespace(approval.Namespace).Resource(resourceApprovals).Body(approval).Do(ctx).Into(&created)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a ToolApproval for ToolAction %q in namespace %q: %w",
+			approval.Spec.ActionName, approval.Namespace, err)
 	}
 	return &created, nil
 }

@@ -18,7 +18,7 @@ import (
 // queuePhases are the phases in which an action waits for something other
 // than its executor's next step, in lifecycle order: accepted but not
 // claimed, outcome unknown and being looked up, escalated to a human.
-var queuePhases = []v1alpha1.Phase{v1alpha1.PhaseAccepted, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated}
+var queuePhases = []v1alpha1.Phase{v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated}
 
 // queueMessageWidth bounds the MESSAGE column of the table.
 const queueMessageWidth = 160
@@ -61,10 +61,11 @@ func newQueueCommand(c *console) *cobra.Command {
 		Long: `List the ToolActions that wait for something other than their executor's next
 step, oldest first:
 
-  Escalated  nobody could prove the outcome; a human resolves it (kubectl toolledger resolve)
-  Unknown    the outcome may have happened; the controller is settling it by key
-  Accepted   validated but not claimed by an executor yet (for example waiting for
-             the action it compensates)
+  Escalated         nobody could prove the outcome; a human resolves it (kubectl toolledger resolve)
+  Unknown           the outcome may have happened; the controller is settling it by key
+  AwaitingApproval  its tool requires approval; an approver decides (kubectl toolledger approvals)
+  Accepted          validated but not claimed by an executor yet (for example waiting for
+                    the action it compensates)
 
 AGE counts from status.unknownSince when set, else from the action's creation.
 The table shortens long messages; -o json|yaml prints them in full as a list of

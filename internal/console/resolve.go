@@ -22,7 +22,8 @@ const (
 	maxExternalRefLength = 512
 )
 
-// resolutionPollInterval is how often --wait reads the resolution back.
+// resolutionPollInterval is how often --wait reads a resolution or an
+// approval back.
 const resolutionPollInterval = 250 * time.Millisecond
 
 // resolveOptions are the flags of `resolve`.
@@ -175,7 +176,15 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 		return nil
 	}
 
-	latest, applied, err := waitApplied(ctx, ledger, created, opts.timeout)
+	latest := created
+	applied, err := waitApplied(ctx, "ToolResolution", "tres", namespace, created.Name, opts.timeout, func(ctx context.Context) ([]metav1.Condition, error) {
+		read, err := ledger.getResolution(ctx, namespace, created.Name)
+		if err != nil {
+			return nil, err
+		}
+		latest = read
+		return read.Status.Conditions, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -211,31 +220,33 @@ func writeCreated(w io.Writer, r *v1alpha1.ToolResolution) {
 	fmt.Fprintf(w, "  reason:       %s\n", r.Spec.Reason)
 }
 
-// waitApplied reads the resolution back until its Applied condition is set,
-// for at most timeout.
-func waitApplied(ctx context.Context, l *ledger, r *v1alpha1.ToolResolution, timeout time.Duration) (*v1alpha1.ToolResolution, *metav1.Condition, error) {
+// waitApplied reads an object back until its Applied condition is set, for
+// at most timeout; read returns the object's conditions. kind and short
+// (kubectl's short name) name the object in errors.
+func waitApplied(ctx context.Context, kind, short, namespace, name string, timeout time.Duration,
+	read func(context.Context) ([]metav1.Condition, error)) (*metav1.Condition, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ticker := time.NewTicker(resolutionPollInterval)
 	defer ticker.Stop()
 	for {
-		latest, err := l.getResolution(waitCtx, r.Namespace, r.Name)
+		conditions, err := read(waitCtx)
 		switch {
 		case err == nil:
-			if applied := meta.FindStatusCondition(latest.Status.Conditions, v1alpha1.ConditionApplied); applied != nil {
-				return latest, applied, nil
+			if applied := meta.FindStatusCondition(conditions, v1alpha1.ConditionApplied); applied != nil {
+				return applied, nil
 			}
 		case waitCtx.Err() == nil:
-			return nil, nil, fmt.Errorf("cannot wait for ToolResolution %q: %w", r.Name, err)
+			return nil, fmt.Errorf("cannot wait for %s %q: %w", kind, name, err)
 		}
 		select {
 		case <-ticker.C:
 		case <-waitCtx.Done():
 			if ctx.Err() != nil {
-				return nil, nil, fmt.Errorf("stopped waiting for ToolResolution %q: %w", r.Name, ctx.Err())
+				return nil, fmt.Errorf("stopped waiting for %s %q: %w", kind, name, ctx.Err())
 			}
-			return nil, nil, fmt.Errorf("ToolResolution %q has no Applied condition after %s; is the toolledger controller running? (kubectl get tres %s -n %s)",
-				r.Name, timeout, r.Name, r.Namespace)
+			return nil, fmt.Errorf("%s %q has no Applied condition after %s; is the toolledger controller running? (kubectl get %s %s -n %s)",
+				kind, name, timeout, short, name, namespace)
 		}
 	}
 }

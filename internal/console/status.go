@@ -131,6 +131,14 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 	field("Namespace", action.Namespace)
 	field("Tool", toolName(action.Spec.ToolRef))
 	field("Phase", string(phaseOf(action)))
+	field("Requested by", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation])+" (verified: stamped by the API server)")
+	if p := action.Spec.Provenance; p != nil && len(p.Principals) > 0 {
+		field("Principals", strings.Join(p.Principals, ", ")+" (claimed by the caller)")
+	}
+	if a := s.Approval; a != nil {
+		field("Approval", fmt.Sprintf("%s by %s at %s (ToolApproval %s, request %s)",
+			a.Decision, a.DecidedBy, timestamp(a.Time), a.Name, a.RequestDigest))
+	}
 	field("Created", timestamp(action.CreationTimestamp)+" ("+age(now, action.CreationTimestamp)+" ago)")
 	if action.DeletionTimestamp != nil {
 		field("Deletion requested", timestamp(*action.DeletionTimestamp)+"; the record stays until its outcome is known")

@@ -122,6 +122,11 @@ func WithApprovalRequired() ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.ApprovalRequired = true }
 }
 
+// WithSelfApprovalAllowed lets an action's requester approve it.
+func WithSelfApprovalAllowed() ToolOption {
+	return func(t *v1alpha1.Tool) { t.Spec.SelfApprovalAllowed = true }
+}
+
 // WithKeyRetention frees keys (deleting their records and tombstones) once
 // d has passed since their actions finished.
 func WithKeyRetention(d time.Duration) ToolOption {

@@ -1,0 +1,377 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	toolcatalog "github.com/toolledger/toolledger/internal/catalog"
+)
+
+// approvalParametersWidth bounds the PARAMETERS column of the approvals table.
+const approvalParametersWidth = 120
+
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// Approvals is what `approvals -o json|yaml` prints: the actions that await
+// a decision, oldest first.
+type Approvals struct {
+	Items []ApprovalItem `json:"items"`
+}
+
+// ApprovalItem is one action awaiting approval, with what an approver
+// decides about.
+type ApprovalItem struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Tool is the tool's name, prefixed with its kind when that is not Tool.
+	Tool string `json:"tool"`
+	// RequestedBy is the verified requester (toolledger.dev/requested-by).
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Principals are the ones the caller claims (spec.provenance.principals).
+	Principals []string    `json:"principals,omitempty"`
+	Since      metav1.Time `json:"since"`
+	AgeSeconds int64       `json:"ageSeconds"`
+	// RequestDigest is the digest an approval must name.
+	RequestDigest string `json:"requestDigest"`
+	// Parameters are the consequential parameters: those that enter the
+	// digest (all of them when the tool names no consequentialFields).
+	Parameters json.RawMessage `json:"parameters"`
+}
+
+func newApprovalsCommand(c *console) *cobra.Command {
+	var (
+		format        output
+		allNamespaces bool
+	)
+	cmd := &cobra.Command{
+		Use:   "approvals",
+		Short: "List the actions that await an approval, oldest first",
+		Long: `List the ToolActions of tools that require approval and that wait for a decision
+(phase AwaitingApproval), oldest first, with what an approver decides about:
+the verified requester (toolledger.dev/requested-by, stamped by the API
+server), the request digest an approval must name, and the consequential
+parameters, those that enter the digest.
+
+Decide with 'kubectl toolledger approve KEY --reason TEXT' or 'deny'. -o json|yaml
+prints every parameter and the claimed principals in full.`,
+		Example: `  kubectl toolledger approvals -n shop
+  kubectl toolledger approvals -A -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			namespace := ""
+			if !allNamespaces {
+				var err error
+				if namespace, err = c.namespace(); err != nil {
+					return err
+				}
+			}
+			ledger, err := c.ledger()
+			if err != nil {
+				return err
+			}
+			actions, err := ledger.listInPhases(cmd.Context(), namespace, []v1alpha1.Phase{v1alpha1.PhaseAwaitingApproval})
+			if err != nil {
+				return err
+			}
+			approvals, err := buildApprovals(cmd.Context(), ledger, actions, c.now())
+			if err != nil {
+				return err
+			}
+			return c.printList(format, approvals, len(approvals.Items) == 0, fmt.Sprintf("No ToolActions await approval in %s.", scope(namespace)),
+				func(w io.Writer) error { return writeApprovals(w, approvals, allNamespaces) })
+		},
+	}
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List the actions awaiting approval across all namespaces.")
+	addOutputFlag(cmd, &format, "a summary of each action")
+	return cmd
+}
+
+func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolAction, now time.Time) (Approvals, error) {
+	approvals := Approvals{Items: []ApprovalItem{}}
+	tools := map[toolKey]*v1alpha1.ToolSpec{}
+	for i := range actions {
+		a := &actions[i]
+		parameters, err := consequentialParameters(ctx, l, tools, a)
+		if err != nil {
+			return Approvals{}, err
+		}
+		item := ApprovalItem{
+			Namespace: a.Namespace, Name: a.Name, Tool: toolName(a.Spec.ToolRef),
+			RequestedBy: a.Annotations[v1alpha1.RequestedByAnnotation],
+			Since:       a.CreationTimestamp, AgeSeconds: int64(now.Sub(a.CreationTimestamp.Time) / time.Second),
+			RequestDigest: a.Status.RequestDigest, Parameters: parameters,
+		}
+		if p := a.Spec.Provenance; p != nil {
+			item.Principals = p.Principals
+		}
+		approvals.Items = append(approvals.Items, item)
+	}
+	slices.SortStableFunc(approvals.Items, func(a, b ApprovalItem) int {
+		if c := a.Since.Compare(b.Since.Time); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return approvals, nil
+}
+
+// consequentialParameters are the action's parameters that enter its
+// digest, as its tool names them; tools caches the tools read.
+func consequentialParameters(ctx context.Context, l *ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) (json.RawMessage, error) {
+	parameters := json.RawMessage("{}")
+	if len(a.Spec.Parameters) > 0 {
+		encoded, err := json.Marshal(a.Spec.Parameters)
+		if err != nil {
+			return nil, fmt.Errorf("ToolAction %q: cannot encode its parameters: %w", a.Name, err)
+		}
+		parameters = encoded
+	}
+	key := toolKey{namespace: a.Namespace, kind: a.Spec.ToolRef.KindOrDefault(), name: a.Spec.ToolRef.Name}
+	if key.kind == v1alpha1.KindClusterTool {
+		key.namespace = ""
+	}
+	spec, seen := tools[key]
+	if !seen {
+		var err error
+		if spec, err = l.findToolSpec(ctx, a.Namespace, a.Spec.ToolRef); err != nil {
+			return nil, err
+		}
+		tools[key] = spec
+	}
+	if spec == nil {
+		return parameters, nil
+	}
+	consequential, err := toolcatalog.Consequential(parameters, spec.ConsequentialFields)
+	if err != nil {
+		return parameters, nil //nolint:nilerr // shown whole: the controller reports the invalid parameters
+	}
+	return consequential, nil
+}
+
+func writeApprovals(w io.Writer, approvals Approvals, withNamespace bool) error {
+	columns := []string{"NAME", "AGE", "TOOL", "REQUESTED-BY", "DIGEST", "PARAMETERS"}
+	return writeTable(w, "approvals", columns, withNamespace, len(approvals.Items), func(i int) (string, []string) {
+		item := approvals.Items[i]
+		return item.Namespace, []string{
+			item.Name, duration.HumanDuration(time.Duration(item.AgeSeconds) * time.Second), item.Tool,
+			cell(orUnstamped(item.RequestedBy)), item.RequestDigest, cell(shorten(string(item.Parameters), approvalParametersWidth)),
+		}
+	})
+}
+
+func orUnstamped(user string) string {
+	if user == "" {
+		return "<unstamped>"
+	}
+	return user
+}
+
+// decideOptions are the flags of `approve` and `deny`.
+type decideOptions struct {
+	decision  v1alpha1.ApprovalDecision
+	reason    string
+	digest    string
+	expiresIn time.Duration
+	name      string
+	wait      bool
+	timeout   time.Duration
+	format    output
+}
+
+func newApproveCommand(c *console) *cobra.Command {
+	return newDecideCommand(c, v1alpha1.Approved, "approve", "Approve an action that awaits approval, for the request digest shown",
+		`Create a ToolApproval with decision Approved for the ToolAction named KEY, bound
+to its request digest: the controller then dispatches the action, and retries
+or looks it up under its key with no further approval. The command reads the
+action first and shows what is approved (tool, verified requester, digest,
+consequential parameters); pass --digest with the digest you reviewed (as
+'kubectl toolledger approvals' lists it) and nothing is created unless the action
+still records that request. The API server stamps you as the approver
+(toolledger.dev/decided-by); the controller refuses an approval by the action's
+own requester unless the tool sets selfApprovalAllowed.`,
+		`  kubectl toolledger approve order-1003-charge -n shop --reason "refund agreed with the customer" --wait
+  kubectl toolledger approve order-1004-charge --digest sha256:1f0c… --reason "checked" --expires-in 1h`)
+}
+
+func newDenyCommand(c *console) *cobra.Command {
+	return newDecideCommand(c, v1alpha1.Denied, "deny", "Deny an action that awaits approval: it fails with class Denied, never dispatched",
+		`Create a ToolApproval with decision Denied for the ToolAction named KEY, bound
+to its request digest: the controller fails the action with class Denied
+(reason ApprovalDenied), and it is never dispatched. Otherwise as approve.`,
+		`  kubectl toolledger deny order-1005-charge -n shop --reason "amount exceeds the customer's limit"`)
+}
+
+func newDecideCommand(c *console, decision v1alpha1.ApprovalDecision, verb, short, long, example string) *cobra.Command {
+	opts := decideOptions{decision: decision, timeout: time.Minute}
+	cmd := &cobra.Command{
+		Use:   verb + " KEY --reason TEXT [--digest DIGEST] [--expires-in DURATION] [--name NAME] [--wait] [flags]",
+		Short: short,
+		Long: long + `
+
+The ToolApproval is named <KEY>-approval-<random suffix> unless --name is given.
+With --wait the command waits for its Applied condition and exits 1 when it is
+False (the reason says why: DigestMismatch, SelfApproval, Expired, ...) or does
+not appear within --timeout. With -o json|yaml it prints the ToolApproval.`,
+		Example: example,
+		Args:    keyArg,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.decide(cmd.Context(), args[0], opts)
+		},
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&opts.reason, "reason", "", "Why, for the record (required).")
+	flags.StringVar(&opts.digest, "digest", "", "The request digest you reviewed; nothing is created unless the action records it (default: the action's).")
+	flags.DurationVar(&opts.expiresIn, "expires-in", 0, "The decision stops counting if not applied within this long (spec.expiresAt); default never.")
+	flags.StringVar(&opts.name, "name", "", "Name of the ToolApproval (default <KEY>-approval-<random suffix>).")
+	flags.BoolVar(&opts.wait, "wait", false, "Wait until the controller sets the approval's Applied condition; exit 1 when it is False.")
+	flags.DurationVar(&opts.timeout, "timeout", opts.timeout, "How long --wait waits for the Applied condition.")
+	addOutputFlag(cmd, &opts.format, "the ToolApproval")
+	return cmd
+}
+
+// validate checks the flags against the API's rules and reports every
+// problem at once.
+func (o decideOptions) validate() error {
+	var problems []string
+	switch {
+	case strings.TrimSpace(o.reason) == "":
+		problems = append(problems, "--reason is required: say why, for the record")
+	case len(o.reason) > maxReasonLength:
+		problems = append(problems, fmt.Sprintf("--reason is %d bytes long; at most %d are recorded", len(o.reason), maxReasonLength))
+	}
+	if o.digest != "" && !digestPattern.MatchString(o.digest) {
+		problems = append(problems, fmt.Sprintf("--digest %q is not a request digest (sha256: and 64 lowercase hex digits)", o.digest))
+	}
+	if o.expiresIn < 0 {
+		problems = append(problems, "--expires-in must be positive")
+	}
+	if o.name != "" {
+		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
+			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolApproval: %s", o.name, strings.Join(invalid, "; ")))
+		}
+	}
+	if o.wait && o.timeout <= 0 {
+		problems = append(problems, "--timeout must be positive")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid decision, nothing was created:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// approval is the object `approve` or `deny` creates.
+func (o decideOptions) approval(namespace, key, requestDigest string, now time.Time) *v1alpha1.ToolApproval {
+	a := &v1alpha1.ToolApproval{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolApproval"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: o.name},
+		Spec: v1alpha1.ToolApprovalSpec{
+			ActionName: key, RequestDigest: requestDigest, Decision: o.decision, Reason: o.reason,
+		},
+	}
+	if o.expiresIn > 0 {
+		expires := metav1.NewTime(now.Add(o.expiresIn).Truncate(time.Second))
+		a.Spec.ExpiresAt = &expires
+	}
+	if o.name == "" {
+		a.GenerateName = key + "-approval-"
+	}
+	return a
+}
+
+func (c *console) decide(ctx context.Context, key string, opts decideOptions) error {
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	namespace, ledger, err := c.connect()
+	if err != nil {
+		return err
+	}
+	action, err := ledger.getAction(ctx, namespace, key)
+	if err != nil {
+		return fmt.Errorf("%w; nothing was created", err)
+	}
+	if phase := phaseOf(action); phase != v1alpha1.PhaseAwaitingApproval {
+		return fmt.Errorf("ToolAction %q is %s; only an action awaiting approval takes a decision; nothing was created", key, phase)
+	}
+	recorded := action.Status.RequestDigest
+	if opts.digest != "" && opts.digest != recorded {
+		return fmt.Errorf("ToolAction %q records request %s, not the %s you reviewed: review it again (kubectl toolledger approvals); nothing was created",
+			key, recorded, opts.digest)
+	}
+	parameters, err := consequentialParameters(ctx, ledger, map[toolKey]*v1alpha1.ToolSpec{}, action)
+	if err != nil {
+		return err
+	}
+	created, err := ledger.createApproval(ctx, opts.approval(namespace, key, recorded, c.now()))
+	if err != nil {
+		return err
+	}
+	if opts.format == outputText {
+		writeDecision(c.streams.Out, created, action, parameters)
+	}
+	if !opts.wait {
+		if opts.format != outputText {
+			return printStructured(c.streams.Out, opts.format, forOutput(created, "ToolApproval"))
+		}
+		return nil
+	}
+	latest := created
+	applied, err := waitApplied(ctx, "ToolApproval", "tappr", namespace, created.Name, opts.timeout, func(ctx context.Context) ([]metav1.Condition, error) {
+		read, err := ledger.getApproval(ctx, namespace, created.Name)
+		if err != nil {
+			return nil, err
+		}
+		latest = read
+		return read.Status.Conditions, nil
+	})
+	if err != nil {
+		return err
+	}
+	if opts.format != outputText {
+		if err := printStructured(c.streams.Out, opts.format, forOutput(latest, "ToolApproval")); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, applied.Message)
+	}
+	if applied.Status != metav1.ConditionTrue {
+		return fmt.Errorf("ToolApproval %q was not applied: %s", latest.Name, applied.Message)
+	}
+	if opts.format == outputText {
+		after, err := ledger.getAction(ctx, namespace, key)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, phaseOf(after))
+	}
+	return nil
+}
+
+func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters json.RawMessage) {
+	fmt.Fprintf(w, "toolapproval.%s/%s created\n", v1alpha1.GroupVersion.Group, approval.Name)
+	fmt.Fprintf(w, "  action:       %s\n", approval.Spec.ActionName)
+	fmt.Fprintf(w, "  decision:     %s\n", approval.Spec.Decision)
+	fmt.Fprintf(w, "  tool:         %s\n", toolName(action.Spec.ToolRef))
+	fmt.Fprintf(w, "  requested by: %s\n", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation]))
+	fmt.Fprintf(w, "  request:      %s\n", approval.Spec.RequestDigest)
+	fmt.Fprintf(w, "  parameters:   %s\n", parameters)
+	if exp := approval.Spec.ExpiresAt; exp != nil {
+		fmt.Fprintf(w, "  expires:      %s\n", timestamp(*exp))
+	}
+	fmt.Fprintf(w, "  reason:       %s\n", approval.Spec.Reason)
+}
