@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"bytes"
 	"context"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -28,21 +27,12 @@ import (
 // shipped persona roles: alice the agent, bob the approver.
 var _ = Describe("Approvals bound to a key and a request digest", Ordered, func() {
 	ctx := context.Background()
-	policy := filepath.Join("..", "config", "admission", "identity_policy.yaml")
 	var agentRole, approverRole string
 
 	BeforeAll(func() {
-		Expect(testenv.ApplyFile(ctx, cfg, policy, "approval-specs")).To(Succeed())
-		DeferCleanup(func() {
-			Expect(testenv.DeleteFile(ctx, cfg, policy)).To(Succeed())
-			// The other specs expect no stamping: wait until it has unloaded.
-			Eventually(func() string {
-				probe := newAction("default", "identity-probe", "charge", nil)
-				Expect(k8s.Create(ctx, probe, client.DryRunAll)).To(Succeed())
-				return probe.Annotations[v1alpha1.RequestedByAnnotation]
-			}).Should(BeEmpty())
-		})
-		Expect(testenv.WaitForIdentity(ctx, k8s, "default")).To(Succeed())
+		remove, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, "default", "approval-specs")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(remove)
 		agentRole = loadClusterRole("role_agent.yaml", "approvals")
 		approverRole = loadClusterRole("role_approver.yaml", "approvals")
 	})

@@ -2,12 +2,15 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -43,4 +46,39 @@ func WaitForIdentity(ctx context.Context, c client.Client, namespace string) err
 			return fmt.Errorf("the API server does not enforce %s yet (last probe: %v)", identityPolicy, err)
 		}
 	}
+}
+
+// InstallIdentityPolicy applies config/admission/identity_policy.yaml and
+// waits until the API server enforces it on c's user. remove deletes it
+// and waits until new ToolActions are no longer stamped, so that what
+// runs next meets a cluster without it.
+func InstallIdentityPolicy(ctx context.Context, cfg *rest.Config, c client.Client, namespace, owner string) (remove func() error, err error) {
+	path := filepath.Join(repoRoot(), "config", "admission", "identity_policy.yaml")
+	if err := ApplyFile(ctx, cfg, path, owner); err != nil {
+		return nil, err
+	}
+	remove = func() error {
+		if err := DeleteFile(ctx, cfg, path); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for {
+			probe := &v1alpha1.ToolAction{
+				ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "identity-probe"},
+				Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "identity-probe"}},
+			}
+			err := c.Create(ctx, probe, client.DryRunAll)
+			if err == nil && probe.Annotations[v1alpha1.RequestedByAnnotation] == "" {
+				return nil
+			}
+			if sleepErr := Sleep(ctx, 100*time.Millisecond); sleepErr != nil {
+				return fmt.Errorf("the API server still stamps identities after %s was deleted (last probe: %v)", identityPolicy, err)
+			}
+		}
+	}
+	if err := WaitForIdentity(ctx, c, namespace); err != nil {
+		return nil, errors.Join(err, remove())
+	}
+	return remove, nil
 }

@@ -115,6 +115,12 @@ func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 // report, not an error to retry under a new key. Invoke waits through
 // Unknown, which the controller settles by looking the key up.
 //
+// An action of a tool that requires approval returns as soon as it awaits
+// one: the Outcome's Phase is AwaitingApproval (AwaitingApproval reports
+// it), with a nil error, and a human decides (kubectl toolledger approve).
+// Invoke again with WaitForApproval to wait through the decision; that
+// costs one request that writes nothing, as any duplicate does.
+//
 // The invocations of a Client that wait in one namespace share one watch of
 // its ToolActions: the first opens it, and it closes a few seconds after the
 // last returned, so an invocation made while others wait, or soon after,
@@ -126,7 +132,11 @@ func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 // the same Request costs one request if it settled meanwhile. When the
 // apply itself fails, the Outcome is nil. An error wrapping ErrDeleted means
 // the action was deleted while Invoke waited.
-func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
+func (c *Client) Invoke(ctx context.Context, req Request, opts ...InvokeOption) (*Outcome, error) {
+	var o invokeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	body, err := applyBody(req)
 	if err != nil {
 		return nil, err
@@ -137,12 +147,11 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 		c.leave(early)
 		return nil, err
 	}
-	outcome := newOutcome(action, deduplicated)
-	if outcome.Phase.IsSettled() {
+	f := &follower{outcome: newOutcome(action, deduplicated), uid: action.UID, resourceVersion: action.ResourceVersion, waitForApproval: o.waitForApproval}
+	if f.done() {
 		c.leave(early)
-		return tombstoneConflict(outcome, nil)
+		return tombstoneConflict(f.outcome, nil)
 	}
-	f := &follower{outcome: outcome, uid: action.UID, resourceVersion: action.ResourceVersion}
 	if early != nil {
 		c.mu.Lock()
 		c.follow(early, f)
@@ -154,6 +163,20 @@ func (c *Client) Invoke(ctx context.Context, req Request) (*Outcome, error) {
 		c.catchUp(ctx, req.Namespace, w)
 	}
 	return tombstoneConflict(c.await(ctx, w))
+}
+
+// InvokeOption changes how Invoke waits.
+type InvokeOption func(*invokeOptions)
+
+type invokeOptions struct {
+	waitForApproval bool
+}
+
+// WaitForApproval makes Invoke wait through AwaitingApproval, until the
+// action settles after a human's decision (or ctx ends), instead of
+// returning as soon as the action awaits an approval.
+func WaitForApproval() InvokeOption {
+	return func(o *invokeOptions) { o.waitForApproval = true }
 }
 
 // tombstoneConflict turns an outcome that settled as a TombstoneConflict

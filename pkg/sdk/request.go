@@ -76,9 +76,11 @@ type Outcome struct {
 	Key       string
 	// Phase is Succeeded, Failed or Escalated once the action settled.
 	// Escalated means nobody could prove whether the effect happened and a
-	// human decides (a ToolResolution); it is not a failure to retry. Other
-	// phases (Accepted, Executing, RetryScheduled, Unknown) come only with
-	// an error: the caller's context ended, or the wait failed.
+	// human decides (a ToolResolution); it is not a failure to retry.
+	// AwaitingApproval means its tool requires an approval that nobody has
+	// given yet (see Invoke and WaitForApproval). Other phases (Accepted,
+	// Executing, RetryScheduled, Unknown) come only with an error: the
+	// caller's context ended, or the wait failed.
 	Phase v1alpha1.Phase
 	// Deduplicated reports that this call did not cause the effect: the key
 	// was already recorded with this request, or its record was deleted and
@@ -99,8 +101,21 @@ type Outcome struct {
 	Message     string
 	// Attempts counts the dispatches so far.
 	Attempts int32
-	// RequestDigest is the digest the controller computed for the request.
+	// RequestDigest is the digest the controller computed for the request;
+	// an approval names it.
 	RequestDigest string
+	// RequestedBy is the user the API server stamped as the action's
+	// creator (toolledger.dev/requested-by); empty where the identity
+	// policies are not installed.
+	RequestedBy string
+	// Approval is the decision applied to the action, for a tool that
+	// requires approval; nil until one is.
+	Approval *v1alpha1.ApprovalRecord
+}
+
+// AwaitingApproval reports whether the action waits for a human's approval.
+func (o *Outcome) AwaitingApproval() bool {
+	return o.Phase == v1alpha1.PhaseAwaitingApproval
 }
 
 func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
@@ -113,6 +128,8 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		ExternalRef:   action.Status.ExternalRef,
 		Attempts:      action.Status.Attempts,
 		RequestDigest: action.Status.RequestDigest,
+		RequestedBy:   action.Annotations[v1alpha1.RequestedByAnnotation],
+		Approval:      action.Status.Approval.DeepCopy(),
 	}
 	if action.Status.Result != nil {
 		// A copy: invocations of one key share the observed action.

@@ -96,10 +96,20 @@ type follower struct {
 	// after a deletion that a read would not show.
 	uid             types.UID
 	resourceVersion string
+	// waitForApproval waits through AwaitingApproval (WaitForApproval).
+	waitForApproval bool
+}
+
+// done reports whether the wait is over at the outcome known: the action
+// settled, or awaits a human's approval and the caller did not ask to wait.
+func (f *follower) done() bool {
+	phase := f.outcome.Phase
+	return phase.IsSettled() || (phase == v1alpha1.PhaseAwaitingApproval && !f.waitForApproval)
 }
 
 // observe takes o into account and reports whether the wait is over: the
-// action settled (nil error) or is gone (ErrDeleted). Observations at or
+// action settled or awaits approval (done; nil error), or is gone
+// (ErrDeleted). Observations at or
 // before the version already known are stale, whatever order they arrive in.
 func (f *follower) observe(o observation) (bool, error) {
 	if !newer(o.resourceVersion, f.resourceVersion) {
@@ -110,7 +120,7 @@ func (f *follower) observe(o observation) (bool, error) {
 	}
 	f.outcome = newOutcome(o.action, f.outcome.Deduplicated)
 	f.resourceVersion = o.resourceVersion
-	return f.outcome.Phase.IsSettled(), nil
+	return f.done(), nil
 }
 
 // newer reports whether resourceVersion a comes after b. Kubernetes
