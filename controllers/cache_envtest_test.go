@@ -34,7 +34,7 @@ var _ = Describe("The manager's cache", func() {
 		Expect(k8s.Create(ctx, newAction(ns, "order-held", "charge-approved", charge(1)))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "order-finished", "charge", charge(2)))).To(Succeed())
 		env.WaitForPhase(ns, "order-finished", v1alpha1.PhaseSucceeded)
-		Expect(env.WaitForPhase(ns, "order-held", v1alpha1.PhaseAccepted).ManagedFields).NotTo(BeEmpty())
+		Expect(env.WaitForPhase(ns, "order-held", v1alpha1.PhaseAwaitingApproval).ManagedFields).NotTo(BeEmpty())
 
 		Eventually(func(g Gomega) {
 			var cached v1alpha1.ToolActionList

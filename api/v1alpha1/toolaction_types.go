@@ -363,9 +363,9 @@ type Transition struct {
 // +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.status.externalRef`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
 // +kubebuilder:printcolumn:name="Requested-By",type=string,JSONPath=`.metadata.annotations.toolledger\.dev/requested-by`,priority=1
 // +kubebuilder:printcolumn:name="Approved-By",type=string,JSONPath=`.status.approval.decidedBy`,priority=1
-// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.compensates) || self.spec.compensates != self.metadata.name",message="spec.compensates must name another ToolAction: a compensation is a new intent with its own key"
 
 // ToolAction is one business intent. Its name is the idempotency key and its

@@ -255,7 +255,9 @@ func TestInvalidInvocationsExitOne(t *testing.T) {
 		{name: "queue takes no key", args: []string{"queue", "order-1"}, want: "unknown command"},
 		{name: "tombstones takes no key", args: []string{"tombstones", "order-1"}, want: `unknown command "order-1" for "kubectl toolledger tombstones"`},
 		{name: "tombstones of a bad tool", args: []string{"tomb", "--tool", "Service/charge"}, want: "the kind must be Tool or ClusterTool"},
-		{name: "unknown command", args: []string{"approve", "order-1"}, want: `unknown command "approve" for "kubectl toolledger"`},
+		{name: "unknown command", args: []string{"cancel", "order-1"}, want: `unknown command "cancel" for "kubectl toolledger"`},
+		{name: "approve without reason", args: []string{"approve", "order-1"}, want: "--reason is required"},
+		{name: "deny with a malformed digest", args: []string{"deny", "order-1", "--reason", "r", "--digest", "sha256:abc"}, want: `--digest "sha256:abc" is not a request digest`},
 		{name: "resolve without reason", args: []string{"resolve", "order-1", "--outcome", "Failed"}, want: "--reason is required"},
 		{name: "resolve Succeeded without reference", args: []string{"resolve", "order-1", "--outcome", "Succeeded", "--reason", "r"}, want: "--outcome Succeeded needs --external-ref"},
 	}

@@ -605,6 +605,8 @@ type toolOptions struct {
 	deadline time.Duration
 	// maxAttempts is the tool's retry.maxAttempts; 8 when zero.
 	maxAttempts int32
+	// approval makes the tool require an approval.
+	approval bool
 }
 
 const toolTimeout = time.Second
@@ -631,6 +633,9 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 	}
 	if opts.lookup {
 		shape = append(shape, testenv.WithKeyLookup())
+	}
+	if opts.approval {
+		shape = append(shape, testenv.WithApprovalRequired())
 	}
 	tool := testenv.NewTool(ns.Name, "charge", d.url+"/charges", shape...)
 	if err := c.Create(ctx, tool); err != nil {

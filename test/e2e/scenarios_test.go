@@ -89,6 +89,7 @@ func allScenarios() []scenario {
 		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
 		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
 		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
+		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 	}
 }
 
@@ -131,6 +132,19 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   followed by a SIGKILL 2s later. How long the round took to settle after the API was back is
   latency, not correctness: actions whose writes failed during the outage wait out the
   controller's per-item exponential retry (capped at 1 minute) and client-go's re-list backoff.
+* **approvals** — the tool requires approval, and the identity admission policies are installed.
+  One trial is one tenant of 4–6 intents that alice (bound to the shipped agent role, and to the
+  approver role so that only the separation of duties stops her) applies with
+  ` + "`kubectl --as=alice apply`" + `; once they all await approval, bob (the approver role)
+  decides each with ` + "`kubectl toolledger approve|deny --as=bob --digest …`" + `: approve (2 in 5),
+  deny, or approve after a refused attempt (an approval of another intent's digest applied with
+  ` + "`kubectl --as=bob apply`" + `, or ` + "`kubectl toolledger approve --as=alice`" + ` of her own
+  intent), which must leave the intent waiting and unsent. Up to n−1 lost responses and n−1 lost
+  requests are injected first, so approved intents are settled by lookup or retried under their
+  key, without a new approval. Every approved intent must succeed with bob named in
+  ` + "`status.approval`" + ` and alice in ` + "`toolledger.dev/requested-by`" + `; every denied one
+  must fail with class Denied and no attempt. It runs a fifth of the other scenarios' trials, 3 at
+  a time.
 * **downstream faults** — one trial is one tenant of 5–10 intents, with the faults injected just
   before its intents; 8 trials run at a time against one downstream, so a fault may hit a
   neighbouring trial's request instead.
