@@ -156,7 +156,7 @@ spec:
   actionName: %s
   requestDigest: %s
   decision: Approved
-  reason: %s
+  reason: %q
 `, key, tr.ns, key, other, approvalReason))
 			})
 		case afterSelf:
