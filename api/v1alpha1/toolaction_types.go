@@ -365,7 +365,7 @@ type Transition struct {
 // +kubebuilder:printcolumn:name="External-Ref",type=string,JSONPath=`.status.externalRef`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.error.message`,priority=1
 // +kubebuilder:printcolumn:name="Requested-By",type=string,JSONPath=`.metadata.annotations.toolledger\.dev/requested-by`,priority=1
-// +kubebuilder:printcolumn:name="Approved-By",type=string,JSONPath=`.status.approval.decidedBy`,priority=1
+// +kubebuilder:printcolumn:name="Decided-By",type=string,JSONPath=`.status.approval.decidedBy`,priority=1
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.compensates) || self.spec.compensates != self.metadata.name",message="spec.compensates must name another ToolAction: a compensation is a new intent with its own key"
 
 // ToolAction is one business intent. Its name is the idempotency key and its

@@ -87,7 +87,7 @@ type ToolApprovalStatus struct {
 // +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.requestDigest`,priority=1
-// +kubebuilder:printcolumn:name="Why-Not",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].message`,priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].message`,priority=1
 
 // ToolApproval is a human decision bound to one intent: the ToolAction it
 // names (the idempotency key) and the request digest the approver was
