@@ -525,6 +525,46 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 	}
 }
 
+// The verified identities go beside the claimed principals, each in its
+// own header, and only when there is one.
+func TestExecuteIdentityHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name                    string
+		requestedBy, approvedBy string
+		want                    map[string]string
+	}{
+		{name: "unstamped", want: map[string]string{PrincipalsHeader: "user:alice"}},
+		{name: "requested", requestedBy: "system:serviceaccount:shop:agent",
+			want: map[string]string{PrincipalsHeader: "user:alice", RequestedByHeader: "system:serviceaccount:shop:agent"}},
+		{name: "requested and approved", requestedBy: "alice", approvedBy: "bob",
+			want: map[string]string{PrincipalsHeader: "user:alice", RequestedByHeader: "alice", ApprovedByHeader: "bob"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, respond(200, ``))
+			ex := connect(t, newTool(srv.URL), nil)
+			req := request(`{"a":1}`)
+			req.Provenance = &v1alpha1.Provenance{Principals: []string{"user:alice"}}
+			req.RequestedBy, req.ApprovedBy = tc.requestedBy, tc.approvedBy
+			if _, err := ex.Execute(t.Context(), req); err != nil {
+				t.Fatalf("Execute: %v", err)
+			}
+			header := srv.only(t).Header
+			got := map[string]string{}
+			for _, name := range []string{PrincipalsHeader, RequestedByHeader, ApprovedByHeader} {
+				if v := header.Get(name); v != "" {
+					got[name] = v
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("identity headers mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // A header value net/http refuses to send can never be sent, so it is a
 // permanent error, not a retryable one, and nothing reaches the server.
 func TestExecuteInvalidHeaderValueIsPermanent(t *testing.T) {
