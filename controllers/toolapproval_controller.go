@@ -158,12 +158,11 @@ func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1
 	if tool.Spec.SelfApprovalAllowed {
 		return "", "", nil
 	}
-	requester := action.Annotations[v1alpha1.RequestedByAnnotation]
-	switch {
-	case requester == "":
+	switch requester := action.Annotations[v1alpha1.RequestedByAnnotation]; requester {
+	case "":
 		return ReasonRequesterUnverified, fmt.Sprintf("ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
 			action.Name, v1alpha1.RequestedByAnnotation, tool.Name), nil
-	case requester == approver:
+	case approver:
 		return ReasonSelfApproval, fmt.Sprintf("%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
 			approver, action.Name, tool.Name), nil
 	}

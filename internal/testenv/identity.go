@@ -36,14 +36,21 @@ func WaitForIdentity(ctx context.Context, c client.Client, namespace string) err
 	}
 	for {
 		stamped, err := probe(nil)
-		if err == nil && stamped.Annotations[v1alpha1.RequestedByAnnotation] != "" {
+		switch {
+		case err != nil:
+		case stamped.Annotations[v1alpha1.RequestedByAnnotation] == "":
+			err = errors.New("a new ToolAction is not stamped")
+		default:
 			_, err = probe(map[string]string{v1alpha1.RequestedByAnnotation: "identity-probe-somebody-else"})
 			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+identityPolicy+"'") {
 				return nil
 			}
+			if err == nil {
+				err = errors.New("a ToolAction naming somebody else is admitted")
+			}
 		}
 		if sleepErr := Sleep(ctx, 100*time.Millisecond); sleepErr != nil {
-			return fmt.Errorf("the API server does not enforce %s yet (last probe: %v)", identityPolicy, err)
+			return fmt.Errorf("the API server does not enforce %s yet: %w", identityPolicy, err)
 		}
 	}
 }
@@ -72,8 +79,11 @@ func InstallIdentityPolicy(ctx context.Context, cfg *rest.Config, c client.Clien
 			if err == nil && probe.Annotations[v1alpha1.RequestedByAnnotation] == "" {
 				return nil
 			}
+			if err == nil {
+				err = errors.New("a new ToolAction is still stamped")
+			}
 			if sleepErr := Sleep(ctx, 100*time.Millisecond); sleepErr != nil {
-				return fmt.Errorf("the API server still stamps identities after %s was deleted (last probe: %v)", identityPolicy, err)
+				return fmt.Errorf("%s was deleted, but the API server does not forget it: %w", identityPolicy, err)
 			}
 		}
 	}
