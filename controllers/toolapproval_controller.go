@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -40,6 +41,10 @@ const (
 // finalRefusals can never turn into an application: the approval's spec
 // and annotations, and the action's request and requester, do not change.
 var finalRefusals = []string{ReasonDigestMismatch, ReasonSelfApproval, ReasonApprovalExpired, ReasonApproverUnverified, ReasonRequesterUnverified, ReasonAlreadyDecided}
+
+// approvalRetry is how soon an approval whose action changed while it was
+// applied is reconciled again.
+const approvalRetry = 100 * time.Millisecond
 
 // approvalActionIndex indexes ToolApprovals by spec.actionName, so that an
 // action that starts to await approval finds the approvals made already.
@@ -120,7 +125,10 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)
 	case recorded == nil:
-		return ctrl.Result{}, fmt.Errorf("ToolAction %s changed while approval %s was applied; applying it again", action.Name, approval.Name)
+		// Another replica applied it, or the action changed meanwhile: the
+		// next reconcile reads which.
+		log.FromContext(ctx).V(1).Info("Action changed while the approval was applied; reconciling it again", "action", action.Name)
+		return ctrl.Result{RequeueAfter: approvalRetry}, nil
 	}
 	if recorded.Status.Phase.IsTerminal() {
 		// A denial finished the action: the ToolAction controller schedules
@@ -220,7 +228,7 @@ func (r *ToolApprovalReconciler) mark(ctx context.Context, approval *v1alpha1.To
 func (r *ToolApprovalReconciler) approvalsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	var approvals v1alpha1.ToolApprovalList
 	if err := r.Client.List(ctx, &approvals, client.InNamespace(obj.GetNamespace()), client.MatchingFields{approvalActionIndex: obj.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Cannot list the approvals of an action", "action", obj.GetName())
+		log.FromContext(ctx).Error(err, "Cannot list the approvals of an action", "action", obj.GetName())
 		return nil
 	}
 	requests := make([]reconcile.Request, 0, len(approvals.Items))
