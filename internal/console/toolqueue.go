@@ -11,9 +11,10 @@ import (
 )
 
 // toolQueuePhases are the phases counted per tool: in flight, then waiting
-// for a dispatch or a retry, then waiting for an outcome.
+// for a dispatch, an approval or a retry, then waiting for an outcome.
 var toolQueuePhases = []v1alpha1.Phase{
-	v1alpha1.PhaseExecuting, v1alpha1.PhaseAccepted, v1alpha1.PhaseRetryScheduled, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated,
+	v1alpha1.PhaseExecuting, v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseRetryScheduled,
+	v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated,
 }
 
 // ToolQueue is what `queue --by-tool -o json|yaml` prints: per namespace
@@ -28,11 +29,13 @@ type ToolQueueItem struct {
 	// Tool is the tool's name, prefixed with its kind when that is not Tool.
 	Tool string `json:"tool"`
 	// Executing counts the actions in flight, over every replica; the
-	// others wait for a dispatch slot or a claim (Accepted), a retry
-	// (RetryScheduled), a lookup (Unknown) or a human (Escalated).
-	Executing      int `json:"executing"`
-	Accepted       int `json:"accepted"`
-	RetryScheduled int `json:"retryScheduled"`
+	// others wait for a dispatch slot or a claim (Accepted), an approval
+	// (AwaitingApproval), a retry (RetryScheduled), a lookup (Unknown) or a
+	// human (Escalated).
+	Executing        int `json:"executing"`
+	Accepted         int `json:"accepted"`
+	AwaitingApproval int `json:"awaitingApproval"`
+	RetryScheduled   int `json:"retryScheduled"`
 	Unknown        int `json:"unknown"`
 	Escalated      int `json:"escalated"`
 	// Limits are the tool's spec.limits, per replica, defaults applied;
@@ -93,6 +96,8 @@ func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.
 			item.Executing++
 		case v1alpha1.PhaseAccepted:
 			item.Accepted++
+		case v1alpha1.PhaseAwaitingApproval:
+			item.AwaitingApproval++
 		case v1alpha1.PhaseRetryScheduled:
 			item.RetryScheduled++
 		case v1alpha1.PhaseUnknown:
@@ -115,14 +120,14 @@ func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.
 }
 
 func writeToolQueue(w io.Writer, queue ToolQueue, withNamespace bool) error {
-	columns := []string{"TOOL", "EXECUTING", "ACCEPTED", "RETRYSCHEDULED", "UNKNOWN", "ESCALATED", "MAX-IN-FLIGHT", "PER-SECOND"}
+	columns := []string{"TOOL", "EXECUTING", "ACCEPTED", "AWAITINGAPPROVAL", "RETRYSCHEDULED", "UNKNOWN", "ESCALATED", "MAX-IN-FLIGHT", "PER-SECOND"}
 	return writeTable(w, "queue", columns, withNamespace, len(queue.Items), func(i int) (string, []string) {
 		item := queue.Items[i]
 		inFlight, perSecond := "<no tool>", "<no tool>"
 		if l := item.Limits; l != nil {
 			inFlight, perSecond = fmt.Sprint(l.MaxInFlight), fmt.Sprint(l.RequestsPerSecond)
 		}
-		return item.Namespace, []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.RetryScheduled),
+		return item.Namespace, []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.AwaitingApproval), fmt.Sprint(item.RetryScheduled),
 			fmt.Sprint(item.Unknown), fmt.Sprint(item.Escalated), inFlight, perSecond}
 	})
 }

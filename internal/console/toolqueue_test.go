@@ -27,6 +27,7 @@ func TestBuildToolQueueCountsPerNamespaceAndTool(t *testing.T) {
 		queued("shop", "a1", v1alpha1.PhaseAccepted, -time.Minute, nil),
 		queued("shop", "a2", v1alpha1.PhaseAccepted, -time.Minute, nil),
 		queued("shop", "a3", v1alpha1.PhaseAccepted, -time.Minute, nil),
+		queued("shop", "w1", v1alpha1.PhaseAwaitingApproval, -time.Minute, nil),
 		queued("shop", "u1", v1alpha1.PhaseUnknown, -time.Minute, timePtr(-time.Minute)),
 		retried,
 		onCluster(queued("shop", "n1", v1alpha1.PhaseAccepted, -time.Minute, nil)),
@@ -39,7 +40,7 @@ func TestBuildToolQueueCountsPerNamespaceAndTool(t *testing.T) {
 	want := []ToolQueueItem{
 		{Namespace: "billing", Tool: "ClusterTool/notify", Escalated: 1},
 		{Namespace: "shop", Tool: "ClusterTool/notify", Accepted: 1},
-		{Namespace: "shop", Tool: "charge", Executing: 1, Accepted: 3, RetryScheduled: 1, Unknown: 1, Limits: limits[charge]},
+		{Namespace: "shop", Tool: "charge", Executing: 1, Accepted: 3, AwaitingApproval: 1, RetryScheduled: 1, Unknown: 1, Limits: limits[charge]},
 	}
 	if diff := cmp.Diff(want, got.Items); diff != "" {
 		t.Fatalf("buildToolQueue (-want +got):\n%s", diff)
@@ -53,7 +54,7 @@ func TestBuildToolQueueCountsPerNamespaceAndTool(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("table:\n%s\nwant a header and three rows", table.String())
 	}
-	if f := strings.Fields(lines[3]); strings.Join(f, " ") != "shop charge 1 3 1 1 0 2 10" {
+	if f := strings.Fields(lines[3]); strings.Join(f, " ") != "shop charge 1 3 1 1 1 0 2 10" {
 		t.Errorf("charge row = %q, want its counts and its limits", lines[3])
 	}
 	if f := strings.Fields(lines[1]); f[len(f)-1] != "tool>" {
