@@ -1,0 +1,106 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+var _ = Describe("Three managers applying approvals", func() {
+	It("apply each action's first approval once, refuse the second, and dispatch once", func() {
+		ctx := context.Background()
+		remove, err := testenv.InstallIdentityPolicy(ctx, env.Config, k8s, "default", "integration")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(remove)
+		for i := range 3 {
+			startManager(fmt.Sprintf("approver-%d", i), nil)
+		}
+		waitForMembers(3, 3*time.Second)
+
+		ns := env.NewTenant()
+		// The suite's one user asks and approves.
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.Compensatable), testenv.WithTimeout(time.Second),
+			testenv.WithKeyLookup(), testenv.WithApprovalRequired(), testenv.WithSelfApprovalAllowed())
+		const actions = 30
+		for i := range actions {
+			Expect(k8s.Create(ctx, action(ns, fmt.Sprintf("order-%02d", i), 100+i))).To(Succeed())
+		}
+		digests := map[string]string{}
+		Eventually(func(g Gomega) {
+			var list v1alpha1.ToolActionList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			for _, a := range list.Items {
+				g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseAwaitingApproval), "action %s", a.Name)
+				digests[a.Name] = a.Status.RequestDigest
+			}
+			g.Expect(digests).To(HaveLen(actions))
+		}).Should(Succeed())
+
+		// Two approvers decide every action at once, as two people clicking
+		// in a console would.
+		var wg sync.WaitGroup
+		for name, digest := range digests {
+			for _, who := range []string{"first", "second"} {
+				wg.Add(1)
+				go func() {
+					defer GinkgoRecover()
+					defer wg.Done()
+					Expect(k8s.Create(ctx, &v1alpha1.ToolApproval{
+						ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-" + who},
+						Spec:       v1alpha1.ToolApprovalSpec{ActionName: name, RequestDigest: digest, Decision: v1alpha1.Approved, Reason: who},
+					})).To(Succeed())
+				}()
+			}
+		}
+		wg.Wait()
+
+		Eventually(func(g Gomega) {
+			var list v1alpha1.ToolActionList
+			g.Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+			for _, a := range list.Items {
+				g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded), "action %s", a.Name)
+			}
+		}, 2*time.Minute).Should(Succeed())
+
+		var list v1alpha1.ToolActionList
+		Expect(k8s.List(ctx, &list, client.InNamespace(ns))).To(Succeed())
+		var approvals v1alpha1.ToolApprovalList
+		Expect(k8s.List(ctx, &approvals, client.InNamespace(ns))).To(Succeed())
+		applied := map[string]string{}
+		for _, a := range approvals.Items {
+			c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionApplied)
+			Expect(c).NotTo(BeNil(), "approval %s", a.Name)
+			switch c.Status {
+			case metav1.ConditionTrue:
+				Expect(applied).NotTo(HaveKey(a.Spec.ActionName), "two approvals applied to %s", a.Spec.ActionName)
+				applied[a.Spec.ActionName] = a.Name
+			default:
+				Expect(c.Reason).To(Equal("AlreadyDecided"), "approval %s", a.Name)
+			}
+		}
+		for _, a := range list.Items {
+			key := ns + "/" + a.Name
+			Expect(a.Status.Approval.Name).To(Equal(applied[a.Name]), "the approval applied is the one recorded")
+			approvedEntries := 0
+			for _, t := range a.Status.History {
+				if t.Reason == "Approved" {
+					approvedEntries++
+				}
+			}
+			Expect(approvedEntries).To(Equal(1), "history of %s: %v", a.Name, transitions(&a))
+			Expect(downstream.Requests(key)).To(Equal(1), "requests for %s", key)
+			Expect(downstream.Effects(key)).To(Equal(1), "effects for %s", key)
+		}
+		Expect(applied).To(HaveLen(actions))
+	})
+})
