@@ -36,8 +36,8 @@ type ToolQueueItem struct {
 	Accepted         int `json:"accepted"`
 	AwaitingApproval int `json:"awaitingApproval"`
 	RetryScheduled   int `json:"retryScheduled"`
-	Unknown        int `json:"unknown"`
-	Escalated      int `json:"escalated"`
+	Unknown          int `json:"unknown"`
+	Escalated        int `json:"escalated"`
 	// Limits are the tool's spec.limits, per replica, defaults applied;
 	// nil when the tool does not exist.
 	Limits *v1alpha1.DispatchLimits `json:"limits,omitempty"`
