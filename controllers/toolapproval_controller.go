@@ -89,7 +89,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// An approval may come first (applied with its action, say): the
 		// action's creation brings it back.
 		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonActionNotFound,
-			fmt.Sprintf("ToolAction %q not found in namespace %q", approval.Spec.ActionName, approval.Namespace))
+			fmt.Sprintf("ToolAction %q not found in namespace %q; the approval is applied if it is created and awaits approval", approval.Spec.ActionName, approval.Namespace))
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
 	}
@@ -106,9 +106,12 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// Not accepted yet: it awaits approval, if at all, once its digest
 		// is known, and that change brings the approval back.
 		return ctrl.Result{}, nil
+	case phase.IsTerminal():
+		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonNotAwaitingApproval,
+			fmt.Sprintf("ToolAction %q is %s: it finished without awaiting this approval", action.Name, phase))
 	case phase != v1alpha1.PhaseAwaitingApproval:
 		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonNotAwaitingApproval,
-			fmt.Sprintf("ToolAction %q is %s and does not await an approval", action.Name, phase))
+			fmt.Sprintf("ToolAction %q is %s and does not await an approval; the approval is applied if it starts to", action.Name, phase))
 	}
 
 	reason, message, err := r.refusal(ctx, &approval, &action)

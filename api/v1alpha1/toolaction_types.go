@@ -291,8 +291,9 @@ type ToolActionStatus struct {
 	Lookups int32 `json:"lookups,omitempty"`
 
 	// approval is the decision applied to the action, for a tool that
-	// requires approval: the ToolApproval, its approver and when. An approved
-	// action keeps it for every retry and lookup under its key.
+	// requires approval: the ToolApproval, Approved or Denied, by whom and
+	// when. An approved action keeps it for every retry and lookup under
+	// its key.
 	// +optional
 	Approval *ApprovalRecord `json:"approval,omitempty"`
 

@@ -32,16 +32,18 @@ const (
 // ToolApprovalSpec is a human's decision about one intent: one key and one
 // request digest.
 type ToolApprovalSpec struct {
-	// actionName names the ToolAction in this namespace, that is the
-	// idempotency key, the decision is about.
+	// actionName is the name of the ToolAction, in this namespace, that the
+	// decision is about: the intent's idempotency key.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	ActionName string `json:"actionName"`
 
-	// requestDigest is the digest of the request being decided, as the
-	// action's status.requestDigest shows it. A decision about another
-	// digest (other parameters, another tool version) is not applied.
+	// requestDigest is the digest of the request being decided: "sha256:"
+	// and 64 lowercase hex digits, copied from the action's
+	// status.requestDigest (kubectl toolledger approvals lists it). A
+	// decision about another digest (other parameters, another tool
+	// version) is not applied.
 	// +required
 	// +kubebuilder:validation:Pattern=`^sha256:[0-9a-f]{64}$`
 	RequestDigest string `json:"requestDigest"`
@@ -56,8 +58,9 @@ type ToolApprovalSpec struct {
 	// +kubebuilder:validation:MaxLength=1024
 	Reason string `json:"reason"`
 
-	// expiresAt is when the decision stops counting: one not applied by
-	// then never is. Once applied, it holds for every retry under the key.
+	// expiresAt (RFC 3339, e.g. 2026-12-01T18:00:00Z) is when the decision
+	// stops counting: one not applied by then never is. Once applied, it
+	// holds for every retry under the key.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }
@@ -65,8 +68,10 @@ type ToolApprovalSpec struct {
 // ToolApprovalStatus says whether the decision was applied to the action.
 type ToolApprovalStatus struct {
 	// conditions hold Applied: True once the decision was recorded on the
-	// action, False with the reason it was not (DigestMismatch,
-	// SelfApproval, Expired, ...).
+	// action, False with the reason it was not. DigestMismatch,
+	// SelfApproval, Expired, ApproverUnverified, RequesterUnverified and
+	// AlreadyDecided are final (create another approval); ActionNotFound
+	// and NotAwaitingApproval are re-evaluated when the action changes.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
