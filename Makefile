@@ -146,7 +146,9 @@ chart-lint: $(HELM) chart-rbac chart-admission ## Lint the Helm chart and render
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system \
 		--set leaderElect=true --set metrics.enabled=false --set serviceAccount.create=false --set serviceAccount.name=sa > /dev/null
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system --set successEvents=true \
-		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy | grep -q 'name: toolledger-identity'
+		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy > $(BIN)/chart-mutating.yaml
+	grep -q 'name: toolledger-outcome-finalizer' $(BIN)/chart-mutating.yaml && grep -q 'name: toolledger-identity' $(BIN)/chart-mutating.yaml \
+		|| { echo "chart-lint: both MutatingAdmissionPolicies must render where the cluster serves them" >&2; exit 1; }
 	@# The guard exempts the release's ServiceAccount and break-glass group, and no other.
 	out="$$($(HELM) template toolledger $(CHART_DIR) --namespace ops --set serviceAccount.name=ledger \
 		--set tombstoneGuard.breakGlassGroup=oncall --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy)"; \

@@ -133,6 +133,10 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Expect(record.Decision).To(Equal(v1alpha1.Approved))
 		Expect(record.RequestDigest).To(Equal(waiting.Status.RequestDigest))
 		Expect(record.Name).To(HavePrefix("order-approve-approval-"))
+		var decided v1alpha1.ToolApproval
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: record.Name}, &decided)).To(Succeed())
+		Expect(decided.Spec.ActionUID).To(Equal(waiting.UID), "the console binds the approval to the object bob reviewed")
+		Expect(decided.Annotations).To(HaveKeyWithValue(v1alpha1.DecidedByAnnotation, "bob"))
 		Expect(done.Annotations).To(HaveKeyWithValue(v1alpha1.RequestedByAnnotation, "alice"))
 		Expect(conditionStatus(done, v1alpha1.ConditionApproved)).To(Equal(metav1.ConditionTrue))
 		Expect(transitions(done)).To(Equal([]string{
@@ -175,7 +179,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Eventually(func() []string { return eventNotes("ToolApproval", "bob-wrong-digest", "DigestMismatch") }).Should(ConsistOf(want))
 
 		bind("alice", approverRole)
-		out, code := toolledger("alice", "approve", "order-5000", "--reason", "looks fine to me", "--wait")
+		out, code := toolledger("alice", "approve", "order-5000", "--digest", asked, "--reason", "looks fine to me", "--wait")
 		Expect(code).To(Equal(console.ExitError), out)
 		Expect(out).To(ContainSubstring(`Applied=False (SelfApproval): alice requested ToolAction "order-5000" and cannot approve it too: tool "charge" requires someone else's approval (selfApprovalAllowed is not set)`))
 
@@ -184,7 +188,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		noRequests("order-9000")
 
 		// Refusals block nothing: the right approval still applies.
-		out, code = toolledger("bob", "approve", "order-5000", "--reason", "confirmed", "--wait")
+		out, code = toolledger("bob", "approve", "order-5000", "--digest", asked, "--reason", "confirmed", "--wait")
 		Expect(code).To(Equal(console.ExitOK), out)
 		env.WaitForPhase(ns, "order-5000", v1alpha1.PhaseSucceeded)
 		Expect(downstream.Effects(keyOf(ns, "order-5000"))).To(Equal(1))
@@ -195,8 +199,8 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		newTool(ns, testenv.WithApprovalRequired(), testenv.WithSelfApprovalAllowed())
 		bind("alice", approverRole)
 		Expect(alice.Create(ctx, newAction(ns, "order-self", "charge", charge(12)))).To(Succeed())
-		awaiting("order-self")
-		out, code := toolledger("alice", "approve", "order-self", "--reason", "small amount", "--wait")
+		self := awaiting("order-self")
+		out, code := toolledger("alice", "approve", "order-self", "--digest", self.Status.RequestDigest, "--reason", "small amount", "--wait")
 		Expect(code).To(Equal(console.ExitOK), out)
 		done := env.WaitForPhase(ns, "order-self", v1alpha1.PhaseSucceeded)
 		Expect(done.Status.Approval.DecidedBy).To(Equal("alice"))
@@ -234,9 +238,9 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 	It("needs no new approval to retry under the key, and a new one for a compensation", func() {
 		newTool(ns, testenv.WithApprovalRequired(), testenv.WithTimeout(time.Second), testenv.WithClass(v1alpha1.Compensatable))
 		Expect(alice.Create(ctx, newAction(ns, "order-lost", "charge", charge(300)))).To(Succeed())
-		awaiting("order-lost")
+		lost := awaiting("order-lost")
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropBeforeCommit, Count: 1})
-		out, code := toolledger("bob", "approve", "order-lost", "--reason", "confirmed")
+		out, code := toolledger("bob", "approve", "order-lost", "--digest", lost.Status.RequestDigest, "--reason", "confirmed")
 		Expect(code).To(Equal(console.ExitOK), out)
 
 		done := env.WaitForPhase(ns, "order-lost", v1alpha1.PhaseSucceeded)
@@ -256,6 +260,43 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Expect(alice.Create(ctx, refund)).To(Succeed())
 		Expect(awaiting("order-lost-refund").Status.Approval).To(BeNil(), "a compensation is a new intent")
 		noRequests("order-lost-refund")
+	})
+
+	It("applies an approval made before its action, by key and digest, and never one bound to a deleted action", func() {
+		newTool(ns, testenv.WithApprovalRequired())
+		Expect(alice.Create(ctx, newAction(ns, "order-early", "charge", charge(640)))).To(Succeed())
+		first := awaiting("order-early")
+		// Withdrawn before anyone decided: nothing was sent, so nothing
+		// keeps the key.
+		Expect(alice.Delete(ctx, first)).NotTo(Succeed(), "an agent cannot delete records")
+		Expect(k8s.Delete(ctx, first)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(first), &v1alpha1.ToolAction{}))
+		}).Should(BeTrue())
+
+		bound := approval("bob-for-the-deleted-one", "order-early", first.Status.RequestDigest, v1alpha1.Approved)
+		bound.Spec.ActionUID = first.UID
+		Expect(bob.Create(ctx, bound)).To(Succeed())
+		ahead := approval("bob-ahead", "order-early", first.Status.RequestDigest, v1alpha1.Approved)
+		Expect(bob.Create(ctx, ahead)).To(Succeed())
+		Expect(applied("bob-ahead").Reason).To(Equal("ActionNotFound"))
+
+		// The same intent again, applied twice with server-side apply as a
+		// GitOps sync would: the stamped requester stays.
+		manifest := writeManifest(chargeManifest(ns, "order-early", 640))
+		for range 2 {
+			out, err := kubectl("--as", "alice", "apply", "--server-side", "-f", manifest)
+			Expect(err).NotTo(HaveOccurred(), out)
+		}
+		done := env.WaitForPhase(ns, "order-early", v1alpha1.PhaseSucceeded)
+		Expect(done.UID).NotTo(Equal(first.UID))
+		Expect(done.Annotations).To(HaveKeyWithValue(v1alpha1.RequestedByAnnotation, "alice"))
+		Expect(done.Status.Approval.Name).To(Equal("bob-ahead"))
+		Expect(downstream.Effects(keyOf(ns, "order-early"))).To(Equal(1))
+
+		Eventually(func() string { return applied("bob-for-the-deleted-one").Reason }).Should(Equal("ActionReplaced"))
+		Expect(applied("bob-for-the-deleted-one").Message).To(Equal(`the approval is for ToolAction "order-early" with UID ` + string(first.UID) +
+			`, which was deleted; the ToolAction of that name now is another object (UID ` + string(done.UID) + `), created again, and needs a decision of its own`))
 	})
 
 	It("refuses the identity annotations set by hand, changed or removed", func() {

@@ -35,16 +35,27 @@ const (
 	ReasonApproverUnverified  = "ApproverUnverified"
 	ReasonRequesterUnverified = "RequesterUnverified"
 	ReasonAlreadyDecided      = "AlreadyDecided"
+	ReasonActionReplaced      = "ActionReplaced"
 	ReasonNotAwaitingApproval = "NotAwaitingApproval"
 )
 
-// finalRefusals can never turn into an application: the approval's spec
-// and annotations, and the action's request and requester, do not change.
-var finalRefusals = []string{ReasonDigestMismatch, ReasonSelfApproval, ReasonApprovalExpired, ReasonApproverUnverified, ReasonRequesterUnverified, ReasonAlreadyDecided}
+// finalRefusals are not evaluated again: the approval's spec and
+// annotations and the action's request, requester and UID do not change,
+// and time only moves on. A tool that starts to allow self-approval does not
+// revive an approval refused before: the approver creates another.
+var finalRefusals = []string{
+	ReasonDigestMismatch, ReasonSelfApproval, ReasonApprovalExpired, ReasonActionReplaced,
+	ReasonApproverUnverified, ReasonRequesterUnverified, ReasonAlreadyDecided,
+}
 
-// approvalRetry is how soon an approval whose action changed while it was
-// applied is reconciled again.
-const approvalRetry = 100 * time.Millisecond
+const (
+	// unresolvedToolRecheck is how soon an approval refused because its action's tool
+	// cannot be resolved is evaluated again: nothing watches the tools here.
+	unresolvedToolRecheck = time.Minute
+	// approvalRetry is how soon an approval whose action changed while it
+	// was applied is reconciled again.
+	approvalRetry = 100 * time.Millisecond
+)
 
 // approvalActionIndex indexes ToolApprovals by spec.actionName, so that an
 // action that starts to await approval finds the approvals made already.
@@ -93,9 +104,17 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
 	}
+	if uid := approval.Spec.ActionUID; uid != "" && uid != action.UID {
+		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonActionReplaced,
+			fmt.Sprintf("the approval is for ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s), created again, and needs a decision of its own",
+				action.Name, uid, action.UID))
+	}
 	if decided := action.Status.Approval; decided != nil {
 		if decided.Name == approval.Name {
 			// Applied before a crash or a failed mark.
+			if err := r.handBack(ctx, &action); err != nil {
+				return ctrl.Result{}, err
+			}
 			return ctrl.Result{}, r.markApplied(ctx, &approval, &action)
 		}
 		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonAlreadyDecided,
@@ -114,12 +133,16 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			fmt.Sprintf("ToolAction %q is %s and does not await an approval; the approval is applied if it starts to", action.Name, phase))
 	}
 
-	reason, message, err := r.refusal(ctx, &approval, &action)
+	refused, err := r.refusal(ctx, &approval, &action)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if reason != "" {
-		return ctrl.Result{}, r.refuse(ctx, &approval, &action, reason, message)
+	if refused != nil {
+		result := ctrl.Result{}
+		if refused.toolUnresolved {
+			result.RequeueAfter = unresolvedToolRecheck
+		}
+		return result, r.refuse(ctx, &approval, &action, refused.reason, refused.message)
 	}
 	rules := r.Actions.rules()
 	rules.by = approvalActor(&approval)
@@ -133,51 +156,67 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		log.FromContext(ctx).V(1).Info("Action changed while the approval was applied; reconciling it again", "action", action.Name)
 		return ctrl.Result{RequeueAfter: approvalRetry}, nil
 	}
-	if recorded.Status.Phase.IsTerminal() {
-		// A denial finished the action: the ToolAction controller schedules
-		// its retention.
-		if err := r.Actions.revisit(ctx, recorded); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.handBack(ctx, recorded); err != nil {
+		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.markApplied(ctx, &approval, recorded)
 }
 
+// handBack gives an action a denial finished to the ToolAction controller,
+// which schedules its retention.
+func (r *ToolApprovalReconciler) handBack(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if !action.Status.Phase.IsTerminal() {
+		return nil
+	}
+	return r.Actions.revisit(ctx, action)
+}
+
+// refused says why an approval is not applied to an action awaiting one.
+type refused struct {
+	reason, message string
+	// toolUnresolved: the action's tool cannot be resolved now, which may
+	// change.
+	toolUnresolved bool
+}
+
 // refusal says why the approval cannot be applied to an action awaiting
-// one, or returns an empty reason when it can.
-func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction) (reason, message string, err error) {
+// one; nil when it can.
+func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction) (*refused, error) {
 	if exp := approval.Spec.ExpiresAt; exp != nil && !r.Clock.Now().Before(exp.Time) {
-		return ReasonApprovalExpired, fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339)), nil
+		return &refused{reason: ReasonApprovalExpired, message: fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339))}, nil
 	}
 	approver := approval.Annotations[v1alpha1.DecidedByAnnotation]
 	if approver == "" {
-		return ReasonApproverUnverified, "the approval has no " + v1alpha1.DecidedByAnnotation +
-			" annotation: the API server stamps the approver only where the identity admission policies are installed (config/admission/identity_policy.yaml)", nil
+		return &refused{reason: ReasonApproverUnverified, message: "the approval has no " + v1alpha1.DecidedByAnnotation +
+			" annotation: the API server stamps the approver only where the identity admission policies are installed (config/admission/identity_policy.yaml)"}, nil
 	}
 	if want := action.Status.RequestDigest; approval.Spec.RequestDigest != want {
-		return ReasonDigestMismatch, fmt.Sprintf("the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
-			approval.Spec.RequestDigest, action.Name, want, want), nil
+		return &refused{reason: ReasonDigestMismatch, message: fmt.Sprintf(
+			"the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
+			approval.Spec.RequestDigest, action.Name, want, want)}, nil
 	}
 	tool, err := r.Actions.findTool(ctx, action)
 	var invalid *invalidError
 	switch {
 	case errors.As(err, &invalid):
-		return invalid.reason, invalid.message, nil
+		return &refused{reason: invalid.reason, message: invalid.message, toolUnresolved: true}, nil
 	case err != nil:
-		return "", "", err
+		return nil, err
 	}
 	if tool.Spec.SelfApprovalAllowed {
-		return "", "", nil
+		return nil, nil
 	}
 	switch requester := action.Annotations[v1alpha1.RequestedByAnnotation]; requester {
 	case "":
-		return ReasonRequesterUnverified, fmt.Sprintf("ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
-			action.Name, v1alpha1.RequestedByAnnotation, tool.Name), nil
+		return &refused{reason: ReasonRequesterUnverified, message: fmt.Sprintf(
+			"ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
+			action.Name, v1alpha1.RequestedByAnnotation, tool.Name)}, nil
 	case approver:
-		return ReasonSelfApproval, fmt.Sprintf("%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
-			approver, action.Name, tool.Name), nil
+		return &refused{reason: ReasonSelfApproval, message: fmt.Sprintf(
+			"%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
+			approver, action.Name, tool.Name)}, nil
 	}
-	return "", "", nil
+	return nil, nil
 }
 
 // approvalActor names an approval in the action's history.
@@ -258,9 +297,9 @@ func (r *ToolApprovalReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		// The spec is immutable: only a new approval needs a reconcile of
-		// its own; its status writes do not.
-		For(&v1alpha1.ToolApproval{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Its own status writes come back too: a mark that lost to a newer
+		// version (read from a cache behind) is made again from it.
+		For(&v1alpha1.ToolApproval{}).
 		Watches(&v1alpha1.ToolAction{}, handler.EnqueueRequestsFromMapFunc(r.approvalsOf), builder.WithPredicates(predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return true },
 			UpdateFunc:  startedAwaiting,

@@ -109,11 +109,12 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 		Name: approval.Name, Decision: approval.Spec.Decision, DecidedBy: approver,
 		RequestDigest: approval.Spec.RequestDigest, Time: metaTime(p.now),
 	}
-	verb := "approved"
+	reason := ReasonApproved
 	if approval.Spec.Decision == v1alpha1.Denied {
-		verb = "denied"
+		reason = ReasonApprovalDenied
 	}
-	message := fmt.Sprintf("request %s %s by %s (ToolApproval %s): %s", approval.Spec.RequestDigest, verb, approver, approval.Name, approval.Spec.Reason)
+	message := fmt.Sprintf("request %s %s by %s (ToolApproval %s): %s",
+		approval.Spec.RequestDigest, decisionVerb(approval.Spec.Decision), approver, approval.Name, approval.Spec.Reason)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			if approval.Spec.Decision == v1alpha1.Denied {
@@ -122,7 +123,7 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 			}
 			setApproved(a, p.now, p.by, record, message)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: string(approval.Spec.Decision), verb: "Approve", message: message, related: approval}},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: reason, verb: "Approve", message: message, related: approval}},
 	}
 }
 

@@ -13,14 +13,9 @@ import (
 // client's and, on a retry, against the one recorded at the first attempt. It
 // returns the digest and the parameters to send.
 func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, json.RawMessage, error) {
-	parameters := json.RawMessage("{}")
-	if len(action.Spec.Parameters) > 0 {
-		encoded, err := json.Marshal(action.Spec.Parameters)
-		if err != nil {
-			return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
-				message: fmt.Sprintf("spec.parameters cannot be encoded: %v", err)}
-		}
-		parameters = encoded
+	parameters, err := catalog.Parameters(action.Spec.Parameters)
+	if err != nil {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
 	}
 	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
 	if err != nil {

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Annotations the API server stamps, from the authenticated user of the
@@ -39,6 +40,16 @@ type ToolApprovalSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	ActionName string `json:"actionName"`
 
+	// actionUID, when set, binds the decision to one ToolAction object, the
+	// one the approver reviewed: a ToolAction deleted and created again
+	// under the same name is refused (ActionReplaced). kubectl toolledger
+	// approve sets it; a decision written ahead of its action (in the same
+	// manifest, say) leaves it out and is bound to the key and digest only.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=36
+	ActionUID types.UID `json:"actionUID,omitempty"`
+
 	// requestDigest is the digest of the request being decided: "sha256:"
 	// and 64 lowercase hex digits, copied from the action's
 	// status.requestDigest (kubectl toolledger approvals lists it). A
@@ -69,9 +80,10 @@ type ToolApprovalSpec struct {
 type ToolApprovalStatus struct {
 	// conditions hold Applied: True once the decision was recorded on the
 	// action, False with the reason it was not. DigestMismatch,
-	// SelfApproval, Expired, ApproverUnverified, RequesterUnverified and
-	// AlreadyDecided are final (create another approval); ActionNotFound
-	// and NotAwaitingApproval are re-evaluated when the action changes.
+	// SelfApproval, Expired, ActionReplaced, ApproverUnverified,
+	// RequesterUnverified and AlreadyDecided are final (create another
+	// approval); ActionNotFound and NotAwaitingApproval are re-evaluated
+	// when the action changes.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -93,6 +105,7 @@ type ToolApprovalStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=`.spec.requestDigest`,priority=1
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].message`,priority=1
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 240",message="the name of a ToolApproval is at most 240 characters: the action's history names it as toolapproval/<name>"
 
 // ToolApproval is a human decision bound to one intent: the ToolAction it
 // names (the idempotency key) and the request digest the approver was

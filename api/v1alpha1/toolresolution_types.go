@@ -69,6 +69,7 @@ type ToolResolutionStatus struct {
 // +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.spec.outcome`
 // +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 238",message="the name of a ToolResolution is at most 238 characters: the action's history names it as toolresolution/<name>"
 // +kubebuilder:validation:XValidation:rule="self.spec.outcome != 'Succeeded' || has(self.spec.externalRef)",message="a Succeeded resolution needs spec.externalRef, the downstream's identifier of the effect"
 
 // ToolResolution closes an action whose outcome nobody could prove: an

@@ -88,6 +88,19 @@ func (s *Schema) Validate(parameters json.RawMessage) error {
 	return errs.ToAggregate()
 }
 
+// Parameters encodes an action's spec.parameters as the JSON object sent
+// downstream: "{}" when there are none.
+func Parameters(members map[string]apiextensionsv1.JSON) (json.RawMessage, error) {
+	if len(members) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	encoded, err := json.Marshal(members)
+	if err != nil {
+		return nil, fmt.Errorf("spec.parameters cannot be encoded: %w", err)
+	}
+	return encoded, nil
+}
+
 // Consequential returns the parameters that enter the request digest: the
 // values at the tool's consequential fields, at their original paths, or
 // all parameters when the tool names none.

@@ -19,8 +19,12 @@ import (
 	toolcatalog "github.com/toolledger/toolledger/internal/catalog"
 )
 
-// approvalParametersWidth bounds the PARAMETERS column of the approvals table.
-const approvalParametersWidth = 120
+const (
+	// approvalParametersWidth bounds the PARAMETERS column of the approvals table.
+	approvalParametersWidth = 120
+	// maxApprovalNameLength is the longest name a ToolApproval may have.
+	maxApprovalNameLength = 240
+)
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
@@ -64,8 +68,9 @@ the verified requester (toolledger.dev/requested-by, stamped by the API
 server), the request digest an approval must name, and the consequential
 parameters, those that enter the digest.
 
-Decide with 'kubectl toolledger approve KEY --reason TEXT' or 'deny'. -o json|yaml
-prints every parameter and the claimed principals in full.`,
+Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
+'deny'. -o json|yaml also prints the principals the caller claims
+(spec.provenance.principals).`,
 		Example: `  kubectl toolledger approvals -n shop
   kubectl toolledger approvals -A -o json`,
 		Args: cobra.NoArgs,
@@ -133,13 +138,9 @@ func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolActio
 // consequentialParameters are the action's parameters that enter its
 // digest, as its tool names them; tools caches the tools read.
 func consequentialParameters(ctx context.Context, l *ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) (json.RawMessage, error) {
-	parameters := json.RawMessage("{}")
-	if len(a.Spec.Parameters) > 0 {
-		encoded, err := json.Marshal(a.Spec.Parameters)
-		if err != nil {
-			return nil, fmt.Errorf("ToolAction %q: cannot encode its parameters: %w", a.Name, err)
-		}
-		parameters = encoded
+	parameters, err := toolcatalog.Parameters(a.Spec.Parameters)
+	if err != nil {
+		return nil, fmt.Errorf("ToolAction %q: %w", a.Name, err)
 	}
 	key := toolKey{namespace: a.Namespace, kind: a.Spec.ToolRef.KindOrDefault(), name: a.Spec.ToolRef.Name}
 	if key.kind == v1alpha1.KindClusterTool {
@@ -147,7 +148,6 @@ func consequentialParameters(ctx context.Context, l *ledger, tools map[toolKey]*
 	}
 	spec, seen := tools[key]
 	if !seen {
-		var err error
 		if spec, err = l.findToolSpec(ctx, a.Namespace, a.Spec.ToolRef); err != nil {
 			return nil, err
 		}
@@ -194,25 +194,28 @@ type decideOptions struct {
 }
 
 func newApproveCommand(c *console) *cobra.Command {
-	return newDecideCommand(c, v1alpha1.Approved, "approve", "Approve an action that awaits approval, for the request digest shown",
+	return newDecideCommand(c, v1alpha1.Approved, "approve", "Approve an action that awaits approval, for the request digest you reviewed",
 		`Create a ToolApproval with decision Approved for the ToolAction named KEY, bound
-to its request digest: the controller then dispatches the action, and retries
-or looks it up under its key with no further approval. The command reads the
-action first and shows what is approved (tool, verified requester, digest,
-consequential parameters); pass --digest with the digest you reviewed (as
-'kubectl toolledger approvals' lists it) and nothing is created unless the action
-still records that request. The API server stamps you as the approver
+to that object (spec.actionUID) and to the request digest you reviewed, as
+'kubectl toolledger approvals' lists it beside the consequential parameters:
+--digest is required, and nothing is created unless the action still records
+that request, so nobody approves what they did not see. The controller then
+dispatches the action, and retries or looks it up under its key with no
+further approval. The API server stamps you as the approver
 (toolledger.dev/decided-by); the controller refuses an approval by the action's
 own requester unless the tool sets selfApprovalAllowed.`,
-		`  kubectl toolledger approve order-1003-charge -n shop --reason "refund agreed with the customer" --wait
-  kubectl toolledger approve order-1004-charge --digest sha256:1f0c… --reason "checked" --expires-in 1h`)
+		`  kubectl toolledger approvals -n shop
+  kubectl toolledger approve order-1003-charge -n shop --digest sha256:1f0c… --reason "refund agreed with the customer" --wait
+  kubectl toolledger approve order-1004-charge --digest sha256:77ab… --reason "checked" --expires-in 1h`)
 }
 
 func newDenyCommand(c *console) *cobra.Command {
 	return newDecideCommand(c, v1alpha1.Denied, "deny", "Deny an action that awaits approval: it fails with class Denied, never dispatched",
 		`Create a ToolApproval with decision Denied for the ToolAction named KEY, bound
-to its request digest: the controller fails the action with class Denied
-(reason ApprovalDenied), and it is never dispatched. Otherwise as approve.`,
+to that object and its request digest: the controller fails the action with
+class Denied (reason ApprovalDenied), and it is never dispatched. --digest is
+optional here (a denial causes no effect); given, nothing is created unless the
+action records it. Otherwise as approve.`,
 		`  kubectl toolledger deny order-1005-charge -n shop --reason "amount exceeds the customer's limit"`)
 }
 
@@ -235,7 +238,11 @@ not appear within --timeout. With -o json|yaml it prints the ToolApproval.`,
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&opts.reason, "reason", "", "Why, for the record (required).")
-	flags.StringVar(&opts.digest, "digest", "", "The request digest you reviewed; nothing is created unless the action records it (default: the action's).")
+	digestHelp := "The request digest you reviewed (required); nothing is created unless the action records it."
+	if decision == v1alpha1.Denied {
+		digestHelp = "The request digest you reviewed; nothing is created unless the action records it (default: the action's)."
+	}
+	flags.StringVar(&opts.digest, "digest", "", digestHelp)
 	flags.DurationVar(&opts.expiresIn, "expires-in", 0, "The decision stops counting if not applied within this long (spec.expiresAt); default never.")
 	flags.StringVar(&opts.name, "name", "", "Name of the ToolApproval (default <KEY>-approval-<random suffix>).")
 	flags.BoolVar(&opts.wait, "wait", false, "Wait until the controller sets the approval's Applied condition; exit 1 when it is False.")
@@ -254,15 +261,20 @@ func (o decideOptions) validate() error {
 	case len(o.reason) > maxReasonLength:
 		problems = append(problems, fmt.Sprintf("--reason is %d bytes long; at most %d are recorded", len(o.reason), maxReasonLength))
 	}
-	if o.digest != "" && !digestPattern.MatchString(o.digest) {
+	switch {
+	case o.digest == "" && o.decision == v1alpha1.Approved:
+		problems = append(problems, "--digest is required: the request digest you reviewed, as 'kubectl toolledger approvals' lists it")
+	case o.digest != "" && !digestPattern.MatchString(o.digest):
 		problems = append(problems, fmt.Sprintf("--digest %q is not a request digest (sha256: and 64 lowercase hex digits)", o.digest))
 	}
 	if o.expiresIn < 0 {
-		problems = append(problems, "--expires-in must be positive")
+		problems = append(problems, "--expires-in must not be negative")
 	}
 	if o.name != "" {
 		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
 			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolApproval: %s", o.name, strings.Join(invalid, "; ")))
+		} else if len(o.name) > maxApprovalNameLength {
+			problems = append(problems, fmt.Sprintf("--name is %d characters long; a ToolApproval's name has at most %d", len(o.name), maxApprovalNameLength))
 		}
 	}
 	if o.wait && o.timeout <= 0 {
@@ -274,13 +286,14 @@ func (o decideOptions) validate() error {
 	return nil
 }
 
-// approval is the object `approve` or `deny` creates.
-func (o decideOptions) approval(namespace, key, requestDigest string, now time.Time) *v1alpha1.ToolApproval {
+// approval is the object `approve` or `deny` creates about action.
+func (o decideOptions) approval(action *v1alpha1.ToolAction, now time.Time) *v1alpha1.ToolApproval {
 	a := &v1alpha1.ToolApproval{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolApproval"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: o.name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: action.Namespace, Name: o.name},
 		Spec: v1alpha1.ToolApprovalSpec{
-			ActionName: key, RequestDigest: requestDigest, Decision: o.decision, Reason: o.reason,
+			ActionName: action.Name, ActionUID: action.UID, RequestDigest: action.Status.RequestDigest,
+			Decision: o.decision, Reason: o.reason,
 		},
 	}
 	if o.expiresIn > 0 {
@@ -288,7 +301,7 @@ func (o decideOptions) approval(namespace, key, requestDigest string, now time.T
 		a.Spec.ExpiresAt = &expires
 	}
 	if o.name == "" {
-		a.GenerateName = key + "-approval-"
+		a.GenerateName = action.Name + "-approval-"
 	}
 	return a
 }
@@ -317,7 +330,7 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 	if err != nil {
 		return err
 	}
-	created, err := ledger.createApproval(ctx, opts.approval(namespace, key, recorded, c.now()))
+	created, err := ledger.createApproval(ctx, opts.approval(action, c.now()))
 	if err != nil {
 		return err
 	}

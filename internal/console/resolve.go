@@ -20,6 +20,9 @@ import (
 const (
 	maxReasonLength      = 1024
 	maxExternalRefLength = 512
+	// maxResolutionNameLength leaves room for "toolresolution/" in the
+	// action's history.
+	maxResolutionNameLength = 238
 )
 
 // resolutionPollInterval is how often --wait reads a resolution or an
@@ -107,6 +110,8 @@ func (o resolveOptions) validate() error {
 	if o.name != "" {
 		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
 			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolResolution: %s", o.name, strings.Join(invalid, "; ")))
+		} else if len(o.name) > maxResolutionNameLength {
+			problems = append(problems, fmt.Sprintf("--name is %d characters long; a ToolResolution's name has at most %d", len(o.name), maxResolutionNameLength))
 		}
 	}
 	if o.wait && o.timeout <= 0 {

@@ -131,7 +131,11 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 	field("Namespace", action.Namespace)
 	field("Tool", toolName(action.Spec.ToolRef))
 	field("Phase", string(phaseOf(action)))
-	field("Requested by", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation])+" (verified: stamped by the API server)")
+	requestedBy := "<unstamped> (the identity admission policies are not installed)"
+	if user := action.Annotations[v1alpha1.RequestedByAnnotation]; user != "" {
+		requestedBy = user + " (verified: stamped by the API server)"
+	}
+	field("Requested by", requestedBy)
 	if p := action.Spec.Provenance; p != nil && len(p.Principals) > 0 {
 		field("Principals", strings.Join(p.Principals, ", ")+" (claimed by the caller)")
 	}
