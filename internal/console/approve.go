@@ -75,14 +75,7 @@ Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
   kubectl toolledger approvals -A -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace := ""
-			if !allNamespaces {
-				var err error
-				if namespace, err = c.namespace(); err != nil {
-					return err
-				}
-			}
-			ledger, err := c.ledger()
+			namespace, ledger, err := c.connectList(allNamespaces)
 			if err != nil {
 				return err
 			}
@@ -337,42 +330,14 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 	if opts.format == outputText {
 		writeDecision(c.streams.Out, created, action, parameters)
 	}
-	if !opts.wait {
-		if opts.format != outputText {
-			return printStructured(c.streams.Out, opts.format, forOutput(created, "ToolApproval"))
-		}
-		return nil
-	}
-	latest := created
-	applied, err := waitApplied(ctx, "ToolApproval", "tappr", namespace, created.Name, opts.timeout, func(ctx context.Context) ([]metav1.Condition, error) {
-		read, err := ledger.getApproval(ctx, namespace, created.Name)
-		if err != nil {
-			return nil, err
-		}
-		latest = read
-		return read.Status.Conditions, nil
-	})
-	if err != nil {
-		return err
-	}
-	if opts.format != outputText {
-		if err := printStructured(c.streams.Out, opts.format, forOutput(latest, "ToolApproval")); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, applied.Message)
-	}
-	if applied.Status != metav1.ConditionTrue {
-		return fmt.Errorf("ToolApproval %q was not applied: %s", latest.Name, applied.Message)
-	}
-	if opts.format == outputText {
-		after, err := ledger.getAction(ctx, namespace, key)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, phaseOf(after))
-	}
-	return nil
+	return report(ctx, c, ledger, created, "ToolApproval", "tappr", key, opts.format, opts.wait, opts.timeout,
+		func(ctx context.Context) (*v1alpha1.ToolApproval, []metav1.Condition, error) {
+			read, err := ledger.getApproval(ctx, namespace, created.Name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return read, read.Status.Conditions, nil
+		})
 }
 
 func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters json.RawMessage) {

@@ -136,6 +136,16 @@ func (c *console) connect() (string, *ledger, error) {
 	return namespace, ledger, nil
 }
 
+// connectList is connect for a list command: with all, the namespace is
+// "", every namespace.
+func (c *console) connectList(all bool) (string, *ledger, error) {
+	if all {
+		ledger, err := c.ledger()
+		return "", ledger, err
+	}
+	return c.connect()
+}
+
 // ledger connects to the API server that the kubeconfig and flags select.
 func (c *console) ledger() (*ledger, error) {
 	cfg, err := c.config.ToRESTConfig()

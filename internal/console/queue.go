@@ -87,14 +87,7 @@ selectable fields, Kubernetes 1.31 or later).`,
   kubectl toolledger queue -A --by-tool`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			namespace := ""
-			if !allNamespaces {
-				var err error
-				if namespace, err = c.namespace(); err != nil {
-					return err
-				}
-			}
-			ledger, err := c.ledger()
+			namespace, ledger, err := c.connectList(allNamespaces)
 			if err != nil {
 				return err
 			}

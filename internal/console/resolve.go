@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -174,39 +175,62 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 	if opts.format == outputText {
 		writeCreated(c.streams.Out, created)
 	}
-	if !opts.wait {
-		if opts.format != outputText {
-			return printStructured(c.streams.Out, opts.format, forOutput(created, "ToolResolution"))
+	// The controller records the action before it marks the resolution, so
+	// once applied the action shows the outcome.
+	return report(ctx, c, ledger, created, "ToolResolution", "tres", key, opts.format, opts.wait, opts.timeout,
+		func(ctx context.Context) (*v1alpha1.ToolResolution, []metav1.Condition, error) {
+			read, err := ledger.getResolution(ctx, namespace, created.Name)
+			if err != nil {
+				return nil, nil, err
+			}
+			return read, read.Status.Conditions, nil
+		})
+}
+
+// appliedRecord is what a command creates for the controller to apply to
+// an action: a ToolResolution or a ToolApproval.
+type appliedRecord interface {
+	runtime.Object
+	metav1.Object
+}
+
+// report finishes a command that created record about the action key: it
+// prints the record as format asks and, with wait, reads it back (read)
+// until its Applied condition is set, for at most timeout, and then the
+// action's phase. kind and short (kubectl's short name) name the record.
+// A record that was not applied is an error.
+func report[T appliedRecord](ctx context.Context, c *console, l *ledger, created T, kind, short, key string, format output, wait bool,
+	timeout time.Duration, read func(context.Context) (T, []metav1.Condition, error)) error {
+	if !wait {
+		if format != outputText {
+			return printStructured(c.streams.Out, format, forOutput(created, kind))
 		}
 		return nil
 	}
-
 	latest := created
-	applied, err := waitApplied(ctx, "ToolResolution", "tres", namespace, created.Name, opts.timeout, func(ctx context.Context) ([]metav1.Condition, error) {
-		read, err := ledger.getResolution(ctx, namespace, created.Name)
+	applied, err := waitApplied(ctx, kind, short, created.GetNamespace(), created.GetName(), timeout, func(ctx context.Context) ([]metav1.Condition, error) {
+		object, conditions, err := read(ctx)
 		if err != nil {
 			return nil, err
 		}
-		latest = read
-		return read.Status.Conditions, nil
+		latest = object
+		return conditions, nil
 	})
 	if err != nil {
 		return err
 	}
-	if opts.format != outputText {
-		if err := printStructured(c.streams.Out, opts.format, forOutput(latest, "ToolResolution")); err != nil {
+	if format != outputText {
+		if err := printStructured(c.streams.Out, format, forOutput(latest, kind)); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, applied.Message)
 	}
 	if applied.Status != metav1.ConditionTrue {
-		return fmt.Errorf("ToolResolution %q was not applied: %s", latest.Name, applied.Message)
+		return fmt.Errorf("%s %q was not applied: %s", kind, latest.GetName(), applied.Message)
 	}
-	if opts.format == outputText {
-		// The controller records the action before it marks the resolution,
-		// so the action already shows the outcome.
-		after, err := ledger.getAction(ctx, namespace, key)
+	if format == outputText {
+		after, err := l.getAction(ctx, created.GetNamespace(), key)
 		if err != nil {
 			return err
 		}

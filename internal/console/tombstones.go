@@ -186,13 +186,7 @@ server's order; kubectl toolledger status KEY shows one in full.`,
 			if err != nil {
 				return err
 			}
-			namespace := ""
-			if !allNamespaces {
-				if namespace, err = c.namespace(); err != nil {
-					return err
-				}
-			}
-			ledger, err := c.ledger()
+			namespace, ledger, err := c.connectList(allNamespaces)
 			if err != nil {
 				return err
 			}
