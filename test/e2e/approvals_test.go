@@ -161,7 +161,7 @@ spec:
 			})
 		case afterSelf:
 			s.refusedApproval(ctx, tr, key, "SelfApproval", func() (string, error) {
-				out, err := s.toolledger(ctx, "alice", "approve", key, "-n", tr.ns, "--reason", approvalReason, "--wait")
+				out, err := s.toolledger(ctx, "alice", "approve", key, "-n", tr.ns, "--digest", digests[key], "--reason", approvalReason, "--wait")
 				var exit *exec.ExitError
 				if !errors.As(err, &exit) || !strings.Contains(out, "Applied=False (SelfApproval)") {
 					tr.violation(key, "alice approving her own action: want exit 1 and Applied=False (SelfApproval), got %v: %s", err, out)
@@ -218,6 +218,10 @@ func (s *suite) refusedApproval(ctx context.Context, tr *trial, key, reason stri
 	for {
 		if err := s.cluster.client.List(ctx, &approvals, client.InNamespace(tr.ns), client.MatchingFields{"spec.actionName": key}); err != nil {
 			tr.violation(key, "cannot list the approvals: %v", err)
+			return
+		}
+		if len(approvals.Items) == 0 {
+			tr.violation(key, "the refused attempt (%s) created no ToolApproval", reason)
 			return
 		}
 		reasons := map[string]bool{}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -380,6 +381,10 @@ func TestE2E(t *testing.T) {
 }
 
 func newSuite(t *testing.T) *suite {
+	// The suite's own clients (the managers log in their processes) have
+	// nothing to say; without a logger, controller-runtime prints a stack
+	// trace for the first client made after 30s.
+	testenv.SetLogger(io.Discard)
 	s := &suite{t: t, began: time.Now(), trials: 50, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("E2E_TRIALS"); v != "" {
 		n, err := strconv.Atoi(v)
