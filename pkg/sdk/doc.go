@@ -109,6 +109,17 @@
 // The intent is recorded and continues; invoke it again with the same
 // Request to learn how it ended.
 //
+// # Approvals
+//
+// An intent of a tool that requires approval returns at once, with a nil
+// error, as soon as it awaits one (Outcome.AwaitingApproval): a human
+// approves its request digest (Outcome.RequestDigest) with a ToolApproval,
+// and never silently while Invoke blocks. Invoke the same Request again with
+// WaitForApproval to wait through the decision; a denied intent ends Failed
+// with class Denied. Outcome.RequestedBy is the user the API server stamped
+// as the intent's creator, beside the principals the caller claims in its
+// Provenance; Outcome.Approval names the approval applied and its approver.
+//
 // # Delegation
 //
 // A sub-agent that carries out an intent on behalf of its caller invokes the
