@@ -110,7 +110,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 				action.Name, uid, action.UID))
 	}
 	if decided := action.Status.Approval; decided != nil {
-		if decided.Name == approval.Name {
+		if decided.Name == approval.Name && decided.Decision == approval.Spec.Decision && decided.RequestDigest == approval.Spec.RequestDigest {
 			// Applied before a crash or a failed mark.
 			if err := r.handBack(ctx, &action); err != nil {
 				return ctrl.Result{}, err

@@ -83,7 +83,8 @@ type ToolApprovalStatus struct {
 	// SelfApproval, Expired, ActionReplaced, ApproverUnverified,
 	// RequesterUnverified and AlreadyDecided are final (create another
 	// approval); ActionNotFound and NotAwaitingApproval are re-evaluated
-	// when the action changes.
+	// when the action changes, ToolNotFound and ToolNotAdmitted every
+	// minute.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

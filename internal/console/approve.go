@@ -214,8 +214,12 @@ action records it. Otherwise as approve.`,
 
 func newDecideCommand(c *console, decision v1alpha1.ApprovalDecision, verb, short, long, example string) *cobra.Command {
 	opts := decideOptions{decision: decision, timeout: time.Minute}
+	digestUsage := "--digest DIGEST"
+	if decision == v1alpha1.Denied {
+		digestUsage = "[--digest DIGEST]"
+	}
 	cmd := &cobra.Command{
-		Use:   verb + " KEY --reason TEXT [--digest DIGEST] [--expires-in DURATION] [--name NAME] [--wait] [flags]",
+		Use:   verb + " KEY " + digestUsage + " --reason TEXT [--expires-in DURATION] [--name NAME] [--wait] [flags]",
 		Short: short,
 		Long: long + `
 

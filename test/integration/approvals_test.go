@@ -29,7 +29,9 @@ var _ = Describe("Three managers applying approvals", func() {
 
 		ns := env.NewTenant()
 		// The suite's one user asks and approves.
-		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.Compensatable), testenv.WithTimeout(time.Second),
+		// A timeout long enough that no request times out on two busy
+		// cores: each approved action then costs exactly one request.
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.Compensatable), testenv.WithTimeout(10*time.Second),
 			testenv.WithKeyLookup(), testenv.WithApprovalRequired(), testenv.WithSelfApprovalAllowed())
 		const actions = 30
 		for i := range actions {
