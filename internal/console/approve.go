@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	toolcatalog "github.com/toolledger/toolledger/internal/catalog"
@@ -267,12 +266,8 @@ func (o decideOptions) validate() error {
 	if o.expiresIn < 0 {
 		problems = append(problems, "--expires-in must not be negative")
 	}
-	if o.name != "" {
-		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
-			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolApproval: %s", o.name, strings.Join(invalid, "; ")))
-		} else if len(o.name) > maxApprovalNameLength {
-			problems = append(problems, fmt.Sprintf("--name is %d characters long; a ToolApproval's name has at most %d", len(o.name), maxApprovalNameLength))
-		}
+	if problem := nameProblem(o.name, "ToolApproval", maxApprovalNameLength); problem != "" {
+		problems = append(problems, problem)
 	}
 	if o.wait && o.timeout <= 0 {
 		problems = append(problems, "--timeout must be positive")

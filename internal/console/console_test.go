@@ -49,6 +49,8 @@ func TestResolveOptionsValidate(t *testing.T) {
 		{name: "reference too long", opts: resolveOptions{outcome: "Succeeded", reason: "r", externalRef: strings.Repeat("x", maxExternalRefLength+1)}, want: []string{"--external-ref is 513 bytes long"}},
 		{name: "bad name", opts: resolveOptions{outcome: "Failed", reason: "r", name: "Not_A_Name"}, want: []string{`--name "Not_A_Name" cannot name a ToolResolution`}},
 		{name: "no time to wait", opts: resolveOptions{outcome: "Failed", reason: "r", wait: true}, want: []string{"--timeout must be positive"}},
+		{name: "name too long for the history", opts: resolveOptions{outcome: "Failed", reason: "r", name: strings.Repeat("a", 239)},
+			want: []string{"--name is 239 characters long; a ToolResolution's name has at most 238"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -388,5 +390,32 @@ func TestResolveRefusesASettledAction(t *testing.T) {
 	}
 	if len(api.created) != 0 {
 		t.Errorf("created %d resolutions, want none", len(api.created))
+	}
+}
+
+func TestDecideOptionsValidate(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("0", 64)
+	tests := []struct {
+		name string
+		opts decideOptions
+		want string // a substring of the error; empty means valid
+	}{
+		{name: "approve", opts: decideOptions{decision: v1alpha1.Approved, digest: digest, reason: "r"}},
+		{name: "deny without a digest", opts: decideOptions{decision: v1alpha1.Denied, reason: "r"}},
+		{name: "approve without a digest", opts: decideOptions{decision: v1alpha1.Approved, reason: "r"}, want: "--digest is required"},
+		{name: "negative expiry", opts: decideOptions{decision: v1alpha1.Denied, reason: "r", expiresIn: -time.Second}, want: "--expires-in must not be negative"},
+		{name: "name too long for the history", opts: decideOptions{decision: v1alpha1.Denied, reason: "r", name: strings.Repeat("a", 241)},
+			want: "--name is 241 characters long; a ToolApproval's name has at most 240"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.opts.validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("validate() = %v, want no error", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("validate() = %v, want an error containing %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -108,12 +108,8 @@ func (o resolveOptions) validate() error {
 	if len(o.externalRef) > maxExternalRefLength {
 		problems = append(problems, fmt.Sprintf("--external-ref is %d bytes long; at most %d are allowed", len(o.externalRef), maxExternalRefLength))
 	}
-	if o.name != "" {
-		if invalid := validation.IsDNS1123Subdomain(o.name); len(invalid) > 0 {
-			problems = append(problems, fmt.Sprintf("--name %q cannot name a ToolResolution: %s", o.name, strings.Join(invalid, "; ")))
-		} else if len(o.name) > maxResolutionNameLength {
-			problems = append(problems, fmt.Sprintf("--name is %d characters long; a ToolResolution's name has at most %d", len(o.name), maxResolutionNameLength))
-		}
+	if problem := nameProblem(o.name, "ToolResolution", maxResolutionNameLength); problem != "" {
+		problems = append(problems, problem)
 	}
 	if o.wait && o.timeout <= 0 {
 		problems = append(problems, "--timeout must be positive")
@@ -122,6 +118,21 @@ func (o resolveOptions) validate() error {
 		return fmt.Errorf("invalid resolution, nothing was created:\n  %s", strings.Join(problems, "\n  "))
 	}
 	return nil
+}
+
+// nameProblem says what is wrong with --name for a record of kind whose
+// name has at most limit characters; "" when nothing is (or it is unset).
+func nameProblem(name, kind string, limit int) string {
+	if name == "" {
+		return ""
+	}
+	if invalid := validation.IsDNS1123Subdomain(name); len(invalid) > 0 {
+		return fmt.Sprintf("--name %q cannot name a %s: %s", name, kind, strings.Join(invalid, "; "))
+	}
+	if len(name) > limit {
+		return fmt.Sprintf("--name is %d characters long; a %s's name has at most %d", len(name), kind, limit)
+	}
+	return ""
 }
 
 // resolution is the object `resolve` creates.
