@@ -116,13 +116,7 @@ func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolActio
 		approvals.Items = append(approvals.Items, item)
 	}
 	slices.SortStableFunc(approvals.Items, func(a, b ApprovalItem) int {
-		if c := a.Since.Compare(b.Since.Time); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
+		return oldestFirst(a.Since, b.Since, a.Namespace, b.Namespace, a.Name, b.Name)
 	})
 	return approvals, nil
 }

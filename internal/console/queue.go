@@ -138,15 +138,21 @@ func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
 		})
 	}
 	slices.SortStableFunc(queue.Items, func(a, b QueueItem) int {
-		if c := a.Since.Compare(b.Since.Time); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
+		return oldestFirst(a.Since, b.Since, a.Namespace, b.Namespace, a.Name, b.Name)
 	})
 	return queue
+}
+
+// oldestFirst orders two listed actions by how long they have waited, then
+// by namespace and name, so that equal ages list in a stable order.
+func oldestFirst(sinceA, sinceB metav1.Time, namespaceA, namespaceB, nameA, nameB string) int {
+	if c := sinceA.Compare(sinceB.Time); c != 0 {
+		return c
+	}
+	if c := strings.Compare(namespaceA, namespaceB); c != 0 {
+		return c
+	}
+	return strings.Compare(nameA, nameB)
 }
 
 // waitingFor says why an action is in the queue.
