@@ -254,14 +254,7 @@ func (r *ToolApprovalReconciler) refuse(ctx context.Context, approval *v1alpha1.
 
 func (r *ToolApprovalReconciler) mark(ctx context.Context, approval *v1alpha1.ToolApproval, status metav1.ConditionStatus, reason, message string) error {
 	next := approval.DeepCopy()
-	now := r.Clock.Now()
-	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: truncate(message, maxConditionMessage),
-		ObservedGeneration: next.Generation, LastTransitionTime: metav1.NewTime(now),
-	})
-	if status == metav1.ConditionTrue {
-		next.Status.AppliedTime = metaTimePtr(now)
-	}
+	setApplied(&next.Status.Conditions, &next.Status.AppliedTime, next.Generation, r.Clock.Now(), status, reason, message)
 	return ignoreConflict(r.Client.Status().Update(ctx, next), "cannot mark approval %s", approval.Name)
 }
 

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -103,6 +104,19 @@ func resolutionActor(resolution *v1alpha1.ToolResolution) string {
 	return "toolresolution/" + resolution.Name
 }
 
+// setApplied records on a resolution's or an approval's status whether it
+// was applied to its action, and when.
+func setApplied(conditions *[]metav1.Condition, appliedTime **metav1.Time, generation int64, now time.Time,
+	status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(conditions, metav1.Condition{
+		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: truncate(message, maxConditionMessage),
+		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+	})
+	if status == metav1.ConditionTrue {
+		*appliedTime = metaTimePtr(now)
+	}
+}
+
 func appliedTo(action *v1alpha1.ToolAction, by string) bool {
 	for _, t := range action.Status.History {
 		if t.Reason == ReasonResolved && t.Executor == by {
@@ -114,14 +128,8 @@ func appliedTo(action *v1alpha1.ToolAction, by string) bool {
 
 func (r *ToolResolutionReconciler) mark(ctx context.Context, resolution *v1alpha1.ToolResolution, status metav1.ConditionStatus, reason, message string) error {
 	next := resolution.DeepCopy()
-	now := r.Clock.Now()
-	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{
-		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: next.Generation, LastTransitionTime: metav1.NewTime(now),
-	})
-	if status == metav1.ConditionTrue {
-		next.Status.AppliedTime = metaTimePtr(now)
-	} else {
+	setApplied(&next.Status.Conditions, &next.Status.AppliedTime, next.Generation, r.Clock.Now(), status, reason, message)
+	if status != metav1.ConditionTrue {
 		r.Recorder.Eventf(next, nil, corev1.EventTypeWarning, reason, "Resolve", message)
 	}
 	return ignoreConflict(r.Client.Status().Update(ctx, next), "cannot mark resolution %s", resolution.Name)
