@@ -27,21 +27,14 @@ const identityPolicy = "toolledger-identity"
 func WaitForIdentity(ctx context.Context, c client.Client, namespace string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	probe := func(annotations map[string]string) (*v1alpha1.ToolAction, error) {
-		action := &v1alpha1.ToolAction{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "identity-probe", Annotations: annotations},
-			Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "identity-probe"}},
-		}
-		return action, c.Create(ctx, action, client.DryRunAll)
-	}
 	for {
-		stamped, err := probe(nil)
+		stamped, err := probeIdentity(ctx, c, namespace, nil)
 		switch {
 		case err != nil:
 		case stamped.Annotations[v1alpha1.RequestedByAnnotation] == "":
 			err = errors.New("a new ToolAction is not stamped")
 		default:
-			_, err = probe(map[string]string{v1alpha1.RequestedByAnnotation: "identity-probe-somebody-else"})
+			_, err = probeIdentity(ctx, c, namespace, map[string]string{v1alpha1.RequestedByAnnotation: "identity-probe-somebody-else"})
 			if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+identityPolicy+"'") {
 				return nil
 			}
@@ -53,6 +46,16 @@ func WaitForIdentity(ctx context.Context, c client.Client, namespace string) err
 			return fmt.Errorf("the API server does not enforce %s yet: %w", identityPolicy, err)
 		}
 	}
+}
+
+// probeIdentity creates, in a server-side dry run that stores nothing, a
+// ToolAction with annotations, and returns it as admission left it.
+func probeIdentity(ctx context.Context, c client.Client, namespace string, annotations map[string]string) (*v1alpha1.ToolAction, error) {
+	action := &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "identity-probe", Annotations: annotations},
+		Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "identity-probe"}},
+	}
+	return action, c.Create(ctx, action, client.DryRunAll)
 }
 
 // InstallIdentityPolicy applies config/admission/identity_policy.yaml and
@@ -71,11 +74,7 @@ func InstallIdentityPolicy(ctx context.Context, cfg *rest.Config, c client.Clien
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		for {
-			probe := &v1alpha1.ToolAction{
-				ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "identity-probe"},
-				Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "identity-probe"}},
-			}
-			err := c.Create(ctx, probe, client.DryRunAll)
+			probe, err := probeIdentity(ctx, c, namespace, nil)
 			if err == nil && probe.Annotations[v1alpha1.RequestedByAnnotation] == "" {
 				return nil
 			}
