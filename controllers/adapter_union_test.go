@@ -17,6 +17,6 @@ spec: {operation: x, version: v1, idempotencyClass: ReadOnly}
 `, ns))
 		out, err := kubectl("apply", "-f", manifest)
 		Expect(err).To(HaveOccurred())
-		Expect(out).To(ContainSubstring(`The Tool "nothing" is invalid: spec: Invalid value: exactly one adapter must be set (http)`))
+		Expect(out).To(ContainSubstring(`The Tool "nothing" is invalid: spec: Invalid value: exactly one adapter must be set (http or kubernetesApply)`))
 	})
 })

@@ -185,11 +185,22 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 		claimed: next,
 		tool:    &connected,
 		conn:    conn,
-		request: adapter.Request{
-			IdempotencyKey: next.Status.IdempotencyKey, Parameters: parameters, Provenance: next.Spec.Provenance,
-			RequestedBy: next.Annotations[v1alpha1.RequestedByAnnotation], ApprovedBy: approverOf(next),
-		},
+		request: requestOf(next, parameters),
 	}, nil
+}
+
+// requestOf is what the adapter is given of a recorded action, for an
+// attempt or a lookup alike.
+func requestOf(action *v1alpha1.ToolAction, parameters json.RawMessage) adapter.Request {
+	req := adapter.Request{
+		IdempotencyKey: idempotencyKey(action), Parameters: parameters, RequestDigest: action.Status.RequestDigest,
+		Provenance:  action.Spec.Provenance,
+		RequestedBy: action.Annotations[v1alpha1.RequestedByAnnotation], ApprovedBy: approverOf(action),
+	}
+	if action.Status.StartTime != nil {
+		req.FirstAttemptTime = action.Status.StartTime.Time
+	}
+	return req
 }
 
 func approverOf(action *v1alpha1.ToolAction) string {

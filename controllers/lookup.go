@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/catalog"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -44,5 +45,10 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("tool %q cannot be used: %w", tool.tool.Name, err)
 	}
-	return conn.Lookup(ctx, idempotencyKey(action))
+	// The parameters were verified when the action was first dispatched.
+	parameters, err := catalog.Parameters(action.Spec.Parameters)
+	if err != nil {
+		return adapter.Outcome{}, err
+	}
+	return conn.Lookup(ctx, requestOf(action, parameters))
 }

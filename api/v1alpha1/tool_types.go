@@ -66,15 +66,96 @@ type SecretHeader struct {
 	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
 }
 
-// HTTPLookup is the call that finds an earlier request by its idempotency key.
-type HTTPLookup struct {
-	// url is the lookup endpoint. The placeholder {key} is replaced by the
-	// URL-escaped idempotency key; the key is also sent as the Idempotency-Key
-	// header. 200 means found, 404 means definitely absent.
+// HTTPLookupStrategy says how an earlier request is found.
+// +kubebuilder:validation:Enum=Key;Reference;Replay
+type HTTPLookupStrategy string
+
+const (
+	// LookupByKey asks an endpoint for the request of the idempotency key.
+	LookupByKey HTTPLookupStrategy = "Key"
+	// LookupByReference searches by a business reference taken from the
+	// parameters, for downstreams that take no idempotency key.
+	LookupByReference HTTPLookupStrategy = "Reference"
+	// LookupByReplay re-sends the request under the same key, for providers
+	// that replay the stored response of a key within a window.
+	LookupByReplay HTTPLookupStrategy = "Replay"
+)
+
+// HTTPLookupMatch is one rule a candidate must satisfy to be the effect.
+type HTTPLookupMatch struct {
+	// field is the JSON Pointer of the value in the candidate, such as "/correlation_id".
 	// +required
+	// +kubebuilder:validation:Pattern=`^(/[^/]*)+$`
+	// +kubebuilder:validation:MaxLength=256
+	Field string `json:"field"`
+
+	// parameter is the JSON Pointer of the parameter it must equal, such as "/incident".
+	// +required
+	// +kubebuilder:validation:Pattern=`^(/[^/]*)+$`
+	// +kubebuilder:validation:MaxLength=256
+	Parameter string `json:"parameter"`
+}
+
+// HTTPLookup finds an earlier request. Only an answer that proves the effect
+// is "found"; only an answer the Tool says proves absence is "absent", which
+// lets the request be sent again; anything else is inconclusive and looked
+// up again until the tool's unknownOutcomeDeadline, then escalated.
+// +kubebuilder:validation:XValidation:rule="self.strategy == 'Replay' ? (!has(self.url) && has(self.replayWindow)) : (has(self.url) && !has(self.replayWindow))",message="a Replay lookup takes replayWindow and no url; a Key or Reference lookup takes a url and no replayWindow"
+// +kubebuilder:validation:XValidation:rule="self.strategy != 'Reference' || (has(self.match) && size(self.match) > 0)",message="a Reference lookup needs at least one match rule"
+// +kubebuilder:validation:XValidation:rule="self.strategy != 'Replay' || (!has(self.match) && !has(self.itemsPointer) && !self.notFoundMeansAbsent && !self.noMatchMeansAbsent)",message="a Replay lookup takes no match, itemsPointer, notFoundMeansAbsent or noMatchMeansAbsent"
+type HTTPLookup struct {
+	// strategy is how the request is found: Key (GET the request of the
+	// idempotency key), Reference (GET or search by a business reference
+	// from the parameters) or Replay (send the request again under the same
+	// key while the provider replays stored responses).
+	// +optional
+	// +kubebuilder:default=Key
+	Strategy HTTPLookupStrategy `json:"strategy,omitempty"`
+
+	// url is the lookup endpoint, called with GET and the key's header. The
+	// placeholder {key} is replaced by the escaped idempotency key and
+	// {name} by the escaped top-level parameter name, for example
+	// "https://tickets.example/api/tickets?correlation_id={incident}".
+	// +optional
 	// +kubebuilder:validation:Pattern=`^https?://`
 	// +kubebuilder:validation:MaxLength=2048
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
+
+	// itemsPointer is the JSON Pointer of the list of candidates in a 200
+	// answer, such as "/data" or "" for a body that is the list itself.
+	// Unset, the body is the one candidate.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(/[^/]*)*$`
+	// +kubebuilder:validation:MaxLength=256
+	ItemsPointer *string `json:"itemsPointer,omitempty"`
+
+	// match are the rules a candidate must satisfy, all of them, to be the
+	// effect; with none, any candidate is. The candidate must also yield
+	// the external id when response.externalIDPointer is set.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	Match []HTTPLookupMatch `json:"match,omitempty"`
+
+	// notFoundMeansAbsent makes a 404 prove that the request was never
+	// applied. Set it only when the endpoint itself answers 404 for an
+	// unknown key: an ingress or a proxy also answers 404.
+	// +optional
+	NotFoundMeansAbsent bool `json:"notFoundMeansAbsent,omitempty"`
+
+	// noMatchMeansAbsent makes a 200 without a matching candidate prove
+	// that the request was never applied. Set it only for a search that
+	// sees every write at once; otherwise "none yet" is inconclusive.
+	// +optional
+	NoMatchMeansAbsent bool `json:"noMatchMeansAbsent,omitempty"`
+
+	// replayWindow is how long after the first attempt the provider
+	// replays the stored response of a key (Stripe: 24h). Within it a
+	// Replay lookup re-sends the request; after it the outcome is escalated,
+	// never re-sent.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="replayWindow must be positive"
+	ReplayWindow *metav1.Duration `json:"replayWindow,omitempty"`
 }
 
 // HTTPResponse says which fields of a JSON response are kept.
@@ -95,12 +176,109 @@ type HTTPResponse struct {
 	// +kubebuilder:validation:items:Pattern=`^(/[^/]*)+$`
 	// +kubebuilder:validation:items:MaxLength=256
 	ResultPointers []string `json:"resultPointers,omitempty"`
+
+	// errorCodePointer is the JSON Pointer of the provider's short error
+	// code or type in an error answer, such as "/error/code"; it is stored
+	// with the status code (64 characters at most).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(/[^/]*)+$`
+	// +kubebuilder:validation:MaxLength=256
+	ErrorCodePointer string `json:"errorCodePointer,omitempty"`
+
+	// storeErrorBody stores the first 256 bytes of an error answer's body
+	// in the action's error, conditions, history and events. Off by
+	// default: error bodies may echo parameters or personal data, so only
+	// the status code, the error code and a SHA-256 of the body are stored.
+	// +optional
+	StoreErrorBody bool `json:"storeErrorBody,omitempty"`
 }
 
+// HTTPKeyPlacement says where the idempotency key is sent.
+// +kubebuilder:validation:Enum=Header;BodyField
+type HTTPKeyPlacement string
+
+const (
+	// KeyInHeader sends the key in a header.
+	KeyInHeader HTTPKeyPlacement = "Header"
+	// KeyInBodyField sends the key as a top-level field of the body.
+	KeyInBodyField HTTPKeyPlacement = "BodyField"
+)
+
+// HTTPKeyFormat says how a key in a header is written.
+// +kubebuilder:validation:Enum=StructuredString;Raw
+type HTTPKeyFormat string
+
+const (
+	// KeyStructuredString quotes the key as a structured-field string
+	// (RFC 8941), as the IETF Idempotency-Key draft specifies.
+	KeyStructuredString HTTPKeyFormat = "StructuredString"
+	// KeyRaw sends the key as it is, as Stripe and most providers expect.
+	KeyRaw HTTPKeyFormat = "Raw"
+)
+
+// HTTPIdempotencyKey says where and how the idempotency key is sent.
+// +kubebuilder:validation:XValidation:rule="self.in == 'BodyField' ? has(self.bodyField) : !has(self.bodyField)",message="bodyField is set exactly when in is BodyField"
+type HTTPIdempotencyKey struct {
+	// in is where the key goes: Header or BodyField.
+	// +optional
+	// +kubebuilder:default=Header
+	In HTTPKeyPlacement `json:"in,omitempty"`
+
+	// header is the header's name when in is Header, such as
+	// PayPal-Request-Id or X-Idempotency-Key.
+	// +optional
+	// +kubebuilder:default=Idempotency-Key
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!#$%&'*+.^_|~-]+$`
+	// +kubebuilder:validation:MaxLength=256
+	Header string `json:"header,omitempty"`
+
+	// format is how the key is written in the header: StructuredString
+	// ("quoted") or Raw.
+	// +optional
+	// +kubebuilder:default=StructuredString
+	Format HTTPKeyFormat `json:"format,omitempty"`
+
+	// bodyField is the top-level field of the body that carries the key
+	// when in is BodyField, such as idempotency_key (Square) or ClientToken (AWS).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	BodyField string `json:"bodyField,omitempty"`
+
+	// maxLength is the provider's limit on the key as sent, quotes
+	// included: Stripe 255, Adyen and AWS 64. A longer key is shortened to
+	// its start, "~" and 32 hex digits of its SHA-256; "~" never occurs in
+	// a key that was not shortened, so the two cannot collide.
+	// +optional
+	// +kubebuilder:default=255
+	// +kubebuilder:validation:Minimum=40
+	// +kubebuilder:validation:Maximum=4096
+	MaxLength int32 `json:"maxLength,omitempty"`
+}
+
+// HTTPEncoding says how the parameters are sent.
+// +kubebuilder:validation:Enum=JSON;Form;Query
+type HTTPEncoding string
+
+const (
+	// EncodingJSON sends the parameters as a JSON body.
+	EncodingJSON HTTPEncoding = "JSON"
+	// EncodingForm sends them as application/x-www-form-urlencoded, nested
+	// objects and arrays in bracket notation (metadata[order]=1001, expand[]=customer).
+	EncodingForm HTTPEncoding = "Form"
+	// EncodingQuery sends no body and the parameters as the query string,
+	// in the same bracket notation, for GET and DELETE.
+	EncodingQuery HTTPEncoding = "Query"
+)
+
 // HTTPAdapter calls an HTTP(S) endpoint once per intent, with the action's
-// parameters as the JSON body and its idempotency key in the Idempotency-Key header.
+// parameters as the body and its idempotency key where the provider takes it.
+// +kubebuilder:validation:XValidation:rule="self.idempotencyKey.in != 'BodyField' || self.encoding != 'Query'",message="a key in a body field needs a body: use encoding JSON or Form"
 type HTTPAdapter struct {
-	// url is the endpoint that performs the operation.
+	// url is the endpoint that performs the operation. A placeholder {name}
+	// is replaced by the escaped top-level parameter name, which must be a
+	// required string or integer of parametersSchema and is not sent in the
+	// body, for example "https://api.stripe.com/v1/customers/{customer}/balance_transactions".
 	// +required
 	// +kubebuilder:validation:Pattern=`^https?://`
 	// +kubebuilder:validation:MaxLength=2048
@@ -109,8 +287,19 @@ type HTTPAdapter struct {
 	// method is the HTTP method.
 	// +optional
 	// +kubebuilder:default=POST
-	// +kubebuilder:validation:Enum=POST;PUT;PATCH;DELETE
+	// +kubebuilder:validation:Enum=GET;POST;PUT;PATCH;DELETE
 	Method string `json:"method,omitempty"`
+
+	// encoding is how the parameters are sent: JSON, Form
+	// (application/x-www-form-urlencoded, as Stripe takes them) or Query.
+	// +optional
+	// +kubebuilder:default=JSON
+	Encoding HTTPEncoding `json:"encoding,omitempty"`
+
+	// idempotencyKey says where and how the key is sent.
+	// +optional
+	// +kubebuilder:default={}
+	IdempotencyKey HTTPIdempotencyKey `json:"idempotencyKey,omitempty"`
 
 	// headers are static headers sent with every request.
 	// +optional
@@ -133,7 +322,8 @@ type HTTPAdapter struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('5m')",message="timeout must be more than 0s and at most 5m: model a longer operation as a tool that starts it and one that reads its state"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// lookup finds an earlier request by its idempotency key.
+	// lookup finds an earlier request, by its key, by a business reference
+	// or by the provider's replay of the key.
 	// +optional
 	Lookup *HTTPLookup `json:"lookup,omitempty"`
 
@@ -204,7 +394,7 @@ func (l DispatchLimits) WithDefaults() DispatchLimits {
 
 // ToolSpec is the tool contract. Exactly one adapter member (http) says how
 // the operation is performed; see AdapterName.
-// +kubebuilder:validation:XValidation:rule="[has(self.http)].filter(set, set).size() == 1",message="exactly one adapter must be set (http)"
+// +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.kubernetesApply)].filter(set, set).size() == 1",message="exactly one adapter must be set (http or kubernetesApply)"
 // +kubebuilder:validation:XValidation:rule="!has(self.recordRetention) || !has(self.keyRetention) || duration(self.recordRetention) <= duration(self.keyRetention)",message="recordRetention must not exceed keyRetention: the key is kept at least as long as the record"
 type ToolSpec struct {
 	// operation is the name of the operation, such as "payments.charge".
@@ -229,6 +419,13 @@ type ToolSpec struct {
 	// of the adapter union: exactly one member is set.
 	// +optional
 	HTTP *HTTPAdapter `json:"http,omitempty"`
+
+	// kubernetesApply is the Kubernetes apply adapter: it server-side
+	// applies an object made from a template and the parameters, as a
+	// ServiceAccount of the Tool's namespace. It is one member of the
+	// adapter union.
+	// +optional
+	KubernetesApply *KubernetesApplyAdapter `json:"kubernetesApply,omitempty"`
 
 	// retry bounds the attempts of requests that definitely did not apply.
 	// +optional
@@ -300,14 +497,61 @@ type ToolSpec struct {
 	ConsequentialFields []string `json:"consequentialFields,omitempty"`
 }
 
-// AdapterHTTP names the HTTP adapter, the member spec.http.
-const AdapterHTTP = "http"
+// KubernetesApplyAdapter applies one object in the Tool's namespace per
+// intent, with the permissions of a ServiceAccount of that namespace.
+type KubernetesApplyAdapter struct {
+	// serviceAccountName is the ServiceAccount of the Tool's namespace that
+	// the manager impersonates to apply the object, so that the effect has
+	// the tenant's own permissions. The manager may impersonate only the
+	// ServiceAccounts of namespaces that bind it the role
+	// toolledger-impersonator (docs/adapters.md).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName"`
+
+	// template is the object to apply: apiVersion, kind, metadata.name and
+	// the fields this tool owns. A string "{{name}}" is replaced by the
+	// top-level parameter name with its JSON type (so "{{replicas}}" can be
+	// a number); "{{name}}" inside a longer string is replaced by its text.
+	// metadata.namespace is always the Tool's namespace.
+	// +required
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Template apiextensionsv1.JSON `json:"template"`
+
+	// fieldManager is the server-side apply field manager; by default
+	// "toolledger-" and the Tool's name. A field another manager owns is a
+	// conflict, which fails the action; it is never forced.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	FieldManager string `json:"fieldManager,omitempty"`
+
+	// timeout bounds one apply or lookup, 5m at most.
+	// +optional
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('5m')",message="timeout must be more than 0s and at most 5m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// Names of the adapter union's members.
+const (
+	// AdapterHTTP names the HTTP adapter, the member spec.http.
+	AdapterHTTP = "http"
+	// AdapterKubernetesApply names the Kubernetes apply adapter, spec.kubernetesApply.
+	AdapterKubernetesApply = "kubernetesApply"
+)
 
 // AdapterName names the adapter a tool uses: the member of the adapter union
 // that is set, or "" when none is (the API server refuses such a Tool).
 func AdapterName(spec *ToolSpec) string {
-	if spec.HTTP != nil {
+	switch {
+	case spec.HTTP != nil:
 		return AdapterHTTP
+	case spec.KubernetesApply != nil:
+		return AdapterKubernetesApply
 	}
 	return ""
 }

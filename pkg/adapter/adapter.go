@@ -102,10 +102,13 @@ type Executor interface {
 	// *RetryableError or *AmbiguousError; any other error is taken as ambiguous.
 	Execute(ctx context.Context, req Request) (Outcome, error)
 
-	// Lookup finds an earlier attempt by its idempotency key. It returns
-	// ErrNotFound when the downstream says no request with the key was
-	// applied, and ErrLookupUnsupported when the tool has no lookup.
-	Lookup(ctx context.Context, idempotencyKey string) (Outcome, error)
+	// Lookup finds the effect of an earlier attempt of req: by its key, a
+	// business reference in its parameters, or whatever the adapter knows.
+	// It returns ErrNotFound only when the downstream proves that no attempt
+	// applied, ErrLookupUnsupported when the tool has no lookup, and
+	// ErrLookupWindowClosed when it can no longer prove anything; any other
+	// error is inconclusive and the lookup is made again later.
+	Lookup(ctx context.Context, req Request) (Outcome, error)
 }
 
 // Request is one attempt of an action.
@@ -114,6 +117,12 @@ type Request struct {
 	IdempotencyKey string
 	// Parameters is the JSON object to send.
 	Parameters json.RawMessage
+	// RequestDigest is the action's request digest ("sha256:..."), which
+	// identifies the intent as the key does.
+	RequestDigest string
+	// FirstAttemptTime is when the action's first attempt was claimed: no
+	// attempt under the key went out earlier.
+	FirstAttemptTime time.Time
 	// Provenance is passed downstream unchanged; it may be nil. Its
 	// principals are what the caller claims.
 	Provenance *v1alpha1.Provenance
@@ -133,6 +142,10 @@ type Outcome struct {
 	Result json.RawMessage
 	// Warnings are non-fatal problems, such as a missing external id field.
 	Warnings []string
+	// Replayed says the downstream answered with the stored outcome of an
+	// earlier request under the key (HTTP: Idempotent-Replayed: true): it
+	// deduplicated.
+	Replayed bool
 }
 
 // ErrNotFound is returned by Lookup when no request with the key was applied.
@@ -141,6 +154,11 @@ var ErrNotFound = errors.New("no request with this idempotency key was applied d
 // ErrLookupUnsupported is returned by Lookup when the Tool has no lookup call
 // (its Capabilities say Lookup false).
 var ErrLookupUnsupported = errors.New("the tool has no lookup call")
+
+// ErrLookupWindowClosed is returned by Lookup when the downstream no
+// longer keeps what would prove the outcome, such as a provider's replay
+// window for a key: the outcome goes to a human.
+var ErrLookupWindowClosed = errors.New("the downstream no longer keeps the outcome of this key")
 
 // PermanentKind says why a request can never succeed as written.
 type PermanentKind string
@@ -226,7 +244,7 @@ func Wrap(a Adapter, wrap func(tool *v1alpha1.Tool, inner Executor) Executor) Ad
 // ExecutorFns adapts functions to an Executor.
 type ExecutorFns struct {
 	ExecuteFn func(ctx context.Context, req Request) (Outcome, error)
-	LookupFn  func(ctx context.Context, idempotencyKey string) (Outcome, error)
+	LookupFn  func(ctx context.Context, req Request) (Outcome, error)
 }
 
 // Execute calls ExecuteFn.
@@ -235,6 +253,6 @@ func (e ExecutorFns) Execute(ctx context.Context, req Request) (Outcome, error) 
 }
 
 // Lookup calls LookupFn.
-func (e ExecutorFns) Lookup(ctx context.Context, idempotencyKey string) (Outcome, error) {
-	return e.LookupFn(ctx, idempotencyKey)
+func (e ExecutorFns) Lookup(ctx context.Context, req Request) (Outcome, error) {
+	return e.LookupFn(ctx, req)
 }

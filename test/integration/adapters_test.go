@@ -73,7 +73,8 @@ func (m *memoryAdapter) execute(_ context.Context, req adapter.Request) (adapter
 	return adapter.Outcome{ExternalRef: m.effects[key]}, nil
 }
 
-func (m *memoryAdapter) lookup(_ context.Context, key string) (adapter.Outcome, error) {
+func (m *memoryAdapter) lookup(_ context.Context, req adapter.Request) (adapter.Outcome, error) {
+	key := req.IdempotencyKey
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.lookups[key]++

@@ -243,7 +243,8 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 }
 
 // Lookup asks the downstream whether a request with the key was applied.
-func (e *executor) Lookup(ctx context.Context, idempotencyKey string) (adapter.Outcome, error) {
+func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
+	idempotencyKey := req.IdempotencyKey
 	if e.lookupURL == "" {
 		return adapter.Outcome{}, adapter.ErrLookupUnsupported
 	}

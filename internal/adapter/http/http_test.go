@@ -1318,7 +1318,7 @@ func TestLookupUnsupported(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, respond(200, `{"id":"ch_1"}`))
 	ex := connect(t, newTool(srv.URL), nil)
-	out, err := ex.Lookup(t.Context(), testKey)
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if !errors.Is(err, adapter.ErrLookupUnsupported) {
 		t.Errorf("Lookup error = %v, want ErrLookupUnsupported", err)
 	}
@@ -1351,7 +1351,7 @@ func TestLookupFound(t *testing.T) {
 	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`))
 	ex := connect(t, lookupTool(execute.URL, lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
 
-	out, err := ex.Lookup(t.Context(), testKey)
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -1392,7 +1392,7 @@ func TestLookupKeyInQuery(t *testing.T) {
 	t.Parallel()
 	lookup := newServer(t, respond(200, `{"id":"ch_1"}`))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges?key={key}"), nil, stripeSecret())
-	out, err := ex.Lookup(t.Context(), testKey)
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -1412,7 +1412,7 @@ func TestLookupFoundWithWarnings(t *testing.T) {
 	t.Parallel()
 	lookup := newServer(t, respond(200, `{"state":"done"}`))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/{key}"), nil, stripeSecret())
-	out, err := ex.Lookup(t.Context(), testKey)
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -1429,7 +1429,7 @@ func TestLookupNotFound(t *testing.T) {
 	t.Parallel()
 	lookup := newServer(t, respond(404, `{"error":"no such key"}`))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
-	out, err := ex.Lookup(t.Context(), testKey)
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if !errors.Is(err, adapter.ErrNotFound) {
 		t.Errorf("Lookup error = %v, want ErrNotFound", err)
 	}
@@ -1480,7 +1480,7 @@ func TestLookupFailures(t *testing.T) {
 			tool := lookupTool("http://127.0.0.1:1/", url)
 			tool.Spec.HTTP.Timeout = &metav1.Duration{Duration: 200 * time.Millisecond}
 			ex := connect(t, tool, nil, stripeSecret())
-			out, err := ex.Lookup(t.Context(), testKey)
+			out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 			if err == nil {
 				t.Fatalf("Lookup succeeded with %+v, want an error", out)
 			}
