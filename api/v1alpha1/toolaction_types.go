@@ -403,17 +403,22 @@ const maxIdempotencyKeyLength = 255
 
 // IdempotencyKey is the key sent downstream with every attempt of the action:
 // "<namespace>/<name>", so that keys of different tenants never collide. A
-// longer pair than 255 characters keeps its start and ends in "~" and 32 hex
-// digits of the SHA-256 of the whole pair; "~" never occurs in Kubernetes
-// names, so the two forms cannot collide either.
+// longer pair than 255 characters is shortened by ShortenKey.
 func IdempotencyKey(namespace, name string) string {
-	key := namespace + "/" + name
-	if len(key) <= maxIdempotencyKeyLength {
+	return ShortenKey(namespace+"/"+name, maxIdempotencyKeyLength)
+}
+
+// ShortenKey returns key if it has at most limit characters (limit is at
+// least 33); otherwise its start, "~" and 32 hex digits of the SHA-256 of
+// the whole key, limit characters in all. "~" never occurs in Kubernetes
+// names, so a shortened key cannot collide with one that was not.
+func ShortenKey(key string, limit int) string {
+	if len(key) <= limit {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
 	suffix := "~" + hex.EncodeToString(sum[:16])
-	return key[:maxIdempotencyKeyLength-len(suffix)] + suffix
+	return key[:limit-len(suffix)] + suffix
 }
 
 // Finalizer keeps a ToolAction from vanishing while its effect may be under

@@ -15,14 +15,14 @@ import (
 func TestCapabilities(t *testing.T) {
 	c := newConnector(t, nil)
 	plain := newTool("http://127.0.0.1:1/charges")
-	if got, want := c.Capabilities(plain), (adapter.Capabilities{AttemptTimeout: defaultTimeout, MaxKeyLength: 255}); got != want {
+	if got, want := c.Capabilities(plain), (adapter.Capabilities{AttemptTimeout: defaultTimeout}); got != want {
 		t.Errorf("Capabilities without lookup or timeout = %+v, want %+v", got, want)
 	}
 	full := newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
 		h.Lookup = &v1alpha1.HTTPLookup{URL: "http://127.0.0.1:1/charges/{key}"}
 		h.Timeout = &metav1.Duration{Duration: 3 * time.Second}
 	})
-	if got, want := c.Capabilities(full), (adapter.Capabilities{Lookup: true, AttemptTimeout: 3 * time.Second, MaxKeyLength: 255}); got != want {
+	if got, want := c.Capabilities(full), (adapter.Capabilities{Lookup: true, AttemptTimeout: 3 * time.Second}); got != want {
 		t.Errorf("Capabilities with lookup and timeout = %+v, want %+v", got, want)
 	}
 	conn, err := c.Connect(t.Context(), full)
@@ -50,7 +50,7 @@ func TestValidate(t *testing.T) {
 			wantMessage: `spec.http.url: "http:///charges" is not an absolute http(s) URL`},
 		{name: "lookup without a host", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
 			h.Lookup = &v1alpha1.HTTPLookup{URL: "https:///{key}"}
-		}), wantReason: ReasonInvalidURL, wantMessage: `spec.http.lookup.url: "https:///key" is not an absolute http(s) URL`},
+		}), wantReason: ReasonInvalidURL, wantMessage: `spec.http.lookup.url: "https:///{key}" is not an absolute http(s) URL`},
 		{name: "Secret missing", tool: newTool("http://127.0.0.1:1/charges", auth), wantReason: ReasonSecretNotFound,
 			wantMessage: "Secret shop/stripe not found"},
 		{name: "Secret key missing", tool: newTool("http://127.0.0.1:1/charges", auth), objs: []client.Object{secret(namespace, map[string]string{"api-key": "t"})},

@@ -1,11 +1,15 @@
 // Package http is the HTTP(S) adapter: it sends an action's parameters as a
-// JSON body with the Idempotency-Key header, classifies the answer
-// deliberately (see classify), and looks earlier requests up by key.
+// JSON, form or query encoding with the idempotency key where the provider
+// takes it, classifies the answer deliberately (see classify), and finds
+// earlier requests strictly: by key, by a business reference, or by the
+// provider's replay of the key (lookup.go).
 package http
 
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,12 +18,14 @@ import (
 	nethttp "net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,17 +36,26 @@ import (
 )
 
 const (
-	// IdempotencyKeyHeader carries the key, as a structured-field string
-	// (IETF httpapi Idempotency-Key draft).
+	// IdempotencyKeyHeader is the default header of the key, which is sent
+	// as a structured-field string by default (IETF httpapi Idempotency-Key draft).
 	IdempotencyKeyHeader = "Idempotency-Key"
+	// ReplayedHeader is how a provider says it answered with the stored
+	// response of an earlier request under the key.
+	ReplayedHeader = "Idempotent-Replayed"
 
 	// maxResponseBytes bounds how much of a response is read.
 	maxResponseBytes = 1 << 20
 	// maxResultBytes bounds the stored result, which lives in etcd.
 	maxResultBytes = 8 << 10
-	// maxErrorBodyBytes bounds how much of an error response is quoted in a message.
+	// maxErrorBodyBytes bounds how much of an error response is quoted in a
+	// message, for a Tool that stores error bodies.
 	maxErrorBodyBytes = 256
-	defaultTimeout    = 10 * time.Second
+	// maxErrorCodeLength bounds the provider's error code kept in a message.
+	maxErrorCodeLength = 64
+	defaultTimeout     = 10 * time.Second
+	// defaultKeyLength is the default of spec.http.idempotencyKey.maxLength:
+	// many providers accept no more than 255 characters.
+	defaultKeyLength = 255
 )
 
 // Provenance headers pass the intent's provenance downstream unchanged.
@@ -64,10 +79,6 @@ const (
 	ReasonSecretKeyAbsent = "SecretKeyAbsent"
 )
 
-// maxKeyLength is the longest key sent: many providers accept no more than
-// 255 characters, and v1alpha1.IdempotencyKey never makes a longer one.
-const maxKeyLength = 255
-
 // Connector is the HTTP adapter, registered as "http": it builds executors
 // for Tools with spec.http, reading auth headers from Secrets in the Tool's
 // namespace.
@@ -84,24 +95,25 @@ var _ adapter.Adapter = (*Connector)(nil)
 func (c *Connector) Name() string { return v1alpha1.AdapterHTTP }
 
 // Capabilities offers a lookup where spec.http.lookup is set;
-// spec.http.timeout bounds each call.
+// spec.http.timeout bounds each call. Keys of any length are sent: the
+// adapter shortens those the provider's limit does not admit.
 func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
 	spec := tool.Spec.HTTP
 	return adapter.Capabilities{
 		Lookup:         spec.Lookup != nil,
 		AttemptTimeout: timeout(spec),
-		MaxKeyLength:   maxKeyLength,
 	}
 }
 
-// Validate checks the URLs and that the auth header's Secret key exists.
+// Validate checks the URLs, their placeholders against the parameters
+// schema, and that the auth header's Secret key exists.
 func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 	spec := tool.Spec.HTTP
-	if err := checkURL(spec.URL); err != nil {
+	if err := checkTemplate(spec.URL, tool.Spec.ParametersSchema, false); err != nil {
 		return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.url: " + err.Error()}
 	}
-	if spec.Lookup != nil {
-		if err := checkURL(strings.ReplaceAll(spec.Lookup.URL, "{key}", "key")); err != nil {
+	if spec.Lookup != nil && spec.Lookup.URL != "" {
+		if err := checkTemplate(spec.Lookup.URL, tool.Spec.ParametersSchema, true); err != nil {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
@@ -122,13 +134,46 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 	return nil
 }
 
-func checkURL(raw string) error {
-	u, err := url.Parse(raw)
+// checkTemplate checks that a URL template, filled, is an absolute http(s)
+// URL whose host no parameter chooses, and that every placeholder names a
+// required string or integer parameter ({key}, in a lookup, is the key).
+func checkTemplate(template string, schema *apiextensionsv1.JSON, lookup bool) error {
+	filled := placeholder.ReplaceAllString(template, "x")
+	u, err := url.Parse(filled)
 	if err != nil {
 		return err
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q is not an absolute http(s) URL", raw)
+		return fmt.Errorf("%q is not an absolute http(s) URL", template)
+	}
+	authority, _, _ := strings.Cut(template, "://")
+	_, rest, _ := strings.Cut(template, "://")
+	if end := strings.IndexAny(rest, "/?#"); placeholder.MatchString(authority) || (end < 0 && placeholder.MatchString(rest)) ||
+		(end >= 0 && placeholder.MatchString(rest[:end])) {
+		return fmt.Errorf("%q: the scheme and the host are fixed, a placeholder may only fill the path or the query", template)
+	}
+	var declared struct {
+		Required   []string `json:"required"`
+		Properties map[string]struct {
+			Type string `json:"type"`
+		} `json:"properties"`
+	}
+	if schema != nil {
+		if err := json.Unmarshal(schema.Raw, &declared); err != nil {
+			return fmt.Errorf("cannot read spec.parametersSchema: %w", err)
+		}
+	}
+	for _, name := range placeholders(template) {
+		if lookup && name == "key" {
+			continue
+		}
+		property, ok := declared.Properties[name]
+		if !ok || !slices.Contains(declared.Required, name) {
+			return fmt.Errorf("placeholder {%s} must name a required property of spec.parametersSchema", name)
+		}
+		if property.Type != "string" && property.Type != "integer" {
+			return fmt.Errorf("placeholder {%s} names a parameter of type %q: only string and integer parameters fill a URL", name, property.Type)
+		}
 	}
 	return nil
 }
@@ -162,6 +207,10 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 	if method == "" {
 		method = nethttp.MethodPost
 	}
+	encoding := spec.Encoding
+	if encoding == "" {
+		encoding = v1alpha1.EncodingJSON
+	}
 	e := &executor{
 		client: &nethttp.Client{
 			Transport: c.Transport,
@@ -170,12 +219,13 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		},
 		method:   method,
 		url:      spec.URL,
+		encoding: encoding,
+		key:      keyEncodingOf(spec.IdempotencyKey),
 		headers:  headers,
 		timeout:  timeout(spec),
 		response: spec.Response,
-	}
-	if spec.Lookup != nil {
-		e.lookupURL = spec.Lookup.URL
+		lookup:   spec.Lookup,
+		now:      time.Now,
 	}
 	return adapter.Connection{Executor: e, Capabilities: c.Capabilities(tool)}, nil
 }
@@ -193,13 +243,16 @@ func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alp
 }
 
 type executor struct {
-	client    *nethttp.Client
-	method    string
-	url       string
-	lookupURL string
-	headers   nethttp.Header
-	timeout   time.Duration
-	response  v1alpha1.HTTPResponse
+	client   *nethttp.Client
+	method   string
+	url      string
+	encoding v1alpha1.HTTPEncoding
+	key      keyEncoding
+	headers  nethttp.Header
+	timeout  time.Duration
+	response v1alpha1.HTTPResponse
+	lookup   *v1alpha1.HTTPLookup
+	now      func() time.Time
 }
 
 // Execute sends one attempt. net/http never re-sends it on its own: the body
@@ -208,9 +261,9 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 
-	body := req.Parameters
-	if len(body) == 0 {
-		body = json.RawMessage("{}")
+	encoded, err := e.encode(req.Parameters, req.IdempotencyKey)
+	if err != nil {
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
 	}
 	var written atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -220,7 +273,11 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 			}
 		},
 	})
-	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, e.url, bytes.NewReader(body))
+	var body io.Reader
+	if encoded.body != nil {
+		body = bytes.NewReader(encoded.body)
+	}
+	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, encoded.url, body)
 	if err != nil {
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
 	}
@@ -228,7 +285,9 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	e.setHeaders(httpReq, req.IdempotencyKey)
 	setProvenance(httpReq.Header, req.Provenance)
 	setIdentities(httpReq.Header, req.RequestedBy, req.ApprovedBy)
-	httpReq.Header.Set("Content-Type", "application/json")
+	if encoded.contentType != "" {
+		httpReq.Header.Set("Content-Type", encoded.contentType)
+	}
 	if err := validHeaderValues(httpReq.Header); err != nil {
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
 	}
@@ -242,45 +301,15 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	return e.classify(resp, respBody, readErr)
 }
 
-// Lookup asks the downstream whether a request with the key was applied.
-func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
-	idempotencyKey := req.IdempotencyKey
-	if e.lookupURL == "" {
-		return adapter.Outcome{}, adapter.ErrLookupUnsupported
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	target := strings.ReplaceAll(e.lookupURL, "{key}", url.PathEscape(idempotencyKey))
-	httpReq, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
-	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", err)
-	}
-	e.setHeaders(httpReq, idempotencyKey)
-	resp, err := e.client.Do(httpReq)
-	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	respBody, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
-	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("lookup response lost: %w", err)
-	}
-	switch resp.StatusCode {
-	case nethttp.StatusOK:
-		return e.outcome(respBody), nil
-	case nethttp.StatusNotFound:
-		return adapter.Outcome{}, adapter.ErrNotFound
-	default:
-		return adapter.Outcome{}, fmt.Errorf("lookup answered %d: %s", resp.StatusCode, quote(respBody))
-	}
-}
-
+// setHeaders sets the Tool's headers, and the key's unless it goes in the body.
 func (e *executor) setHeaders(req *nethttp.Request, idempotencyKey string) {
 	for name, values := range e.headers {
 		req.Header[name] = values
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set(IdempotencyKeyHeader, strconv.Quote(idempotencyKey))
+	if e.key.in == v1alpha1.KeyInHeader {
+		req.Header.Set(e.key.header, e.key.value(idempotencyKey))
+	}
 }
 
 func setIdentities(h nethttp.Header, requestedBy, approvedBy string) {
@@ -354,9 +383,11 @@ func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) 
 			return adapter.Outcome{}, &adapter.AmbiguousError{Reason: "ResponseLost",
 				Err: fmt.Errorf("downstream answered %d but the response body was lost: %w", code, readErr)}
 		}
-		return e.outcome(body), nil
+		out := e.outcome(body)
+		out.Replayed = replayed(resp.Header)
+		return out, nil
 	}
-	err := fmt.Errorf("downstream answered %d: %s", code, quote(body))
+	err := fmt.Errorf("downstream answered %s", e.describeError(code, body))
 	switch {
 	case code == nethttp.StatusBadRequest || code == nethttp.StatusUnprocessableEntity:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
@@ -372,6 +403,46 @@ func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) 
 	}
 }
 
+func replayed(h nethttp.Header) bool {
+	return strings.EqualFold(strings.TrimSpace(h.Get(ReplayedHeader)), "true")
+}
+
+// describeError is what is kept of an error answer: the status code, the
+// provider's error code where the Tool points at one, and the body's size
+// and SHA-256, which match it against the provider's logs without copying
+// it; the body itself only where the Tool opts in.
+func (e *executor) describeError(code int, body []byte) string {
+	message := strconv.Itoa(code)
+	if p := e.response.ErrorCodePointer; p != "" {
+		if doc, err := decodeJSON(body); err == nil {
+			if v, ok := jsonpointer.Get(doc, p); ok {
+				if text, err := scalarText(v, false); err == nil && text != "" {
+					message += fmt.Sprintf(" (error code %q)", truncate(printable(text), maxErrorCodeLength))
+				}
+			}
+		}
+	}
+	if e.response.StoreErrorBody {
+		return message + ": " + quote(body)
+	}
+	if len(body) == 0 {
+		return message + " with an empty body"
+	}
+	sum := sha256.Sum256(body)
+	return fmt.Sprintf("%s; body of %d bytes, sha256:%s, not stored", message, len(body), hex.EncodeToString(sum[:8]))
+}
+
+// printable keeps the printable ASCII of s: an error code lands in a
+// message, never control characters or markup from a downstream.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r > '~' || r == '"' {
+			return -1
+		}
+		return r
+	}, s)
+}
+
 // outcome extracts the external id and the allowed result fields. A response
 // that lacks them is still a success: the effect happened.
 func (e *executor) outcome(body []byte) adapter.Outcome {
@@ -384,6 +455,12 @@ func (e *executor) outcome(body []byte) adapter.Outcome {
 		out.Warnings = append(out.Warnings, "response is not JSON; no external id or result recorded")
 		return out
 	}
+	return e.outcomeOf(doc)
+}
+
+// outcomeOf extracts them from a decoded document, such as a lookup's match.
+func (e *executor) outcomeOf(doc any) adapter.Outcome {
+	var out adapter.Outcome
 	if p := e.response.ExternalIDPointer; p != "" {
 		ref, err := externalRef(doc, p)
 		if err != nil {
@@ -456,12 +533,16 @@ func retryAfter(value string, now time.Time) time.Duration {
 }
 
 func quote(body []byte) string {
-	s := strings.TrimSpace(string(body))
-	if len(s) > maxErrorBodyBytes {
-		s = strings.ToValidUTF8(s[:maxErrorBodyBytes], "") + "…"
-	}
+	s := truncate(strings.TrimSpace(string(body)), maxErrorBodyBytes)
 	if s == "" {
 		return "(empty body)"
 	}
 	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }

@@ -2,6 +2,8 @@ package http
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"context"
 	"encoding/json"
 	"errors"
@@ -298,10 +300,15 @@ func TestExecuteIdempotencyKeyIsQuoted(t *testing.T) {
 				t.Fatalf("Execute: %v", err)
 			}
 			got := srv.only(t).Header.Values(IdempotencyKeyHeader)
-			if diff := cmp.Diff([]string{strconv.Quote(key)}, got); diff != "" {
+			// Quoted, the key must fit the default limit of 255 characters.
+			sent := v1alpha1.ShortenKey(key, 253)
+			if diff := cmp.Diff([]string{strconv.Quote(sent)}, got); diff != "" {
 				t.Errorf("Idempotency-Key mismatch (-want +got):\n%s", diff)
 			}
-			if unquoted, err := strconv.Unquote(got[0]); err != nil || unquoted != key {
+			if len(got[0]) > 255 {
+				t.Errorf("Idempotency-Key has %d characters, more than 255", len(got[0]))
+			}
+			if unquoted, err := strconv.Unquote(got[0]); err != nil || unquoted != sent {
 				t.Errorf("Idempotency-Key %s does not unquote to the key: %q, %v", got[0], unquoted, err)
 			}
 		})
@@ -451,8 +458,12 @@ func TestConnectDefaults(t *testing.T) {
 			if e.method != "POST" {
 				t.Errorf("method = %q, want POST", e.method)
 			}
-			if e.lookupURL != "" {
-				t.Errorf("lookupURL = %q, want empty", e.lookupURL)
+			if e.lookup != nil {
+				t.Errorf("lookup = %+v, want none", e.lookup)
+			}
+			wantKey := keyEncoding{in: v1alpha1.KeyInHeader, header: "Idempotency-Key", format: v1alpha1.KeyStructuredString, maxLength: 255}
+			if e.key != wantKey || e.encoding != v1alpha1.EncodingJSON {
+				t.Errorf("key = %+v, encoding = %q; want %+v and JSON", e.key, e.encoding, wantKey)
 			}
 		})
 	}
@@ -754,12 +765,12 @@ func TestExecuteClassifiesStatus(t *testing.T) {
 				t.Errorf("outcome mismatch (-want +got):\n%s", diff)
 			}
 			if err != nil {
-				// 304 has no body by definition.
-				quoted := body
+				// 304 has no body by definition; other bodies are
+				// stored only as their size and hash.
+				want := fmt.Sprintf("HTTP%d: downstream answered %d; body of 28 bytes, sha256:add03bc17a7edbd8, not stored", tc.code, tc.code)
 				if tc.code == 304 {
-					quoted = "(empty body)"
+					want = "HTTP304: downstream answered 304 with an empty body"
 				}
-				want := fmt.Sprintf("HTTP%d: downstream answered %d: %s", tc.code, tc.code, quoted)
 				if err.Error() != want {
 					t.Errorf("error message = %q, want %q", err.Error(), want)
 				}
@@ -797,7 +808,7 @@ func TestExecuteDoesNotFollowRedirects(t *testing.T) {
 	}
 }
 
-func TestExecuteErrorBodyIsQuotedAndTruncated(t *testing.T) {
+func TestExecuteErrorBodyIsStoredOnlyWhenTheToolOptsIn(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -819,14 +830,28 @@ func TestExecuteErrorBodyIsQuotedAndTruncated(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, respond(400, tc.body))
-			ex := connect(t, newTool(srv.URL), nil)
-			_, err := ex.Execute(t.Context(), request(`{}`))
+			stored := connect(t, newTool(srv.URL, func(h *v1alpha1.HTTPAdapter) { h.Response.StoreErrorBody = true }), nil)
+			_, err := stored.Execute(t.Context(), request(`{}`))
 			var perr *adapter.PermanentError
 			if !errors.As(err, &perr) {
 				t.Fatalf("error = %v (%T), want *PermanentError", err, err)
 			}
 			if want := "downstream answered 400: " + tc.want; perr.Err.Error() != want {
 				t.Errorf("message = %q\nwant      %q", perr.Err.Error(), want)
+			}
+
+			_, err = connect(t, newTool(srv.URL), nil).Execute(t.Context(), request(`{}`))
+			if !errors.As(err, &perr) {
+				t.Fatalf("error = %v (%T), want *PermanentError", err, err)
+			}
+			read := min(len(tc.body), maxResponseBytes)
+			sum := sha256.Sum256([]byte(tc.body[:read]))
+			want := fmt.Sprintf("downstream answered 400; body of %d bytes, sha256:%s, not stored", read, hex.EncodeToString(sum[:8]))
+			if read == 0 {
+				want = "downstream answered 400 with an empty body"
+			}
+			if perr.Err.Error() != want {
+				t.Errorf("message without storeErrorBody = %q\nwant %q", perr.Err.Error(), want)
 			}
 		})
 	}
@@ -1410,16 +1435,13 @@ func TestLookupKeyInQuery(t *testing.T) {
 
 func TestLookupFoundWithWarnings(t *testing.T) {
 	t.Parallel()
-	lookup := newServer(t, respond(200, `{"state":"done"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1","state":"done"}`))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/{key}"), nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
-	want := adapter.Outcome{Warnings: []string{
-		"response has no external id at /id",
-		"response has no result field at /status",
-	}}
+	want := adapter.Outcome{ExternalRef: "ch_1", Warnings: []string{"response has no result field at /status"}}
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("outcome mismatch (-want +got):\n%s", diff)
 	}
@@ -1428,7 +1450,9 @@ func TestLookupFoundWithWarnings(t *testing.T) {
 func TestLookupNotFound(t *testing.T) {
 	t.Parallel()
 	lookup := newServer(t, respond(404, `{"error":"no such key"}`))
-	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
+	tool := lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges/by-key/{key}")
+	tool.Spec.HTTP.Lookup.NotFoundMeansAbsent = true
+	ex := connect(t, tool, nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if !errors.Is(err, adapter.ErrNotFound) {
 		t.Errorf("Lookup error = %v, want ErrNotFound", err)
@@ -1451,11 +1475,11 @@ func TestLookupFailures(t *testing.T) {
 		raw     func(int32, net.Conn) bool
 		wantMsg string
 	}{
-		{name: "503", handler: respond(503, `busy`, "Retry-After", "7"), wantMsg: "lookup answered 503: busy"},
-		{name: "500", handler: respond(500, `oops`), wantMsg: "lookup answered 500: oops"},
-		{name: "410", handler: respond(410, ``), wantMsg: "lookup answered 410: (empty body)"},
-		{name: "400", handler: respond(400, `bad key`), wantMsg: "lookup answered 400: bad key"},
-		{name: "302 is not followed", handler: respond(302, ``, "Location", "/elsewhere"), wantMsg: "lookup answered 302: (empty body)"},
+		{name: "503", handler: respond(503, `busy`, "Retry-After", "7"), wantMsg: "lookup answered 503"},
+		{name: "500", handler: respond(500, `oops`), wantMsg: "lookup answered 500"},
+		{name: "410", handler: respond(410, ``), wantMsg: "lookup answered 410"},
+		{name: "400", handler: respond(400, `bad key`), wantMsg: "lookup answered 400"},
+		{name: "302 is not followed", handler: respond(302, ``, "Location", "/elsewhere"), wantMsg: "lookup answered 302"},
 		{name: "connection refused", url: refused, wantMsg: "lookup failed: "},
 		{name: "timeout", raw: func(_ int32, c net.Conn) bool { return hang(c) }, wantMsg: "lookup failed: "},
 		{name: "body cut short", raw: func(_ int32, c net.Conn) bool { return truncateBody(c) }, wantMsg: "lookup response lost: "},
