@@ -42,7 +42,7 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	}
 	for _, e := range t.events {
 		if !e.routine || r.SuccessEvents {
-			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", e.message)
+			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
 		}
 	}
 	if recorded.Status.Phase.IsTerminal() && tool != nil {

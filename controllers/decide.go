@@ -247,6 +247,10 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 		return step{kind: stepRecord, record: p.absentAndSpent(a, tool.tool)}
 	case errors.Is(lookupErr, adapter.ErrNotFound):
 		return p.decideAttempt(a, tool, ReasonAbsentByLookup)
+	case errors.Is(lookupErr, adapter.ErrLookupWindowClosed):
+		return step{kind: stepRecord, record: p.escalation(ReasonLookupWindowClosed, fmt.Sprintf(
+			"the outcome of attempt %d can no longer be proved, and a re-send could apply twice: %v; resolve it with a ToolResolution",
+			a.Status.Attempts, lookupErr))}
 	case errors.Is(lookupErr, adapter.ErrLookupUnsupported):
 		// The adapter promised a lookup it cannot make: settle by the class alone.
 		without := *tool

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,7 @@ type result struct {
 	ErrorReason string
 	NextAttempt time.Duration
 	ExternalRef string
+	Replayed    bool
 	Events      []string
 	Requeue     time.Duration
 	Reapplies   bool
@@ -135,7 +137,8 @@ func summarize(a *v1alpha1.ToolAction, s step) result {
 func summarizeTransition(a *v1alpha1.ToolAction, t transition) result {
 	next := a.DeepCopy()
 	t.apply(next)
-	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Requeue: t.requeueAfter, Reapplies: t.reapplyWhile != nil}
+	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Replayed: next.Status.ReplayedByDownstream,
+		Requeue: t.requeueAfter, Reapplies: t.reapplyWhile != nil}
 	if e := next.Status.Error; e != nil {
 		r.Class, r.ErrorReason = e.Class, e.Reason
 	}
@@ -266,6 +269,11 @@ func TestAfterDispatch(t *testing.T) {
 			Events: []string{"Normal/Succeeded (with SuccessEvents)"}, Reapplies: true}},
 		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded,
 			Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, Reapplies: true}},
+		{"applied and replayed", executing(2), adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
+			Replayed: true, Events: []string{"Normal/Succeeded (with SuccessEvents)", "Normal/ReplayedByDownstream"}, Reapplies: true}},
+		{"applied with an external reference longer than the API accepts: stored truncated", executing(1),
+			adapter.Outcome{ExternalRef: strings.Repeat("r", 600)}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: strings.Repeat("r", 509) + "…",
+				Events: []string{"Normal/Succeeded (with SuccessEvents)"}, Reapplies: true}},
 		{"invalid input", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New("bad amount")},
 			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, Reapplies: true}},
 		{"denied", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")},
@@ -327,6 +335,13 @@ func TestAfterLookup(t *testing.T) {
 			newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute-time.Second), func(a *v1alpha1.ToolAction) { a.Status.Lookups = 3 }),
 			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseUnknown,
 				NextAttempt: time.Second, Requeue: time.Second}},
+		{"replayed by the downstream: found, with the replay recorded and reported", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected),
+			adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1", Replayed: true,
+				Events: []string{"Normal/FoundByLookup", "Normal/ReplayedByDownstream"}}},
+		{"the provider's replay window closed: escalated at once, well before the deadline", newAction(v1alpha1.PhaseUnknown, unknownSince(time.Minute)),
+			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, fmt.Errorf("%w: after 24h", adapter.ErrLookupWindowClosed),
+			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+				ErrorReason: ReasonLookupWindowClosed, Events: []string{"Warning/Escalated"}}},
 		{"no proof by the deadline: escalated", newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute)), withTool(v1alpha1.KeyProtected),
 			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
@@ -457,6 +472,29 @@ func TestNeedsTombstone(t *testing.T) {
 	for _, tt := range tests {
 		if got := needsTombstone(tt.action); got != tt.want {
 			t.Errorf("%s: needsTombstone = %t, want %t", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestLongAnswersStayWithinTheAPILimits: whatever a downstream answers, the
+// status write stays within the CRD's limits, so it cannot fail forever.
+func TestLongAnswersStayWithinTheAPILimits(t *testing.T) {
+	long := strings.Repeat("é", 6000)
+	a := newAction(v1alpha1.PhaseExecuting, attempts(1), claimedBy("executor-a", time.Minute))
+	next := a.DeepCopy()
+	atT0().afterDispatch(a, withTool(v1alpha1.KeyProtected), adapter.Outcome{},
+		&adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New(long)}).apply(next)
+	if n := len(next.Status.Error.Message); n > maxErrorMessage || !strings.HasSuffix(next.Status.Error.Message, "…") {
+		t.Errorf("status.error.message has %d bytes (limit %d), ending %q", n, maxErrorMessage, next.Status.Error.Message[n-8:])
+	}
+	for _, c := range next.Status.Conditions {
+		if len(c.Message) > maxConditionMessage {
+			t.Errorf("condition %s message has %d bytes", c.Type, len(c.Message))
+		}
+	}
+	for _, h := range next.Status.History {
+		if len(h.Message) > maxHistoryMessage {
+			t.Errorf("history message has %d bytes", len(h.Message))
 		}
 	}
 }

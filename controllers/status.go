@@ -22,6 +22,8 @@ const (
 	ReasonSucceeded             = "Succeeded"
 	ReasonFoundByLookup         = "FoundByLookup"
 	ReasonAbsentByLookup        = "AbsentByLookup"
+	ReasonLookupWindowClosed    = "LookupWindowClosed"
+	ReasonReplayedByDownstream  = "ReplayedByDownstream"
 	ReasonLookupFailed          = "LookupFailed"
 	ReasonRetryScheduled        = "RetryScheduled"
 	ReasonRedispatch            = "RedispatchUnderSameKey"
@@ -151,7 +153,8 @@ func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outc
 func succeed(a *v1alpha1.ToolAction, now time.Time, by, reason, message string, outcome adapter.Outcome) {
 	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseSucceeded
-	a.Status.ExternalRef = outcome.ExternalRef
+	a.Status.ExternalRef = truncate(outcome.ExternalRef, maxExternalRef)
+	a.Status.ReplayedByDownstream = outcome.Replayed
 	if len(outcome.Result) > 0 {
 		a.Status.Result = &apiextensionsv1.JSON{Raw: outcome.Result}
 	}
@@ -168,7 +171,7 @@ func succeed(a *v1alpha1.ToolAction, now time.Time, by, reason, message string, 
 func setFailed(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha1.ErrorClass, reason, message string) {
 	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseFailed
-	a.Status.Error = &v1alpha1.ActionError{Class: class, Reason: reason, Message: message}
+	a.Status.Error = &v1alpha1.ActionError{Class: class, Reason: reason, Message: truncate(message, maxErrorMessage)}
 	a.Status.NextAttemptTime = nil
 	a.Status.CompletionTime = metaTimePtr(now)
 	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, string(class), message)
@@ -243,11 +246,19 @@ func set(a *v1alpha1.ToolAction, now time.Time, conditionType string, status met
 	})
 }
 
+// Bounds of what the API server accepts, so that no downstream's long
+// answer can make a status write fail forever.
 const (
 	// maxConditionMessage stays under metav1.Condition's 32768-character
 	// limit and keeps records small.
 	maxConditionMessage = 4096
 	maxHistoryMessage   = 1024
+	// maxErrorMessage and maxExternalRef are the CRD's limits of
+	// status.error.message and status.externalRef.
+	maxErrorMessage = 4096
+	maxExternalRef  = 512
+	// maxEventNote is the events.k8s.io limit of an Event's note.
+	maxEventNote = 1024
 )
 
 func truncate(s string, n int) string {

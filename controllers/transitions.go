@@ -129,11 +129,26 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 
 // found: a lookup shows the request applied.
 func (p rules) found(a *v1alpha1.ToolAction, outcome adapter.Outcome) transition {
+	events := []report{{eventType: corev1.EventTypeNormal, reason: ReasonFoundByLookup, verb: "Lookup",
+		message: fmt.Sprintf("the downstream has the request of key %s: external reference %s", idempotencyKey(a), outcome.ExternalRef)}}
 	return transition{
-		apply: func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonFoundByLookup, outcome) },
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonFoundByLookup, verb: "Lookup",
-			message: fmt.Sprintf("the downstream has the request of key %s: external reference %s", idempotencyKey(a), outcome.ExternalRef)}},
+		apply:  func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonFoundByLookup, outcome) },
+		events: append(events, outcomeNotes(a, "Lookup", outcome)...),
 	}
+}
+
+// outcomeNotes are the events of what an answer says beside the effect:
+// that the downstream replayed a stored response, and the warnings.
+func outcomeNotes(a *v1alpha1.ToolAction, verb string, outcome adapter.Outcome) []report {
+	var events []report
+	if outcome.Replayed {
+		events = append(events, report{eventType: corev1.EventTypeNormal, reason: ReasonReplayedByDownstream, verb: verb,
+			message: fmt.Sprintf("the downstream answered attempt %d with its stored response for key %s: it deduplicated", a.Status.Attempts, idempotencyKey(a))})
+	}
+	for _, w := range outcome.Warnings {
+		events = append(events, warning(ReasonIncompleteResponse, verb, w))
+	}
+	return events
 }
 
 // absentAndSpent: a lookup shows the last attempt did not apply, and no
@@ -191,12 +206,9 @@ func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome)
 	}
 	events := []report{{eventType: corev1.EventTypeNormal, reason: ReasonSucceeded, verb: "Dispatch", routine: true,
 		message: fmt.Sprintf("attempt %d: %s", claimed.Status.Attempts, message)}}
-	for _, w := range outcome.Warnings {
-		events = append(events, warning(ReasonIncompleteResponse, "Dispatch", w))
-	}
 	return transition{
 		apply:        func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonSucceeded, outcome) },
-		events:       events,
+		events:       append(events, outcomeNotes(claimed, "Dispatch", outcome)...),
 		reapplyWhile: holdingClaim(claimed),
 	}
 }

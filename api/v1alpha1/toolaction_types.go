@@ -262,6 +262,12 @@ type ToolActionStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	ExternalRef string `json:"externalRef,omitempty"`
 
+	// replayedByDownstream says the downstream answered the recorded outcome
+	// with the stored response of an earlier request under the key (HTTP:
+	// Idempotent-Replayed: true): it deduplicated a repeat.
+	// +optional
+	ReplayedByDownstream bool `json:"replayedByDownstream,omitempty"`
+
 	// result holds the response fields that the Tool allows to be stored,
 	// at most 8 KiB of JSON.
 	// +optional
