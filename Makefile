@@ -9,6 +9,7 @@ GOLANGCI_LINT ?= $(BIN)/golangci-lint
 KUBE_APISERVER ?= $(BIN)/kube-apiserver
 ETCD ?= $(BIN)/etcd
 KUBECTL ?= $(BIN)/kubectl
+STRIPE_MOCK ?= $(BIN)/stripe-mock
 CHART_CRDS := charts/toolledger/crds
 
 # envtest reads the control-plane binaries from here.
@@ -57,7 +58,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane vet ## Run unit tests and the envtest suites (builds the control plane on first use).
+test: controlplane $(STRIPE_MOCK) vet ## Run unit tests and the envtest suites (builds the control plane and stripe-mock on first use).
 	go test ./... -race -count=1 -timeout 20m
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
@@ -96,6 +97,9 @@ $(KUBECTL):
 
 $(GOLANGCI_LINT): hack/lint/go.mod
 	cd hack/lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(STRIPE_MOCK): hack/stripe-mock/go.mod
+	cd hack/stripe-mock && go build -o $@ github.com/stripe/stripe-mock
 
 $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen

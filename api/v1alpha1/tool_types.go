@@ -100,9 +100,9 @@ type HTTPLookupMatch struct {
 // is "found"; only an answer the Tool says proves absence is "absent", which
 // lets the request be sent again; anything else is inconclusive and looked
 // up again until the tool's unknownOutcomeDeadline, then escalated.
-// +kubebuilder:validation:XValidation:rule="self.strategy == 'Replay' ? (!has(self.url) && has(self.replayWindow)) : (has(self.url) && !has(self.replayWindow))",message="a Replay lookup takes replayWindow and no url; a Key or Reference lookup takes a url and no replayWindow"
-// +kubebuilder:validation:XValidation:rule="self.strategy != 'Reference' || (has(self.match) && size(self.match) > 0)",message="a Reference lookup needs at least one match rule"
-// +kubebuilder:validation:XValidation:rule="self.strategy != 'Replay' || (!has(self.match) && !has(self.itemsPointer) && !self.notFoundMeansAbsent && !self.noMatchMeansAbsent)",message="a Replay lookup takes no match, itemsPointer, notFoundMeansAbsent or noMatchMeansAbsent"
+// +kubebuilder:validation:XValidation:rule="(has(self.strategy) && self.strategy == 'Replay') ? (!has(self.url) && has(self.replayWindow)) : (has(self.url) && !has(self.replayWindow))",message="a Replay lookup takes replayWindow and no url; a Key or Reference lookup takes a url and no replayWindow"
+// +kubebuilder:validation:XValidation:rule="!has(self.strategy) || self.strategy != 'Reference' || (has(self.match) && size(self.match) > 0)",message="a Reference lookup needs at least one match rule"
+// +kubebuilder:validation:XValidation:rule="!has(self.strategy) || self.strategy != 'Replay' || (!has(self.match) && !has(self.itemsPointer) && !has(self.notFoundMeansAbsent) && !has(self.noMatchMeansAbsent))",message="a Replay lookup takes no match, itemsPointer, notFoundMeansAbsent or noMatchMeansAbsent"
 type HTTPLookup struct {
 	// strategy is how the request is found: Key (GET the request of the
 	// idempotency key), Reference (GET or search by a business reference
@@ -217,7 +217,7 @@ const (
 )
 
 // HTTPIdempotencyKey says where and how the idempotency key is sent.
-// +kubebuilder:validation:XValidation:rule="self.in == 'BodyField' ? has(self.bodyField) : !has(self.bodyField)",message="bodyField is set exactly when in is BodyField"
+// +kubebuilder:validation:XValidation:rule="(has(self.__in__) && self.__in__ == 'BodyField') == has(self.bodyField)",message="bodyField is set exactly when in is BodyField"
 type HTTPIdempotencyKey struct {
 	// in is where the key goes: Header or BodyField.
 	// +optional
@@ -273,7 +273,7 @@ const (
 
 // HTTPAdapter calls an HTTP(S) endpoint once per intent, with the action's
 // parameters as the body and its idempotency key where the provider takes it.
-// +kubebuilder:validation:XValidation:rule="self.idempotencyKey.in != 'BodyField' || self.encoding != 'Query'",message="a key in a body field needs a body: use encoding JSON or Form"
+// +kubebuilder:validation:XValidation:rule="!has(self.idempotencyKey) || !has(self.idempotencyKey.__in__) || self.idempotencyKey.__in__ != 'BodyField' || !has(self.encoding) || self.encoding != 'Query'",message="a key in a body field needs a body: use encoding JSON or Form"
 type HTTPAdapter struct {
 	// url is the endpoint that performs the operation. A placeholder {name}
 	// is replaced by the escaped top-level parameter name, which must be a

@@ -1,0 +1,315 @@
+package controllers_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	nethttp "net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// stripeMock runs Stripe's own mock server, built into bin/ by the test
+// command, on 127.0.0.1. It validates every request against Stripe's OpenAPI
+// description: a body it cannot read is a 400.
+func stripeMock() string {
+	path, err := filepath.Abs(filepath.Join("..", "bin", "stripe-mock"))
+	Expect(err).NotTo(HaveOccurred())
+	_, err = os.Stat(path)
+	Expect(err).NotTo(HaveOccurred(), "bin/stripe-mock is built by `make test` (make stripe-mock)")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	addr := ln.Addr().String()
+	Expect(ln.Close()).To(Succeed())
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	httpsAddr := ln.Addr().String()
+	Expect(ln.Close()).To(Succeed())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, path, "-http-addr", addr, "-https-addr", httpsAddr)
+	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
+	Expect(cmd.Start()).To(Succeed())
+	DeferCleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+	})
+	Eventually(func() error {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err
+	}).Should(Succeed())
+	return "http://" + addr
+}
+
+// sentToStripe is one request as it reached the wire.
+type sentToStripe struct {
+	method, path string
+	header       nethttp.Header
+	body         string
+	status       int
+}
+
+// stripeRecorder forwards to stripe-mock and records every request; it
+// drops the connection instead of answering the first request to a path in
+// lose, after stripe-mock has handled it: an answer lost in transit.
+type stripeRecorder struct {
+	*httptest.Server
+	mu   sync.Mutex
+	sent []sentToStripe
+	lose map[string]bool
+}
+
+func newStripeRecorder(upstream string, lose ...string) *stripeRecorder {
+	r := &stripeRecorder{lose: map[string]bool{}}
+	for _, path := range lose {
+		r.lose[path] = true
+	}
+	target, err := url.Parse(upstream)
+	Expect(err).NotTo(HaveOccurred())
+	r.Server = httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, req *nethttp.Request) {
+		defer GinkgoRecover()
+		body, err := io.ReadAll(req.Body)
+		Expect(err).NotTo(HaveOccurred())
+		forward, err := nethttp.NewRequestWithContext(req.Context(), req.Method, target.String()+req.URL.RequestURI(), bytes.NewReader(body))
+		Expect(err).NotTo(HaveOccurred())
+		forward.Header = req.Header.Clone()
+		resp, err := nethttp.DefaultClient.Do(forward)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		answer, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+
+		r.mu.Lock()
+		r.sent = append(r.sent, sentToStripe{method: req.Method, path: req.URL.Path, header: req.Header.Clone(), body: string(body), status: resp.StatusCode})
+		drop := r.lose[req.URL.Path]
+		delete(r.lose, req.URL.Path)
+		r.mu.Unlock()
+		if drop {
+			conn, _, err := nethttp.NewResponseController(w).Hijack()
+			Expect(err).NotTo(HaveOccurred())
+			_ = conn.Close()
+			return
+		}
+		for name, values := range resp.Header {
+			w.Header()[name] = values
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}))
+	DeferCleanup(r.Close)
+	return r
+}
+
+func (r *stripeRecorder) requests(path string) []sentToStripe {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sentToStripe
+	for _, s := range r.sent {
+		if s.path == path {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var _ = Describe("A Stripe-shaped API, through stripe-mock", func() {
+	It("charges and refunds with form-encoded bodies, the raw key and the secret only in Authorization; a lost answer is settled by Stripe's replay", func() {
+		ns := env.NewTenant()
+		stripe := newStripeRecorder(stripeMock(), "/v1/charges")
+		const secretKey = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
+		Expect(k8s.Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe"},
+			StringData: map[string]string{"authorization": "Bearer " + secretKey},
+		})).To(Succeed())
+
+		tools := fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+kind: Tool
+metadata: {name: stripe-charge, namespace: %[1]s}
+spec:
+  operation: payments.charge
+  version: "2024-06-20"
+  idempotencyClass: KeyProtected
+  parametersSchema:
+    type: object
+    required: [amount, currency, source]
+    properties:
+      amount: {type: integer, minimum: 50}
+      currency: {type: string}
+      source: {type: string}
+      description: {type: string}
+      metadata: {type: object, additionalProperties: {type: string}}
+  http:
+    url: %[2]s/v1/charges
+    encoding: Form
+    idempotencyKey: {format: Raw, maxLength: 255}
+    authHeader: {secretKeyRef: {name: stripe, key: authorization}}
+    lookup: {strategy: Replay, replayWindow: 24h}
+    response:
+      externalIDPointer: /id
+      resultPointers: [/status, /amount]
+      errorCodePointer: /error/code
+---
+apiVersion: toolledger.dev/v1alpha1
+kind: Tool
+metadata: {name: stripe-refund, namespace: %[1]s}
+spec:
+  operation: payments.refund
+  version: "2024-06-20"
+  idempotencyClass: KeyProtected
+  parametersSchema:
+    type: object
+    required: [charge]
+    properties:
+      charge: {type: string, pattern: "^ch_"}
+      metadata: {type: object, additionalProperties: {type: string}}
+  http:
+    url: %[2]s/v1/refunds
+    encoding: Form
+    idempotencyKey: {format: Raw}
+    authHeader: {secretKeyRef: {name: stripe, key: authorization}}
+    lookup: {strategy: Replay, replayWindow: 24h}
+    response: {externalIDPointer: /id, resultPointers: [/status]}
+`, ns, stripe.URL)
+		out, err := kubectl("apply", "-f", writeManifest(tools))
+		Expect(err).NotTo(HaveOccurred(), out)
+		for _, name := range []string{"stripe-charge", "stripe-refund"} {
+			Eventually(func(g Gomega) {
+				var tool v1alpha1.Tool
+				g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &tool)).To(Succeed())
+				g.Expect(tool.Status.Conditions).To(ContainElement(HaveField("Type", "Ready")))
+				for _, c := range tool.Status.Conditions {
+					if c.Type == "Ready" {
+						g.Expect(c.Status).To(Equal(metav1.ConditionTrue), c.Message)
+					}
+				}
+			}).Should(Succeed())
+		}
+
+		out, err = kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+kind: ToolAction
+metadata: {name: order-1001-charge, namespace: %s}
+spec:
+  toolRef: {name: stripe-charge}
+  parameters:
+    amount: 2000
+    currency: usd
+    source: tok_visa
+    description: Order 1001
+    metadata: {order: "1001", channel: agent}
+`, ns)))
+		Expect(err).NotTo(HaveOccurred(), out)
+		charge := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(charge.Status.ExternalRef).To(MatchRegexp(`^ch_[A-Za-z0-9]+$`))
+		Expect(string(charge.Status.Result.Raw)).To(MatchJSON(`{"status":"succeeded","amount":2000}`))
+		Expect(transitions(charge)).To(Equal([]string{"Executing/Executing", "Unknown/OutcomeUnknown", "Succeeded/FoundByLookup"}))
+
+		// The answer to the first request was lost; Stripe's replay under the
+		// same key is the lookup: two identical requests, both valid.
+		charges := stripe.requests("/v1/charges")
+		Expect(charges).To(HaveLen(2))
+		for _, sent := range charges {
+			Expect(sent.status).To(Equal(200), sent.body)
+			Expect(sent.header.Get("Content-Type")).To(Equal("application/x-www-form-urlencoded"))
+			Expect(sent.body).To(Equal("amount=2000&currency=usd&description=Order+1001&metadata[channel]=agent&metadata[order]=1001&source=tok_visa"))
+			Expect(sent.header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-charge"}))
+			Expect(sent.header.Values("Authorization")).To(Equal([]string{"Bearer " + secretKey}))
+			expectSecretOnlyInAuthorization(sent, secretKey)
+		}
+
+		out, err = kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+kind: ToolAction
+metadata: {name: order-1001-refund, namespace: %s}
+spec:
+  toolRef: {name: stripe-refund}
+  compensates: order-1001-charge
+  parameters:
+    charge: %s
+    metadata: {reason: order cancelled}
+`, ns, charge.Status.ExternalRef)))
+		Expect(err).NotTo(HaveOccurred(), out)
+		refund := env.WaitForPhase(ns, "order-1001-refund", v1alpha1.PhaseSucceeded)
+		Expect(refund.Status.ExternalRef).To(MatchRegexp(`^re_[A-Za-z0-9]+$`))
+		refunds := stripe.requests("/v1/refunds")
+		Expect(refunds).To(HaveLen(1))
+		Expect(refunds[0].status).To(Equal(200), refunds[0].body)
+		Expect(refunds[0].body).To(Equal("charge=" + charge.Status.ExternalRef + "&metadata[reason]=order+cancelled"))
+		Expect(refunds[0].header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-refund"}))
+		expectSecretOnlyInAuthorization(refunds[0], secretKey)
+
+		Eventually(func(g Gomega) {
+			var original v1alpha1.ToolAction
+			g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "order-1001-charge"}, &original)).To(Succeed())
+			g.Expect(original.Status.CompensatedBy).To(Equal([]string{"order-1001-refund"}))
+		}).Should(Succeed())
+	})
+
+	It("keeps Stripe's error code and not its message when stripe-mock refuses a request", func() {
+		ns := env.NewTenant()
+		stripe := newStripeRecorder(stripeMock())
+		Expect(k8s.Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe"},
+			StringData: map[string]string{"authorization": "Bearer sk_test_123"},
+		})).To(Succeed())
+		// Sent as JSON, which Stripe does not read: stripe-mock refuses it.
+		out, err := kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+kind: Tool
+metadata: {name: stripe-json, namespace: %[1]s}
+spec:
+  operation: payments.charge
+  version: v1
+  idempotencyClass: KeyProtected
+  http:
+    url: %[2]s/v1/charges
+    authHeader: {secretKeyRef: {name: stripe, key: authorization}}
+    response: {errorCodePointer: /error/type}
+---
+apiVersion: toolledger.dev/v1alpha1
+kind: ToolAction
+metadata: {name: json-charge, namespace: %[1]s}
+spec:
+  toolRef: {name: stripe-json}
+  parameters: {amount: 2000, currency: usd, source: tok_visa}
+`, ns, stripe.URL)))
+		Expect(err).NotTo(HaveOccurred(), out)
+		failed := env.WaitForPhase(ns, "json-charge", v1alpha1.PhaseFailed)
+		Expect(failed.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
+		Expect(failed.Status.Error.Reason).To(Equal("HTTP400"))
+		Expect(failed.Status.Error.Message).To(MatchRegexp(`^HTTP400: downstream answered 400 \(error code "invalid_request_error"\); body of \d+ bytes, sha256:[0-9a-f]{16}, not stored$`))
+		Expect(stripe.requests("/v1/charges")).To(HaveLen(1))
+	})
+})
+
+// expectSecretOnlyInAuthorization: the API key is in no other header, in
+// no URL and in no body.
+func expectSecretOnlyInAuthorization(sent sentToStripe, secret string) {
+	GinkgoHelper()
+	for name, values := range sent.header {
+		if name == "Authorization" {
+			continue
+		}
+		for _, v := range values {
+			Expect(v).NotTo(ContainSubstring(secret), "header %s", name)
+		}
+	}
+	Expect(sent.path).NotTo(ContainSubstring(secret))
+	Expect(sent.body).NotTo(ContainSubstring(secret))
+}
