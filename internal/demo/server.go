@@ -4,7 +4,8 @@
 // commit, slow requests). Samples, the README walkthrough and tests run
 // toolledger against it and count the effects. WithNaive turns the
 // deduplication off, so that a request sent twice shows as two effects. It is
-// not for production.
+// not for production. It also keeps tickets (tickets.go), which take no
+// idempotency key and are found by their business reference.
 package demo
 
 import (
@@ -72,6 +73,8 @@ type Server struct {
 	totalRequests int
 	totalEffects  int
 	lastAuth      string
+	tickets       map[string][]Ticket // by correlation id
+	ticketCount   int
 }
 
 // entry is what the server remembers of a key, from the request that
@@ -115,6 +118,7 @@ func NewServer(opts ...Option) *Server {
 		inFlight: map[string]int{},
 		requests: map[string]int{},
 		effects:  map[string]int{},
+		tickets:  map[string][]Ticket{},
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -124,6 +128,8 @@ func NewServer(opts ...Option) *Server {
 	// the client escapes it as %2F or not.
 	s.mux.HandleFunc("GET /charges/by-key/{key...}", s.chargeByKey)
 	s.mux.HandleFunc("GET /charges/{id}", s.chargeByID)
+	s.mux.HandleFunc("POST /tickets", s.createTicket)
+	s.mux.HandleFunc("GET /tickets", s.searchTickets)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok")
 	})

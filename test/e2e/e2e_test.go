@@ -72,6 +72,9 @@ type trial struct {
 	keys    []string
 	amounts map[string]int64
 	extra   []Violation
+	// tickets: the trial's intents open tickets, which the downstream
+	// counts by incident (ticketEvidence), not charges by key.
+	tickets bool
 }
 
 func (tr *trial) add(key string, amount int64) string {
@@ -247,6 +250,9 @@ func (s *suite) verify(sc *run) error {
 				actions[tr][a.Key] = a
 			}
 			for _, key := range tr.keys {
+				if tr.tickets {
+					break
+				}
 				c, found, err := s.firstCharge(d, key)
 				if err != nil {
 					return err
@@ -261,10 +267,16 @@ func (s *suite) verify(sc *run) error {
 			return fmt.Errorf("cannot read the stats of downstream %s: %w", d.name, err)
 		}
 		for _, tr := range trials {
+			effects, first := st.Effects, charges
+			if tr.tickets {
+				if effects, first, err = s.ticketEvidence(d, tr, st); err != nil {
+					return err
+				}
+			}
 			tr.mu.Lock()
 			r := Check(Trial{
 				Name: tr.ns, Prefix: tr.ns + "/", Keys: tr.keys, Amounts: tr.amounts,
-				Actions: actions[tr], Effects: st.Effects, Charges: charges, Extra: tr.extra,
+				Actions: actions[tr], Effects: effects, Charges: first, Extra: tr.extra,
 			})
 			tr.mu.Unlock()
 			sc.row.Add(r)

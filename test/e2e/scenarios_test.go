@@ -89,6 +89,7 @@ func allScenarios() []scenario {
 		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
 		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
 		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
+		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 	}
 }
@@ -145,6 +146,15 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   ` + "`status.approval`" + ` and alice in ` + "`toolledger.dev/requested-by`" + `; every denied one
   must fail with class Denied and no attempt. It runs a fifth of the other scenarios' trials, 3 at
   a time.
+* **tickets by reference** — the downstream's ticket system takes no idempotency key at all: a
+  re-sent request opens a second ticket. One trial is one tenant (8 at a time) of 5–10 intents of
+  a ` + "`Compensatable`" + ` tool whose lookup is ` + "`strategy: Reference`" + `: a search
+  ` + "`/tickets?correlation_id={correlation_id}`" + ` whose match must have the intent's incident and an id.
+  Answers are lost after the ticket opened (dropped, 500, or slower than the 1s timeout), a few
+  503s, and 0–1 requests reset before anything opened: the search then lists nothing, which proves
+  nothing (` + "`noMatchMeansAbsent`" + ` off), so that intent escalates after the tool's 8s deadline
+  instead of risking a second ticket. Tickets are counted by incident; every key must have at most
+  one, and a Succeeded intent's reference must be its incident's ticket.
 * **downstream faults** — one trial is one tenant of 5–10 intents, with the faults injected just
   before its intents; 8 trials run at a time against one downstream, so a fault may hit a
   neighbouring trial's request instead.
