@@ -54,8 +54,10 @@ func TestExecuteGoldenRequests(t *testing.T) {
 			"amount=2000&capture=true&currency=usd&description=&expand[]=customer&expand[]=invoice&items[0][price]=p_1&items[0][quantity]=2" +
 			"&metadata[note]=a%26b%3Dc&metadata[order]=1001",
 	}, {
-		name:       "a header the Tool names, raw",
-		configure:  func(h *v1alpha1.HTTPAdapter) { h.IdempotencyKey = v1alpha1.HTTPIdempotencyKey{Header: "PayPal-Request-Id", Format: v1alpha1.KeyRaw} },
+		name: "a header the Tool names, raw",
+		configure: func(h *v1alpha1.HTTPAdapter) {
+			h.IdempotencyKey = v1alpha1.HTTPIdempotencyKey{Header: "PayPal-Request-Id", Format: v1alpha1.KeyRaw}
+		},
 		params:     `{"amount":1}`,
 		keyHeaders: []string{"PayPal-Request-Id", "Idempotency-Key"},
 		want:       "POST /v1/charges\nContent-Type: application/json\nPayPal-Request-Id: shop/order-1\n\n" + `{"amount":1}`,
@@ -155,7 +157,7 @@ func TestExecuteRefusesWhatCannotBeEncoded(t *testing.T) {
 func TestKeyLengthAfterEncoding(t *testing.T) {
 	t.Parallel()
 	long := v1alpha1.IdempotencyKey("shop", strings.Repeat("n", 253)) // 255 characters, already hashed
-	fits := "shop/" + strings.Repeat("f", 57)                          // 62 characters
+	fits := "shop/" + strings.Repeat("f", 57)                         // 62 characters
 	tests := []struct {
 		name string
 		key  v1alpha1.HTTPIdempotencyKey
