@@ -65,7 +65,7 @@ func WithLimits(maxInFlight, requestsPerSecond int32) ToolOption {
 // {url}/by-key/{key}.
 func WithKeyLookup() ToolOption {
 	return func(t *v1alpha1.Tool) {
-		t.Spec.HTTP.Lookup = &v1alpha1.HTTPLookup{URL: t.Spec.HTTP.URL + "/by-key/{key}"}
+		t.Spec.HTTP.Lookup = &v1alpha1.HTTPLookup{URL: t.Spec.HTTP.URL + "/by-key/{key}", NotFoundMeansAbsent: true}
 	}
 }
 

@@ -39,7 +39,7 @@ func TestNewTool(t *testing.T) {
 				URL:        url,
 				AuthHeader: &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "payments-api", Key: "token"}},
 				Timeout:    second,
-				Lookup:     &v1alpha1.HTTPLookup{URL: url + "/by-key/{key}"},
+				Lookup:     &v1alpha1.HTTPLookup{URL: url + "/by-key/{key}", NotFoundMeansAbsent: true},
 				Response:   v1alpha1.HTTPResponse{ExternalIDPointer: "/id", ResultPointers: []string{"/status"}},
 			},
 			Retry: v1alpha1.RetryPolicy{
