@@ -33,14 +33,7 @@ func stripeMock() string {
 	_, err = os.Stat(path)
 	Expect(err).NotTo(HaveOccurred(), "bin/stripe-mock is built by `make test` (make stripe-mock)")
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	addr := ln.Addr().String()
-	Expect(ln.Close()).To(Succeed())
-	ln, err = net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	httpsAddr := ln.Addr().String()
-	Expect(ln.Close()).To(Succeed())
+	addr, httpsAddr := freeLocalAddr(), freeLocalAddr()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, path, "-http-addr", addr, "-https-addr", httpsAddr)
@@ -51,13 +44,22 @@ func stripeMock() string {
 		_ = cmd.Wait()
 	})
 	Eventually(func() error {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = conn.Close()
 		}
 		return err
 	}).Should(Succeed())
 	return "http://" + addr
+}
+
+// freeLocalAddr is a 127.0.0.1 address nothing listens on: the port was
+// just free, and is closed again for the process that will take it.
+func freeLocalAddr() string {
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { Expect(ln.Close()).To(Succeed()) }()
+	return ln.Addr().String()
 }
 
 // sentToStripe is one request as it reached the wire.

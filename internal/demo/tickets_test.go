@@ -8,6 +8,19 @@ import (
 	"testing"
 )
 
+func get(t *testing.T, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 func TestTicketsTakeNoKeyAndAreFoundByReference(t *testing.T) {
 	srv := httptest.NewServer(NewServer())
 	defer srv.Close()
@@ -28,10 +41,7 @@ func TestTicketsTakeNoKeyAndAreFoundByReference(t *testing.T) {
 	if a, b := post(`"k"`), post(`"k"`); a != http.StatusCreated || b != http.StatusCreated {
 		t.Fatalf("POST /tickets answered %d and %d, want 201 twice", a, b)
 	}
-	resp, err := http.Get(srv.URL + "/tickets?correlation_id=INC-4417")
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := get(t, srv.URL+"/tickets?correlation_id=INC-4417")
 	defer func() { _ = resp.Body.Close() }()
 	var found struct{ Data []Ticket }
 	if err := json.NewDecoder(resp.Body).Decode(&found); err != nil {
@@ -44,10 +54,7 @@ func TestTicketsTakeNoKeyAndAreFoundByReference(t *testing.T) {
 	if n := srvState.Effects("INC-4417"); n != 2 {
 		t.Errorf("Effects = %d, want 2", n)
 	}
-	other, err := http.Get(srv.URL + "/tickets?correlation_id=INC-1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := get(t, srv.URL+"/tickets?correlation_id=INC-1")
 	defer func() { _ = other.Body.Close() }()
 	var none struct{ Data []Ticket }
 	if err := json.NewDecoder(other.Body).Decode(&none); err != nil || none.Data == nil || len(none.Data) != 0 {
@@ -62,7 +69,11 @@ func TestTicketFaults(t *testing.T) {
 	s.InjectFault(Fault{Mode: FaultDropAfterCommit})
 	s.InjectFault(Fault{Mode: FaultDropBeforeCommit})
 	for range 2 {
-		resp, err := http.Post(srv.URL+"/tickets", "application/json", strings.NewReader(`{"correlation_id":"INC-1","title":"x"}`))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/tickets", strings.NewReader(`{"correlation_id":"INC-1","title":"x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			t.Fatalf("POST answered %d, want the connection dropped", resp.StatusCode)
