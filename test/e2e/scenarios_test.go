@@ -378,44 +378,53 @@ const faultParallel = 8
 // time, each injecting its faults just before it invokes its intents.
 func faultScenario(naive bool, opts toolOptions, faults func(rng *rand.Rand, n int) []demo.Fault) func(s *suite, sc *run) error {
 	return func(s *suite, sc *run) error {
-		if err := s.steadyManagers(); err != nil {
-			return err
-		}
-		d, err := s.procs.startDownstream(sc.name, naive)
-		if err != nil {
-			return err
-		}
-		defer d.proc.stop(5 * time.Second)
-		var injected tally
-		err = s.parallelTrials(sc, faultParallel, func(_ int, rng *rand.Rand) error {
-			tr, err := s.newTrial(sc, d, opts)
-			if err != nil {
-				return err
-			}
-			n := intRange(rng, 5, 10)
-			keys := intents(tr, rng, "order", n)
-			fs := faults(rng, n)
-			for _, f := range fs {
-				injected.add(string(f.Mode), max(f.Count, 1))
-			}
-			if err := d.inject(s.ctx, fs...); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
-			defer cancel()
-			var wg sync.WaitGroup
-			s.invokeAll(ctx, tr, keys, &wg)
-			wg.Wait()
-			return nil
+		return s.downstreamScenario(sc, naive, "effects", func(d *downstream, injected *tally) error {
+			return s.parallelTrials(sc, faultParallel, func(_ int, rng *rand.Rand) error {
+				tr, err := s.newTrial(sc, d, opts)
+				if err != nil {
+					return err
+				}
+				n := intRange(rng, 5, 10)
+				keys := intents(tr, rng, "order", n)
+				fs := faults(rng, n)
+				for _, f := range fs {
+					injected.add(string(f.Mode), max(f.Count, 1))
+				}
+				if err := d.inject(s.ctx, fs...); err != nil {
+					return err
+				}
+				ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+				defer cancel()
+				var wg sync.WaitGroup
+				s.invokeAll(ctx, tr, keys, &wg)
+				wg.Wait()
+				return nil
+			})
 		})
-		verifyErr := s.verify(sc)
-		st, statsErr := d.stats(s.ctx)
-		if statsErr == nil {
-			sc.row.Notes = append(sc.row.Notes, fmt.Sprintf("faults injected: %s; downstream requests %d for %d effects", injected.String(), st.TotalRequests, st.TotalEffects))
-		}
-		sc.row.Notes = append(sc.row.Notes, s.paths(sc))
-		return errors.Join(err, verifyErr, statsErr)
 	}
+}
+
+// downstreamScenario runs load against a downstream of its own, then
+// verifies every trial and notes the faults injected, the downstream's
+// requests for its effects, and the paths through the ledger.
+func (s *suite) downstreamScenario(sc *run, naive bool, effects string, load func(d *downstream, injected *tally) error) error {
+	if err := s.steadyManagers(); err != nil {
+		return err
+	}
+	d, err := s.procs.startDownstream(sc.name, naive)
+	if err != nil {
+		return err
+	}
+	defer d.proc.stop(5 * time.Second)
+	var injected tally
+	err = load(d, &injected)
+	verifyErr := s.verify(sc)
+	st, statsErr := d.stats(s.ctx)
+	if statsErr == nil {
+		sc.row.Notes = append(sc.row.Notes, fmt.Sprintf("faults injected: %s; downstream requests %d for %d %s", injected.String(), st.TotalRequests, st.TotalEffects, effects))
+	}
+	sc.row.Notes = append(sc.row.Notes, s.paths(sc))
+	return errors.Join(err, verifyErr, statsErr)
 }
 
 // paths summarises how the scenario's actions got to their end, by the

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -35,66 +34,52 @@ import (
 const ticketDeadline = 8 * time.Second
 
 func ticketsByReference(s *suite, sc *run) error {
-	if err := s.steadyManagers(); err != nil {
-		return err
-	}
-	d, err := s.procs.startDownstream(sc.name, true)
-	if err != nil {
-		return err
-	}
-	defer d.proc.stop(5 * time.Second)
-	var injected tally
-	err = s.parallelTrials(sc, faultParallel, func(_ int, rng *rand.Rand) error {
-		tr, err := s.newTicketTrial(sc, d)
-		if err != nil {
-			return err
-		}
-		n := intRange(rng, 5, 10)
-		keys := make([]string, n)
-		for i := range keys {
-			keys[i] = tr.add(fmt.Sprintf("incident-%02d", i), 0)
-		}
-		faults := []demo.Fault{
-			{Mode: demo.FaultDropAfterCommit, Count: rng.IntN(n/2 + 1)},
-			{Mode: demo.FaultErrorAfterCommit, Count: rng.IntN(2)},
-			{Mode: demo.FaultDelay, Delay: between(rng, 1100*time.Millisecond, 2500*time.Millisecond)},
-			{Mode: demo.FaultUnavailable, Count: rng.IntN(3)},
-			{Mode: demo.FaultDropBeforeCommit, Count: rng.IntN(2)},
-		}
-		for _, f := range faults {
-			if f.Mode == demo.FaultDelay || f.Count > 0 {
-				injected.add(string(f.Mode), max(f.Count, 1))
-				if err := d.inject(s.ctx, f); err != nil {
-					return err
+	return s.downstreamScenario(sc, true, "tickets", func(d *downstream, injected *tally) error {
+		return s.parallelTrials(sc, faultParallel, func(_ int, rng *rand.Rand) error {
+			tr, err := s.newTicketTrial(sc, d)
+			if err != nil {
+				return err
+			}
+			n := intRange(rng, 5, 10)
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = tr.add(fmt.Sprintf("incident-%02d", i), 0)
+			}
+			faults := []demo.Fault{
+				{Mode: demo.FaultDropAfterCommit, Count: rng.IntN(n/2 + 1)},
+				{Mode: demo.FaultErrorAfterCommit, Count: rng.IntN(2)},
+				{Mode: demo.FaultDelay, Delay: between(rng, 1100*time.Millisecond, 2500*time.Millisecond)},
+				{Mode: demo.FaultUnavailable, Count: rng.IntN(3)},
+				{Mode: demo.FaultDropBeforeCommit, Count: rng.IntN(2)},
+			}
+			for _, f := range faults {
+				if f.Mode == demo.FaultDelay || f.Count > 0 {
+					injected.add(string(f.Mode), max(f.Count, 1))
+					if err := d.inject(s.ctx, f); err != nil {
+						return err
+					}
 				}
 			}
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
-		defer cancel()
-		var wg sync.WaitGroup
-		for _, key := range keys {
-			wg.Go(func() {
-				out, err := s.invoke(ctx, sdk.Request{Namespace: tr.ns, Key: key, Tool: "ticket", Parameters: map[string]any{
-					"correlation_id": ticketRef(tr.ns + "/" + key), "title": "Disk full on " + key,
-				}})
-				switch {
-				case err != nil:
-					tr.violation(key, "the agent got no outcome: %v", err)
-				case !out.Phase.IsSettled():
-					tr.violation(key, "Invoke returned unsettled phase %q", out.Phase)
-				}
-			})
-		}
-		wg.Wait()
-		return nil
+			ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, key := range keys {
+				wg.Go(func() {
+					out, err := s.invoke(ctx, sdk.Request{Namespace: tr.ns, Key: key, Tool: "ticket", Parameters: map[string]any{
+						"correlation_id": ticketRef(tr.ns + "/" + key), "title": "Disk full on " + key,
+					}})
+					switch {
+					case err != nil:
+						tr.violation(key, "the agent got no outcome: %v", err)
+					case !out.Phase.IsSettled():
+						tr.violation(key, "Invoke returned unsettled phase %q", out.Phase)
+					}
+				})
+			}
+			wg.Wait()
+			return nil
+		})
 	})
-	verifyErr := s.verify(sc)
-	st, statsErr := d.stats(s.ctx)
-	if statsErr == nil {
-		sc.row.Notes = append(sc.row.Notes, fmt.Sprintf("faults injected: %s; downstream requests %d for %d tickets", injected.String(), st.TotalRequests, st.TotalEffects))
-	}
-	sc.row.Notes = append(sc.row.Notes, s.paths(sc))
-	return errors.Join(err, verifyErr, statsErr)
 }
 
 // ticketRef is the incident reference of a key: derived from it, so that
