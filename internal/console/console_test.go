@@ -158,7 +158,9 @@ func TestWriteStatus(t *testing.T) {
 			IdempotencyKey: "shop/order-1",
 			RequestDigest:  "sha256:abc",
 			ExternalRef:    "ch_1",
-			Claim:          &v1alpha1.ExecutorClaim{Executor: "executor-a", Attempt: 1, LeaseExpiry: at(-3 * time.Minute)},
+			// The lookup that found it was a replay of the stored response.
+			ReplayedByDownstream: true,
+			Claim:                &v1alpha1.ExecutorClaim{Executor: "executor-a", Attempt: 1, LeaseExpiry: at(-3 * time.Minute)},
 			Conditions: []metav1.Condition{
 				{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: "FoundByLookup", Message: "the downstream\napplied the request"},
 			},
@@ -178,7 +180,7 @@ func TestWriteStatus(t *testing.T) {
 	for _, want := range []string{
 		"Phase:", "Succeeded",
 		"Claim:", "executor executor-a, attempt 1, lease expiry 2026-11-30T11:57:00Z (3m ago)",
-		"External ref:", "ch_1",
+		"External ref:", "ch_1 (the downstream replayed its stored response: it deduplicated)\n",
 		"Error:", "<none>",
 		"Compensated by:",
 		"Succeeded   True     FoundByLookup   the downstream applied the request",

@@ -163,7 +163,11 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 		field("Unknown since", timestamp(*s.UnknownSince)+" ("+age(now, *s.UnknownSince)+" ago)")
 		field("Lookups", strconv.Itoa(int(s.Lookups)))
 	}
-	field("External ref", orNone(s.ExternalRef))
+	ref := orNone(s.ExternalRef)
+	if s.ReplayedByDownstream {
+		ref += " (the downstream replayed its stored response: it deduplicated)"
+	}
+	field("External ref", ref)
 	errorText := "<none>"
 	if s.Error != nil {
 		errorText = fmt.Sprintf("%s (%s): %s", s.Error.Class, s.Error.Reason, cell(s.Error.Message))
