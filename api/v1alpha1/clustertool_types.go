@@ -4,7 +4,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ClusterToolSpec is a tool contract offered to the namespaces its selector admits.
+// ClusterToolSpec is a tool contract offered to the namespaces its selector
+// admits. A ClusterTool runs in the operator's namespace, so it cannot use
+// kubernetesApply, whose effect carries a tenant's own permissions.
+// +kubebuilder:validation:XValidation:rule="!has(self.kubernetesApply)",message="kubernetesApply is for Tools: the effect must carry a tenant namespace's own permissions"
 type ClusterToolSpec struct {
 	ToolSpec `json:",inline"`
 

@@ -392,8 +392,8 @@ func (l DispatchLimits) WithDefaults() DispatchLimits {
 	return l
 }
 
-// ToolSpec is the tool contract. Exactly one adapter member (http) says how
-// the operation is performed; see AdapterName.
+// ToolSpec is the tool contract. Exactly one adapter member (http or
+// kubernetesApply) says how the operation is performed; see AdapterName.
 // +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.kubernetesApply)].filter(set, set).size() == 1",message="exactly one adapter must be set (http or kubernetesApply)"
 // +kubebuilder:validation:XValidation:rule="!has(self.recordRetention) || !has(self.keyRetention) || duration(self.recordRetention) <= duration(self.keyRetention)",message="recordRetention must not exceed keyRetention: the key is kept at least as long as the record"
 type ToolSpec struct {
@@ -502,8 +502,9 @@ type ToolSpec struct {
 type KubernetesApplyAdapter struct {
 	// serviceAccountName is the ServiceAccount of the Tool's namespace that
 	// the manager impersonates to apply the object, so that the effect has
-	// the tenant's own permissions. The manager may impersonate only the
-	// ServiceAccounts of namespaces that bind it the role
+	// the tenant's own permissions: it needs get, create and patch on the
+	// object's resource. The manager may impersonate only the
+	// ServiceAccounts of namespaces that bind it the ClusterRole
 	// toolledger-impersonator (docs/adapters.md).
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -511,11 +512,14 @@ type KubernetesApplyAdapter struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	ServiceAccountName string `json:"serviceAccountName"`
 
-	// template is the object to apply: apiVersion, kind, metadata.name and
-	// the fields this tool owns. A string "{{name}}" is replaced by the
-	// top-level parameter name with its JSON type (so "{{replicas}}" can be
-	// a number); "{{name}}" inside a longer string is replaced by its text.
-	// metadata.namespace is always the Tool's namespace.
+	// template is the object to apply: apiVersion and kind (fixed, of a
+	// namespaced kind), metadata.name and the fields this tool owns. A
+	// string "{{name}}" is replaced by the top-level parameter name with its
+	// JSON type (so "{{replicas}}" can be a number); "{{name}}" inside a
+	// longer string is replaced by its text (a string, number or boolean).
+	// metadata.namespace is always the Tool's namespace, and the object is
+	// annotated with the action's toolledger.dev/idempotency-key and
+	// toolledger.dev/request-digest, by which a lookup finds it.
 	// +required
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:pruning:PreserveUnknownFields

@@ -19,6 +19,16 @@ const (
 	ResolvedByAnnotation = "toolledger.dev/resolved-by"
 )
 
+// Annotations the kubernetesApply adapter sets on the object it applies, so
+// that a lookup can tell whether an attempt of the action applied it.
+const (
+	// IdempotencyKeyAnnotation holds the idempotency key of the action
+	// whose apply last changed the object.
+	IdempotencyKeyAnnotation = "toolledger.dev/idempotency-key"
+	// RequestDigestAnnotation holds that action's request digest.
+	RequestDigestAnnotation = "toolledger.dev/request-digest"
+)
+
 // ApprovalDecision is what an approver decided about one request.
 // +kubebuilder:validation:Enum=Approved;Denied
 type ApprovalDecision string
