@@ -28,6 +28,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/controllers"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
+	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -211,15 +212,23 @@ func ManagerOptions(opts Options) ctrl.Options {
 }
 
 // DefaultAdapters registers the adapters built into toolledger. The HTTP
-// adapter's connections are pooled with room for every call in flight.
-func DefaultAdapters(mgr ctrl.Manager, inFlight int) *adapter.Registry {
+// adapter's connections are pooled with room for every call in flight; the
+// kubernetesApply adapter calls the manager's API server.
+func DefaultAdapters(mgr ctrl.Manager, inFlight int) (*adapter.Registry, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = inFlight
-	registry, err := adapter.NewRegistry(&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport})
+	kubernetesApply, err := kubernetesapply.New(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	registry, err := adapter.NewRegistry(
+		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport},
+		kubernetesApply,
+	)
 	if err != nil {
 		panic(err) // the built-in names are distinct
 	}
-	return registry
+	return registry, nil
 }
 
 // addShards has the reconciler handle only its share of the active actions.
@@ -262,7 +271,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	opts = opts.withDefaults()
 	adapters := opts.Adapters
 	if adapters == nil {
-		adapters = DefaultAdapters(mgr, opts.MaxConcurrentDispatches)
+		var err error
+		if adapters, err = DefaultAdapters(mgr, opts.MaxConcurrentDispatches); err != nil {
+			return err
+		}
 	}
 	dispatcher := controllers.NewDispatcher(opts.MaxConcurrentDispatches, opts.MaxDispatchesPerNamespace)
 	if err := mgr.Add(dispatcher); err != nil {

@@ -1,0 +1,196 @@
+package kubernetesapply
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+
+	"github.com/toolledger/toolledger/pkg/adapter"
+)
+
+// Reasons of a Tool's Ready condition about its template.
+const (
+	ReasonInvalidTemplate  = "InvalidTemplate"
+	ReasonForeignNamespace = "ForeignNamespace"
+)
+
+// placeholder is "{{name}}", which names a top-level parameter.
+var placeholder = regexp.MustCompile(`\{\{([A-Za-z_][A-Za-z0-9_-]*)\}\}`)
+
+// template is a Tool's spec.kubernetesApply.template, checked.
+type template struct {
+	object     map[string]any
+	apiVersion string
+	kind       string
+}
+
+// parseTemplate checks what needs no parameters: a JSON object whose
+// apiVersion and kind are fixed, so that the kind's scope and the
+// ServiceAccount's rights are known before any action, with a
+// metadata.name and no namespace but the Tool's own.
+func parseTemplate(raw []byte, namespace string) (*template, error) {
+	invalid := func(format string, args ...any) error {
+		return &adapter.ConfigError{Reason: ReasonInvalidTemplate, Message: "spec.kubernetesApply.template: " + fmt.Sprintf(format, args...)}
+	}
+	doc, err := decodeJSON(raw)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	object, ok := doc.(map[string]any)
+	if !ok {
+		return nil, invalid("not a JSON object")
+	}
+	t := &template{object: object}
+	for field, value := range map[string]*string{"apiVersion": &t.apiVersion, "kind": &t.kind} {
+		text, ok := object[field].(string)
+		switch {
+		case !ok || text == "":
+			return nil, invalid("%s must be a non-empty string", field)
+		case placeholder.MatchString(text):
+			return nil, invalid("%s %q is fixed: no parameter may fill it", field, text)
+		}
+		*value = text
+	}
+	metadata, ok := object["metadata"].(map[string]any)
+	if !ok {
+		return nil, invalid("metadata must be an object")
+	}
+	if name, ok := metadata["name"].(string); !ok || name == "" {
+		return nil, invalid("metadata.name must be a non-empty string")
+	}
+	if ns, set := metadata["namespace"]; set && ns != namespace {
+		return nil, &adapter.ConfigError{Reason: ReasonForeignNamespace, Message: fmt.Sprintf(
+			"spec.kubernetesApply.template: metadata.namespace %v is not the Tool's namespace %q: the object is always applied in the Tool's namespace", ns, namespace)}
+	}
+	return t, nil
+}
+
+// fill returns a copy of the template with its placeholders replaced by
+// the parameters: a string that is one placeholder becomes the parameter's
+// JSON value, of any type; a placeholder within a longer string becomes the
+// text of a string, number or boolean. Inserted values are not filled in
+// turn, and object keys are never filled.
+func (t *template) fill(parameters json.RawMessage) (map[string]any, error) {
+	values := map[string]any{}
+	if len(parameters) > 0 {
+		doc, err := decodeJSON(parameters)
+		if err != nil {
+			return nil, invalidParameter("the parameters are not JSON: %v", err)
+		}
+		object, ok := doc.(map[string]any)
+		if !ok && doc != nil {
+			return nil, invalidParameter("the parameters are not a JSON object")
+		}
+		if ok {
+			values = object
+		}
+	}
+	filled, err := fillValue(t.object, values)
+	if err != nil {
+		return nil, err
+	}
+	return filled.(map[string]any), nil
+}
+
+func fillValue(v any, values map[string]any) (any, error) {
+	switch v := v.(type) {
+	case string:
+		return fillString(v, values)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for key, member := range v {
+			filled, err := fillValue(member, values)
+			if err != nil {
+				return nil, err
+			}
+			out[key] = filled
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(v))
+		for i, item := range v {
+			filled, err := fillValue(item, values)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = filled
+		}
+		return out, nil
+	default:
+		return v, nil
+	}
+}
+
+func fillString(s string, values map[string]any) (any, error) {
+	if m := placeholder.FindStringSubmatch(s); m != nil && m[0] == s {
+		return lookupParameter(values, m[1])
+	}
+	var err error
+	filled := placeholder.ReplaceAllStringFunc(s, func(p string) string {
+		if err != nil {
+			return p
+		}
+		name := placeholder.FindStringSubmatch(p)[1]
+		value, lookupErr := lookupParameter(values, name)
+		if lookupErr != nil {
+			err = lookupErr
+			return p
+		}
+		text, ok := textOf(value)
+		if !ok {
+			err = invalidParameter("parameter %q fills {{%s}} within the string %q, so it must be a string, number or boolean", name, name, s)
+		}
+		return text
+	})
+	if err != nil {
+		return nil, err
+	}
+	return filled, nil
+}
+
+func lookupParameter(values map[string]any, name string) (any, error) {
+	value, ok := values[name]
+	if !ok {
+		return nil, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "MissingParameter",
+			Err: fmt.Errorf("the template's {{%s}} names no parameter of the action: parameter %q is required", name, name)}
+	}
+	return value, nil
+}
+
+func textOf(value any) (string, bool) {
+	switch v := value.(type) {
+	case string:
+		return v, true
+	case json.Number:
+		return v.String(), true
+	case bool:
+		if v {
+			return "true", true
+		}
+		return "false", true
+	default:
+		return "", false
+	}
+}
+
+func invalidParameter(format string, args ...any) error {
+	return &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidParameter", Err: fmt.Errorf(format, args...)}
+}
+
+// decodeJSON parses one JSON document, keeping numbers as json.Number so
+// that a parameter such as a large integer reaches the object unrounded.
+func decodeJSON(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the JSON document")
+	}
+	return doc, nil
+}
