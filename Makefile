@@ -153,6 +153,13 @@ chart-lint: $(HELM) chart-rbac chart-admission ## Lint the Helm chart and render
 		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy > $(BIN)/chart-mutating.yaml
 	grep -q 'name: toolledger-outcome-finalizer' $(BIN)/chart-mutating.yaml && grep -q 'name: toolledger-identity' $(BIN)/chart-mutating.yaml \
 		|| { echo "chart-lint: both MutatingAdmissionPolicies must render where the cluster serves them" >&2; exit 1; }
+	@# The impersonator ClusterRole is bound by a RoleBinding in each listed namespace and nowhere else.
+	[ "$$($(HELM) template toolledger $(CHART_DIR) | grep -c 'name: toolledger-impersonator$$')" = 1 ] \
+		&& out="$$($(HELM) template toolledger $(CHART_DIR) --namespace ops --set serviceAccount.name=ledger \
+			--set 'kubernetesApply.namespaces={shop,billing}')" \
+		&& [ "$$(grep -c 'name: toolledger-impersonator$$' <<<"$$out")" = 5 ] \
+		&& grep -q '^  namespace: shop' <<<"$$out" && grep -q '^  namespace: billing' <<<"$$out" \
+		|| { echo "chart-lint: the impersonator ClusterRole must be bound only by a RoleBinding in each of kubernetesApply.namespaces" >&2; exit 1; }
 	@# The guard exempts the release's ServiceAccount and break-glass group, and no other.
 	out="$$($(HELM) template toolledger $(CHART_DIR) --namespace ops --set serviceAccount.name=ledger \
 		--set tombstoneGuard.breakGlassGroup=oncall --api-versions admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy)"; \

@@ -70,3 +70,11 @@ Name of the Role and RoleBinding for the leader election lease.
 {{- define "toolledger.leaderElectionName" -}}
 {{- printf "%s-leader-election" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+Name of the ClusterRole, and of its RoleBindings, that let the manager
+impersonate a namespace's ServiceAccounts (the kubernetesApply adapter).
+*/}}
+{{- define "toolledger.impersonatorName" -}}
+{{- printf "%s-impersonator" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
