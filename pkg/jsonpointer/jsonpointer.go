@@ -4,9 +4,29 @@
 package jsonpointer
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
 	"strconv"
 	"strings"
 )
+
+// Decode parses exactly one JSON document into the form Get reads, with
+// numbers as json.Number so that integers beyond 2^53, such as ids, are not
+// rounded through float64.
+func Decode(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the JSON document")
+	}
+	return doc, nil
+}
 
 // Get returns the value at a JSON Pointer in a document decoded into any
 // (maps, slices and scalars), and whether it exists.

@@ -221,3 +221,18 @@ func TestProjectDoesNotAliasUnrequestedFields(t *testing.T) {
 		t.Errorf("project = %s, want %s", encoded, want)
 	}
 }
+
+func TestDecode(t *testing.T) {
+	doc, err := Decode([]byte(`{"id": 9007199254740993, "tags": ["a"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := Get(doc, "/id"); id != json.Number("9007199254740993") {
+		t.Errorf("/id = %#v, want the exact json.Number", id)
+	}
+	for _, bad := range []string{`{"a":1} {"b":2}`, `{"a":1} x`, ``, `{`} {
+		if _, err := Decode([]byte(bad)); err == nil {
+			t.Errorf("Decode(%q) succeeded, want an error", bad)
+		}
+	}
+}

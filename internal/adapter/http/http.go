@@ -414,7 +414,7 @@ func replayed(h nethttp.Header) bool {
 func (e *executor) describeError(code int, body []byte) string {
 	message := strconv.Itoa(code)
 	if p := e.response.ErrorCodePointer; p != "" {
-		if doc, err := decodeJSON(body); err == nil {
+		if doc, err := jsonpointer.Decode(body); err == nil {
 			if v, ok := jsonpointer.Get(doc, p); ok {
 				if text, err := scalarText(v, false); err == nil && text != "" {
 					message += fmt.Sprintf(" (error code %q)", truncate(printable(text), maxErrorCodeLength))
@@ -450,7 +450,7 @@ func (e *executor) outcome(body []byte) adapter.Outcome {
 	if e.response.ExternalIDPointer == "" && len(e.response.ResultPointers) == 0 {
 		return out
 	}
-	doc, err := decodeJSON(body)
+	doc, err := jsonpointer.Decode(body)
 	if err != nil {
 		out.Warnings = append(out.Warnings, "response is not JSON; no external id or result recorded")
 		return out
@@ -498,21 +498,6 @@ func externalRef(doc any, pointer string) (string, error) {
 	default:
 		return "", fmt.Errorf("external id at %s is not a string or number", pointer)
 	}
-}
-
-// decodeJSON parses one JSON document, keeping numbers as json.Number so that
-// integer ids beyond 2^53 are not rounded through float64.
-func decodeJSON(body []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the JSON document")
-	}
-	return doc, nil
 }
 
 // retryAfter parses delay-seconds or an HTTP date; zero means not given.

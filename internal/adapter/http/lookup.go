@@ -71,7 +71,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 func (e *executor) found(body []byte, parameters []byte) (adapter.Outcome, error) {
 	lookup := e.lookup
 	strictBody := lookup.ItemsPointer != nil || len(lookup.Match) > 0 || e.response.ExternalIDPointer != ""
-	doc, err := decodeJSON(body)
+	doc, err := jsonpointer.Decode(body)
 	if err != nil && !strictBody {
 		return e.outcome(body), nil // nothing to yield: the key's 200 is the proof
 	}
@@ -89,7 +89,7 @@ func (e *executor) found(body []byte, parameters []byte) (adapter.Outcome, error
 	}
 	var params any = map[string]any{}
 	if len(lookup.Match) > 0 {
-		if params, err = decodeJSON(parameters); err != nil {
+		if params, err = jsonpointer.Decode(parameters); err != nil {
 			return adapter.Outcome{}, fmt.Errorf("parameters are not JSON: %w", err)
 		}
 	}

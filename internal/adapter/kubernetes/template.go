@@ -1,14 +1,12 @@
 package kubernetesapply
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
 
 	"github.com/toolledger/toolledger/pkg/adapter"
+	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
 
 // Reasons of a Tool's Ready condition about its template.
@@ -35,7 +33,7 @@ func parseTemplate(raw []byte, namespace string) (*template, error) {
 	invalid := func(format string, args ...any) error {
 		return &adapter.ConfigError{Reason: ReasonInvalidTemplate, Message: "spec.kubernetesApply.template: " + fmt.Sprintf(format, args...)}
 	}
-	doc, err := decodeJSON(raw)
+	doc, err := jsonpointer.Decode(raw)
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -76,7 +74,7 @@ func parseTemplate(raw []byte, namespace string) (*template, error) {
 func (t *template) fill(parameters json.RawMessage) (map[string]any, error) {
 	values := map[string]any{}
 	if len(parameters) > 0 {
-		doc, err := decodeJSON(parameters)
+		doc, err := jsonpointer.Decode(parameters)
 		if err != nil {
 			return nil, invalidParameter("the parameters are not JSON: %v", err)
 		}
@@ -178,19 +176,4 @@ func textOf(value any) (string, bool) {
 
 func invalidParameter(format string, args ...any) error {
 	return &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidParameter", Err: fmt.Errorf(format, args...)}
-}
-
-// decodeJSON parses one JSON document, keeping numbers as json.Number so
-// that a parameter such as a large integer reaches the object unrounded.
-func decodeJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var doc any
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the JSON document")
-	}
-	return doc, nil
 }
