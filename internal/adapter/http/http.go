@@ -11,17 +11,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
 	nethttp "net/http"
-	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -265,14 +262,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	if err != nil {
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
 	}
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
+	ctx, written := adapter.TraceWritten(ctx)
 	var body io.Reader
 	if encoded.body != nil {
 		body = bytes.NewReader(encoded.body)
@@ -294,7 +284,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
-		return adapter.Outcome{}, classifyTransportError(err, written.Load(), ctx.Err())
+		return adapter.Outcome{}, adapter.TransportError(err, written(), ctx.Err())
 	}
 	defer func() { _ = resp.Body.Close() }()
 	respBody, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
@@ -352,18 +342,6 @@ func validHeaderValues(h nethttp.Header) error {
 		}
 	}
 	return nil
-}
-
-// classifyTransportError decides from whether the request was fully written:
-// before that, nothing can have applied; after it, anything may have.
-func classifyTransportError(err error, written bool, ctxErr error) error {
-	if !written {
-		return &adapter.RetryableError{Reason: "RequestNotSent", Err: err}
-	}
-	if errors.Is(ctxErr, context.DeadlineExceeded) {
-		return &adapter.AmbiguousError{Reason: "Timeout", Err: fmt.Errorf("no response before the timeout: %w", err)}
-	}
-	return &adapter.AmbiguousError{Reason: "ConnectionLost", Err: fmt.Errorf("connection lost after the request was sent: %w", err)}
 }
 
 // classify maps an HTTP answer to an outcome or a typed error:

@@ -1126,7 +1126,7 @@ func TestClassifyTransportError(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := classifyTransportError(cause, tc.written, tc.ctxErr)
+			err := adapter.TransportError(cause, tc.written, tc.ctxErr)
 			if diff := cmp.Diff(tc.want, summarize(err)); diff != "" {
 				t.Errorf("mismatch (-want +got):\n%s", diff)
 			}

@@ -11,10 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -249,17 +247,10 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	if err != nil {
 		return adapter.Outcome{}, err
 	}
-	var written atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				written.Store(true)
-			}
-		},
-	})
+	ctx, written := adapter.TraceWritten(ctx)
 	applied, err := e.objects.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: e.fieldManager})
 	if err != nil {
-		return adapter.Outcome{}, classify(err, written.Load(), ctx.Err())
+		return adapter.Outcome{}, classify(err, written(), ctx.Err())
 	}
 	return e.outcome(applied), nil
 }
@@ -355,14 +346,7 @@ func (e *executor) outcome(obj *unstructured.Unstructured) adapter.Outcome {
 func classify(err error, written bool, ctxErr error) error {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		switch {
-		case !written:
-			return &adapter.RetryableError{Reason: "RequestNotSent", Err: err}
-		case errors.Is(ctxErr, context.DeadlineExceeded):
-			return &adapter.AmbiguousError{Reason: "Timeout", Err: fmt.Errorf("no answer before the timeout: %w", err)}
-		default:
-			return &adapter.AmbiguousError{Reason: "ConnectionLost", Err: fmt.Errorf("connection lost after the request was sent: %w", err)}
-		}
+		return adapter.TransportError(err, written, ctxErr)
 	}
 	code := int(status.Status().Code)
 	reason := string(status.Status().Reason)
