@@ -1,7 +1,6 @@
 package http
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
 
 // keyEncoding is where and how a Tool sends the idempotency key.
@@ -237,14 +237,16 @@ func (e *executor) encode(parameters json.RawMessage, key string) (encodedReques
 // decodeObject parses the parameters, which the catalog verified to be one
 // JSON object, keeping numbers exact.
 func decodeObject(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var params map[string]any
-	if err := dec.Decode(&params); err != nil {
+	doc, err := jsonpointer.Decode(raw)
+	if err != nil {
 		return nil, fmt.Errorf("parameters are not a JSON object: %w", err)
 	}
-	if params == nil {
-		params = map[string]any{}
+	params, ok := doc.(map[string]any)
+	switch {
+	case doc == nil:
+		return map[string]any{}, nil
+	case !ok:
+		return nil, errors.New("parameters are not a JSON object")
 	}
 	return params, nil
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	nethttp "net/http"
 	"reflect"
+	"slices"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/adapter"
@@ -26,14 +28,18 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	values := map[string]any{}
-	if names := placeholders(e.lookup.URL); len(names) > 1 || (len(names) == 1 && names[0] != "key") {
-		params, err := decodeObject(req.Parameters)
+	// The parameters fill the URL and are what match rules compare with;
+	// they are decoded once, and only when either needs them.
+	params := map[string]any{}
+	needParams := len(e.lookup.Match) > 0 || slices.ContainsFunc(placeholders(e.lookup.URL), func(name string) bool { return name != "key" })
+	if needParams {
+		decoded, err := decodeObject(req.Parameters)
 		if err != nil {
 			return adapter.Outcome{}, err
 		}
-		values = params
+		params = decoded
 	}
+	values := maps.Clone(params)
 	values["key"] = req.IdempotencyKey
 	target, err := expand(e.lookup.URL, values)
 	if err != nil {
@@ -55,7 +61,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	}
 	switch {
 	case resp.StatusCode == nethttp.StatusOK:
-		return e.found(body, req.Parameters)
+		return e.found(body, params)
 	case resp.StatusCode == nethttp.StatusNotFound && e.lookup.NotFoundMeansAbsent:
 		return adapter.Outcome{}, adapter.ErrNotFound
 	case resp.StatusCode == nethttp.StatusNotFound:
@@ -68,7 +74,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 // found reads a lookup's 200: the candidates (the body, or the list at
 // itemsPointer), the first that satisfies every match rule and yields the
 // external id when the Tool has one.
-func (e *executor) found(body []byte, parameters []byte) (adapter.Outcome, error) {
+func (e *executor) found(body []byte, params map[string]any) (adapter.Outcome, error) {
 	lookup := e.lookup
 	strictBody := lookup.ItemsPointer != nil || len(lookup.Match) > 0 || e.response.ExternalIDPointer != ""
 	doc, err := jsonpointer.Decode(body)
@@ -86,12 +92,6 @@ func (e *executor) found(body []byte, parameters []byte) (adapter.Outcome, error
 			return adapter.Outcome{}, fmt.Errorf("lookup answered 200 without a list at %q, which proves nothing", *p)
 		}
 		candidates = list
-	}
-	var params any = map[string]any{}
-	if len(lookup.Match) > 0 {
-		if params, err = jsonpointer.Decode(parameters); err != nil {
-			return adapter.Outcome{}, fmt.Errorf("parameters are not JSON: %w", err)
-		}
 	}
 	matched := 0
 	var first adapter.Outcome
