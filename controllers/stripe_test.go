@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // stripeMock runs Stripe's own mock server, built into bin/ by the test
@@ -33,7 +34,10 @@ func stripeMock() string {
 	_, err = os.Stat(path)
 	Expect(err).NotTo(HaveOccurred(), "bin/stripe-mock is built by `make test` (make stripe-mock)")
 
-	addr, httpsAddr := freeLocalAddr(), freeLocalAddr()
+	addr, err := testenv.FreeLocalAddr()
+	Expect(err).NotTo(HaveOccurred())
+	httpsAddr, err := testenv.FreeLocalAddr()
+	Expect(err).NotTo(HaveOccurred())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, path, "-http-addr", addr, "-https-addr", httpsAddr)
@@ -51,15 +55,6 @@ func stripeMock() string {
 		return err
 	}).Should(Succeed())
 	return "http://" + addr
-}
-
-// freeLocalAddr is a 127.0.0.1 address nothing listens on: the port was
-// just free, and is closed again for the process that will take it.
-func freeLocalAddr() string {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	defer func() { Expect(ln.Close()).To(Succeed()) }()
-	return ln.Addr().String()
 }
 
 // sentToStripe is one request as it reached the wire.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -120,6 +121,18 @@ func (p *ControlPlane) AddAdmin(name, kubeconfigPath string) (*rest.Config, erro
 		return nil, err
 	}
 	return user.Config(), nil
+}
+
+// FreeLocalAddr returns a 127.0.0.1 address nothing listens on: its port
+// was just free, and is closed again for the process that will take it.
+func FreeLocalAddr() (string, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
 }
 
 // StartDownstream serves a demo downstream on 127.0.0.1.

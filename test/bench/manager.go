@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,26 +60,15 @@ func buildManager(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
-// freeAddr returns a free 127.0.0.1 address.
-func freeAddr() (string, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
 // startManagerProcess runs bin against the kubeconfig with its metrics and
 // probes on free loopback ports; extra flags follow. Its output goes to
 // logPath. The process dies with the harness (Pdeathsig).
 func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, extra ...string) (*managerProcess, error) {
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := testenv.FreeLocalAddr()
 	if err != nil {
 		return nil, err
 	}
-	probeAddr, err := freeAddr()
+	probeAddr, err := testenv.FreeLocalAddr()
 	if err != nil {
 		return nil, err
 	}
