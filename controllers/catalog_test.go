@@ -100,8 +100,8 @@ var _ = Describe("The tool contract", func() {
 		Eventually(func(g Gomega) {
 			locked := toolCondition(g, ns, "charge-locked")
 			g.Expect(locked.Status).To(Equal(metav1.ConditionFalse))
-			g.Expect(locked.Reason).To(Equal("SecretNotFound"))
-			g.Expect(locked.Message).To(Equal("Secret " + ns + "/missing not found"))
+			g.Expect(locked.Reason).To(Equal("SecretNotUsable"))
+			g.Expect(locked.Message).To(Equal("Secret " + ns + "/missing is not usable by Tools: only a Secret labelled toolledger.dev/tool-credential=true is"))
 			var tool v1alpha1.Tool
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "charge-locked"}, &tool)).To(Succeed())
 			g.Expect(tool.Status.MCPHints).To(Equal(&v1alpha1.MCPHints{DestructiveHint: true, OpenWorldHint: true}))

@@ -134,7 +134,7 @@ var _ = Describe("A Stripe-shaped API, through stripe-mock", func() {
 		stripe := newStripeRecorder(stripeMock(), "/v1/charges")
 		const secretKey = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
 			StringData: map[string]string{"authorization": "Bearer " + secretKey},
 		})).To(Succeed())
 
@@ -263,7 +263,7 @@ spec:
 		ns := env.NewTenant()
 		stripe := newStripeRecorder(stripeMock())
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
 			StringData: map[string]string{"authorization": "Bearer sk_test_123"},
 		})).To(Succeed())
 		// Sent as JSON, which Stripe does not read: stripe-mock refuses it.

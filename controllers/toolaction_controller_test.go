@@ -263,23 +263,28 @@ var _ = Describe("ToolAction", func() {
 	})
 
 	Context("with credentials", func() {
-		It("waits, without a dispatch, for the tool's Secret and then sends its header", func() {
+		It("waits, without a dispatch, for the tool's Secret to be labelled for Tools and then sends its header", func() {
 			newTool(ns, testenv.WithAuthSecret("payments-api", "token"))
+			// The Secret exists, but has not opted in to Tools: it is not read.
+			secret := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-api"},
+				StringData: map[string]string{"token": "Bearer sk_test_42"},
+			}
+			Expect(k8s.Create(ctx, secret)).To(Succeed())
 			Expect(k8s.Create(ctx, newAction(ns, "order-auth", "charge", charge(42)))).To(Succeed())
 
 			waiting := env.WaitForPhase(ns, "order-auth", v1alpha1.PhaseAccepted)
 			reconciling := meta.FindStatusCondition(waiting.Status.Conditions, v1alpha1.ConditionReconciling)
 			Expect(reconciling).NotTo(BeNil())
 			Expect(reconciling.Reason).To(Equal("ToolNotReady"))
-			Expect(reconciling.Message).To(ContainSubstring(`cannot read Secret ` + ns + `/payments-api`))
+			Expect(reconciling.Message).To(Equal(`tool "charge" cannot be used yet: Secret ` + ns +
+				`/payments-api is not usable by Tools: only a Secret labelled toolledger.dev/tool-credential=true is`))
 			Expect(waiting.Finalizers).To(BeEmpty(), "nothing is in flight yet")
 			key := keyOf(ns, "order-auth")
-			Expect(downstream.Requests(key)).To(Equal(0))
+			Consistently(func() int { return downstream.Requests(key) }, "2s").Should(Equal(0))
 
-			Expect(k8s.Create(ctx, &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "payments-api"},
-				StringData: map[string]string{"token": "Bearer sk_test_42"},
-			})).To(Succeed())
+			secret.Labels = map[string]string{v1alpha1.ToolCredentialLabel: "true"}
+			Expect(k8s.Update(ctx, secret)).To(Succeed())
 			env.WaitForPhase(ns, "order-auth", v1alpha1.PhaseSucceeded)
 			Expect(downstream.Requests(key)).To(Equal(1))
 			Expect(downstream.LastAuthorization()).To(Equal("Bearer sk_test_42"))

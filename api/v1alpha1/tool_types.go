@@ -271,6 +271,11 @@ const (
 	EncodingQuery HTTPEncoding = "Query"
 )
 
+// ToolCredentialLabel, set to "true", opts a Secret in to being read by
+// Tools (spec.http.authHeader): a Tool may name no other Secret, so that
+// whoever writes Tools cannot send the namespace's other Secrets anywhere.
+const ToolCredentialLabel = "toolledger.dev/tool-credential"
+
 // HTTPAdapter calls an HTTP(S) endpoint once per intent, with the action's
 // parameters as the body and its idempotency key where the provider takes it.
 // +kubebuilder:validation:XValidation:rule="!has(self.idempotencyKey) || !has(self.idempotencyKey.__in__) || self.idempotencyKey.__in__ != 'BodyField' || !has(self.encoding) || self.encoding != 'Query'",message="a key in a body field needs a body: use encoding JSON or Form"
@@ -309,7 +314,10 @@ type HTTPAdapter struct {
 	Headers []HTTPHeader `json:"headers,omitempty"`
 
 	// authHeader is a header, typically Authorization, read from a Secret in
-	// the Tool's namespace.
+	// the Tool's namespace that carries the label
+	// toolledger.dev/tool-credential=true; no other Secret is usable. It is
+	// sent over https:// only, or over http:// to a host the manager's
+	// --egress-plain-http names.
 	// +optional
 	AuthHeader *SecretHeader `json:"authHeader,omitempty"`
 

@@ -4,14 +4,26 @@ package main
 
 import (
 	"flag"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/egress"
 )
+
+// prefixes appends a flag's CIDRs to *into, refusing what is not one.
+func prefixes(into *[]netip.Prefix) func(string) error {
+	return func(list string) error {
+		parsed, err := egress.ParsePrefixes(list)
+		*into = append(*into, parsed...)
+		return err
+	}
+}
 
 func main() {
 	var opts app.Options
@@ -29,6 +41,16 @@ func main() {
 	flag.DurationVar(&opts.MemberLeaseDuration, "member-lease-duration", app.DefaultMemberLeaseDuration, "How long this replica's member Lease lasts without renewal (renewed every third of it): how soon the other replicas take the share of one that died.")
 	flag.Float64Var(&opts.RetentionRate, "retention-rate", app.DefaultRetentionRate, "Records retired into tombstones, and tombstones deleted once their key retention passes, per second (three writes a record), by this replica, which sweeps the keys it owns. Bounds how hard a backlog (say 100k records coming due at once) presses on the API server; keep it above the rate at which actions of tools with a retention finish, or the backlog grows.")
 	flag.StringVar(&opts.Namespace, "operator-namespace", "", "Namespace holding the Secrets of ClusterTools; $POD_NAMESPACE or toolledger-system when empty.")
+	flag.Func("egress-allow", "Comma-separated CIDRs or addresses that HTTP tools may reach although they are loopback, link-local, private or otherwise refused (docs/security.md), such as 10.20.0.0/16 for in-cluster downstreams. The API server's own endpoint stays refused.", prefixes(&opts.Egress.Allow))
+	flag.Func("egress-deny", "Comma-separated CIDRs or addresses that HTTP tools may not reach even where --egress-allow covers them: the nodes', pods' and services' ranges inside an allowed range, or cluster ranges outside the private ones.", prefixes(&opts.Egress.Deny))
+	flag.Func("egress-plain-http", "Comma-separated host names, addresses or CIDRs to which a Tool's authHeader may be sent over http:// (a sidecar on loopback, say); everywhere else credentials need https://.", func(list string) error {
+		for _, host := range strings.Split(list, ",") {
+			if host = strings.TrimSpace(host); host != "" {
+				opts.Egress.PlainHTTP = append(opts.Egress.PlainHTTP, host)
+			}
+		}
+		return nil
+	})
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

@@ -34,6 +34,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -54,6 +55,7 @@ type options struct {
 	downstreamListen string
 	metricsAddr      string
 	probeAddr        string
+	egressAllow      string
 }
 
 func main() {
@@ -71,6 +73,7 @@ func main() {
 	flag.StringVar(&opts.metricsAddr, "metrics-bind-address", "127.0.0.1:8080", "Address of the operator's metrics; 0 disables them.")
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Address of the operator's health probes; 0 disables them.")
 	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
+	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -129,7 +132,12 @@ func run(opts options) error {
 	if err := waitUntilAdmitted(ctx, cfg, opts.namespace, guarded, stamped); err != nil {
 		return err
 	}
-	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr})
+	allow, err := egress.ParsePrefixes(opts.egressAllow)
+	if err != nil {
+		return fmt.Errorf("--egress-allow: %w", err)
+	}
+	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
+		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/egress"
 )
 
 // repoRoot is found from this file, so harnesses in any folder find bin/ and config/.
@@ -141,11 +143,22 @@ func StartDownstream() (*demo.Server, *httptest.Server) {
 	return server, httptest.NewServer(server)
 }
 
+// LoopbackEgress is the egress policy of test managers: their downstreams
+// listen on 127.0.0.1 and take credentials over plain HTTP, and nothing
+// else is reachable.
+func LoopbackEgress() egress.Policy {
+	return egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, PlainHTTP: []string{"127.0.0.1"}}
+}
+
 // StartManager runs a toolledger manager until stop is called; stop waits
 // for it and returns what Start returned. Metrics and probes are off, and
-// several managers may run in one process.
+// several managers may run in one process. Without an egress allowance in
+// opts, the manager has LoopbackEgress.
 func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err error) {
 	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
+	if opts.Egress.Allow == nil {
+		opts.Egress = LoopbackEgress()
+	}
 	if opts.GracefulShutdownTimeout == nil {
 		grace := time.Second
 		opts.GracefulShutdownTimeout = &grace

@@ -80,6 +80,8 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 		"--metrics-bind-address=" + metricsAddr,
 		"--health-probe-bind-address=" + probeAddr,
 		"--operator-namespace=toolledger-system",
+		// The benchmark's downstreams listen on 127.0.0.1.
+		"--egress-allow=127.0.0.1/32",
 	}, extra...)
 	// Not CommandContext: the harness decides when the process ends, by
 	// signal, and waits for it.

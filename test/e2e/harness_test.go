@@ -570,6 +570,8 @@ func (ps *processes) startManager(kubeconfig, id string, leaseGrace time.Duratio
 		"--lease-grace=" + leaseGrace.String(),
 		"--member-lease-duration=" + memberLeaseDuration.String(),
 		"--max-concurrent-reconciles=8",
+		// The downstreams listen on 127.0.0.1; nothing else is reachable.
+		"--egress-allow=127.0.0.1/32",
 	}, func(line string) {
 		// Workers start once the caches are synced: from then on the
 		// manager claims what it sees.

@@ -9,8 +9,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/http"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +33,7 @@ import (
 	"github.com/toolledger/toolledger/controllers"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -84,6 +89,14 @@ type Options struct {
 	// RetentionRate bounds the retention writes a second (records retired
 	// into tombstones, tombstones deleted); DefaultRetentionRate when zero.
 	RetentionRate float64
+	// Egress is where HTTP tools may connect (docs/security.md). Its Never
+	// is filled with the API server's own endpoint.
+	Egress egress.Policy
+	// EgressResolver and EgressDial replace the resolver and the dialer
+	// behind the egress policy; tests inject them, so that no name is
+	// resolved nor any address dialed outside loopback.
+	EgressResolver egress.Resolver
+	EgressDial     func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -212,23 +225,65 @@ func ManagerOptions(opts Options) ctrl.Options {
 }
 
 // DefaultAdapters registers the adapters built into toolledger. The HTTP
-// adapter's connections are pooled with room for every call in flight; the
-// kubernetesApply adapter calls the manager's API server.
-func DefaultAdapters(mgr ctrl.Manager, inFlight int) (*adapter.Registry, error) {
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.MaxIdleConnsPerHost = inFlight
+// adapter dials through the egress policy, with room in its pool for every
+// call in flight; the kubernetesApply adapter calls the manager's API server.
+func DefaultAdapters(mgr ctrl.Manager, opts Options) (*adapter.Registry, error) {
+	policy, err := egressPolicy(mgr.GetConfig(), opts)
+	if err != nil {
+		return nil, err
+	}
+	dial := opts.EgressDial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	dialer := &egress.Dialer{Policy: policy, Resolver: opts.EgressResolver, Dial: dial}
 	kubernetesApply, err := kubernetesapply.New(mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}
 	registry, err := adapter.NewRegistry(
-		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: transport},
+		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: httpadapter.NewTransport(dialer, opts.MaxConcurrentDispatches), Egress: policy},
 		kubernetesApply,
 	)
 	if err != nil {
 		panic(err) // the built-in names are distinct
 	}
 	return registry, nil
+}
+
+// egressPolicy is opts.Egress with the API server's endpoint refused
+// whatever is allowed: tools reach the API through kubernetesApply, as the
+// ServiceAccount they name, never with the manager's network position.
+func egressPolicy(cfg *rest.Config, opts Options) (*egress.Policy, error) {
+	policy := opts.Egress
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Hostname() == "" {
+		return nil, fmt.Errorf("cannot read the API server's address from %q", cfg.Host)
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil {
+		port = 443
+	}
+	var addrs []netip.Addr
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+		addrs = []netip.Addr{ip}
+	} else {
+		var resolver egress.Resolver = net.DefaultResolver
+		if opts.EgressResolver != nil {
+			resolver = opts.EgressResolver
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if addrs, err = resolver.LookupNetIP(ctx, "ip", u.Hostname()); err != nil {
+			return nil, fmt.Errorf("cannot resolve the API server's host %s: %w", u.Hostname(), err)
+		}
+	}
+	policy.Never = slices.Clone(policy.Never)
+	for _, ip := range addrs {
+		policy.Never = append(policy.Never, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
+	}
+	policy.NeverName = "the API server's own endpoint"
+	return &policy, nil
 }
 
 // addShards has the reconciler handle only its share of the active actions.
@@ -272,7 +327,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	adapters := opts.Adapters
 	if adapters == nil {
 		var err error
-		if adapters, err = DefaultAdapters(mgr, opts.MaxConcurrentDispatches); err != nil {
+		if adapters, err = DefaultAdapters(mgr, opts); err != nil {
 			return err
 		}
 	}

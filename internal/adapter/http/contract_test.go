@@ -34,6 +34,10 @@ func TestCapabilities(t *testing.T) {
 	}
 }
 
+// notUsable is what a Tool learns of a Secret it may not use, whether it
+// is absent, elsewhere or not labelled.
+const notUsable = "Secret shop/stripe is not usable by Tools: only a Secret labelled toolledger.dev/tool-credential=true is"
+
 func TestValidate(t *testing.T) {
 	auth := func(h *v1alpha1.HTTPAdapter) {
 		h.AuthHeader = &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "stripe", Key: "token"}}
@@ -51,8 +55,10 @@ func TestValidate(t *testing.T) {
 		{name: "lookup without a host", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
 			h.Lookup = &v1alpha1.HTTPLookup{URL: "https:///{key}"}
 		}), wantReason: ReasonInvalidURL, wantMessage: `spec.http.lookup.url: "https:///{key}" is not an absolute http(s) URL`},
-		{name: "Secret missing", tool: newTool("http://127.0.0.1:1/charges", auth), wantReason: ReasonSecretNotFound,
-			wantMessage: "Secret shop/stripe not found"},
+		{name: "Secret missing", tool: newTool("http://127.0.0.1:1/charges", auth), wantReason: ReasonSecretNotUsable,
+			wantMessage: notUsable},
+		{name: "Secret not labelled", tool: newTool("http://127.0.0.1:1/charges", auth),
+			objs: []client.Object{unlabelled(secret(namespace, map[string]string{"token": "Bearer t"}))}, wantReason: ReasonSecretNotUsable, wantMessage: notUsable},
 		{name: "Secret key missing", tool: newTool("http://127.0.0.1:1/charges", auth), objs: []client.Object{secret(namespace, map[string]string{"api-key": "t"})},
 			wantReason: ReasonSecretKeyAbsent, wantMessage: `Secret shop/stripe has no key "token"`},
 	}

@@ -11,10 +11,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	nethttp "net/http"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -28,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/pkg/adapter"
 	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
@@ -71,9 +75,16 @@ const (
 
 // Reasons of a Tool's Ready condition that the HTTP adapter decides.
 const (
-	ReasonInvalidURL      = "InvalidURL"
-	ReasonSecretNotFound  = "SecretNotFound"
+	ReasonInvalidURL = "InvalidURL"
+	// ReasonSecretNotUsable: the Secret is absent, unreadable or not
+	// labelled for Tools; which of these is not said, so that a Tool
+	// cannot probe for Secrets.
+	ReasonSecretNotUsable = "SecretNotUsable"
 	ReasonSecretKeyAbsent = "SecretKeyAbsent"
+	// ReasonEgressRefused: a URL names an address the egress policy refuses.
+	ReasonEgressRefused = "EgressRefused"
+	// ReasonInsecureCredentials: a credential would be sent over plain HTTP.
+	ReasonInsecureCredentials = "InsecureCredentials"
 )
 
 // Connector is the HTTP adapter, registered as "http": it builds executors
@@ -83,7 +94,13 @@ type Connector struct {
 	// Secrets reads the Secrets that Tools reference.
 	Secrets client.Reader
 	// Transport is shared by every executor so that connections are pooled.
+	// The manager's dials through the egress policy (NewTransport).
 	Transport nethttp.RoundTripper
+	// Egress is the policy the transport dials by. Validate refuses a URL
+	// naming a refused address before any action is sent to it, and a
+	// credential sent over plain HTTP to a host the policy does not name;
+	// nil checks neither (tests that bring their own transport).
+	Egress *egress.Policy
 }
 
 var _ adapter.Adapter = (*Connector)(nil)
@@ -103,7 +120,8 @@ func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
 }
 
 // Validate checks the URLs, their placeholders against the parameters
-// schema, and that the auth header's Secret key exists.
+// schema, their addresses and scheme against the egress policy, and that
+// the auth header's Secret is usable and has its key.
 func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 	spec := tool.Spec.HTTP
 	if err := checkTemplate(spec.URL, tool.Spec.ParametersSchema, false); err != nil {
@@ -114,21 +132,71 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
-	if auth := spec.AuthHeader; auth != nil {
-		ref := auth.SecretKeyRef
-		var secret corev1.Secret
-		err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: tool.Namespace, Name: ref.Name}, &secret)
-		switch {
-		case apierrors.IsNotFound(err):
-			return &adapter.ConfigError{Reason: ReasonSecretNotFound, Message: fmt.Sprintf("Secret %s/%s not found", tool.Namespace, ref.Name)}
-		case err != nil:
-			return &adapter.ConfigError{Reason: ReasonSecretNotFound, Message: fmt.Sprintf("cannot read Secret %s/%s: %v", tool.Namespace, ref.Name, err)}
+	urls := urlsOf(spec)
+	for _, field := range slices.Sorted(maps.Keys(urls)) {
+		if err := c.checkEgress(field, urls[field], spec.AuthHeader != nil); err != nil {
+			return err
 		}
-		if _, ok := secret.Data[ref.Key]; !ok {
-			return &adapter.ConfigError{Reason: ReasonSecretKeyAbsent, Message: fmt.Sprintf("Secret %s/%s has no key %q", tool.Namespace, ref.Name, ref.Key)}
+	}
+	if auth := spec.AuthHeader; auth != nil {
+		if _, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// checkEgress refuses a URL whose host is an address the egress policy
+// refuses (a name is checked at dial time, on what it resolves to), and
+// checkCredentialScheme one that would carry a credential unencrypted.
+func (c *Connector) checkEgress(field, template string, credentialed bool) error {
+	if c.Egress == nil {
+		return nil
+	}
+	u, err := url.Parse(placeholder.ReplaceAllString(template, "x"))
+	if err != nil {
+		return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: field + ": " + err.Error()}
+	}
+	if credentialed {
+		if err := c.checkCredentialScheme(field, u); err != nil {
+			return err
+		}
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+		if err := c.Egress.Check(netip.AddrPortFrom(ip, portOf(u))); err != nil {
+			return &adapter.ConfigError{Reason: ReasonEgressRefused, Message: field + ": " + err.Error()}
+		}
+	}
+	return nil
+}
+
+// checkCredentialScheme allows a credential over http:// only to a host
+// the manager's --egress-plain-http names, such as a sidecar on loopback.
+func (c *Connector) checkCredentialScheme(field string, u *url.URL) error {
+	if c.Egress == nil || u.Scheme != "http" || c.Egress.AllowsPlainHTTP(u.Hostname()) {
+		return nil
+	}
+	return &adapter.ConfigError{Reason: ReasonInsecureCredentials, Message: fmt.Sprintf(
+		"%s: spec.http.authHeader is sent only over https://, or over http:// to a host the manager's --egress-plain-http names, and %s is not one", field, u.Hostname())}
+}
+
+// urlsOf are the URLs a Tool's requests go to, by field.
+func urlsOf(spec *v1alpha1.HTTPAdapter) map[string]string {
+	urls := map[string]string{"spec.http.url": spec.URL}
+	if spec.Lookup != nil && spec.Lookup.URL != "" {
+		urls["spec.http.lookup.url"] = spec.Lookup.URL
+	}
+	return urls
+}
+
+func portOf(u *url.URL) uint16 {
+	if port, err := strconv.ParseUint(u.Port(), 10, 16); err == nil {
+		return uint16(port)
+	}
+	if u.Scheme == "https" {
+		return 443
+	}
+	return 80
 }
 
 // checkTemplate checks that a URL template, filled, is an absolute http(s)
@@ -190,6 +258,13 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		headers.Set(h.Name, h.Value)
 	}
 	if auth := spec.AuthHeader; auth != nil {
+		for field, template := range urlsOf(spec) {
+			if u, err := url.Parse(placeholder.ReplaceAllString(template, "x")); err == nil {
+				if err := c.checkCredentialScheme(field, u); err != nil {
+					return adapter.Connection{}, err
+				}
+			}
+		}
 		value, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef)
 		if err != nil {
 			return adapter.Connection{}, err
@@ -227,14 +302,22 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 	return adapter.Connection{Executor: e, Capabilities: c.Capabilities(tool)}, nil
 }
 
+// secretValue reads a key of a Secret that opted in to Tools with the
+// label v1alpha1.ToolCredentialLabel: writing a Tool must not be a way to
+// read the namespace's other Secrets, nor to learn whether they exist.
 func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alpha1.SecretKeySelector) (string, error) {
 	var secret corev1.Secret
-	if err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret); err != nil {
+	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret)
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		return "", fmt.Errorf("cannot read Secret %s/%s: %w", namespace, ref.Name, err)
+	}
+	if err != nil || secret.Labels[v1alpha1.ToolCredentialLabel] != "true" {
+		return "", &adapter.ConfigError{Reason: ReasonSecretNotUsable, Message: fmt.Sprintf(
+			"Secret %s/%s is not usable by Tools: only a Secret labelled %s=true is", namespace, ref.Name, v1alpha1.ToolCredentialLabel)}
 	}
 	value, ok := secret.Data[ref.Key]
 	if !ok {
-		return "", fmt.Errorf("secret %s/%s has no key %q", namespace, ref.Name, ref.Key)
+		return "", &adapter.ConfigError{Reason: ReasonSecretKeyAbsent, Message: fmt.Sprintf("Secret %s/%s has no key %q", namespace, ref.Name, ref.Key)}
 	}
 	return strings.TrimSpace(string(value)), nil
 }
@@ -284,6 +367,9 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
+		if refused := (*egress.RefusedError)(nil); errors.As(err, &refused) {
+			return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: ReasonEgressRefused, Err: refused}
+		}
 		return adapter.Outcome{}, adapter.TransportError(err, written(), ctx.Err())
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -508,4 +594,16 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// NewTransport is the manager's transport for tools: it dials through the
+// egress dialer, keeps maxIdlePerHost connections to a host for the calls
+// in flight, and ignores HTTP(S)_PROXY, through which the policy would see
+// only the proxy's address.
+func NewTransport(dialer *egress.Dialer, maxIdlePerHost int) *nethttp.Transport {
+	transport := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
+	transport.Proxy = nil
+	transport.DialContext = dialer.DialContext
+	transport.MaxIdleConnsPerHost = maxIdlePerHost
+	return transport
 }

@@ -24,7 +24,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -64,9 +63,11 @@ func newTool(url string, configure ...func(*v1alpha1.HTTPAdapter)) *v1alpha1.Too
 	return tool
 }
 
-// secret is a Secret named "stripe", the name every test Tool refers to.
+// secret is a Secret named "stripe", the name every test Tool refers to,
+// labelled for Tools.
 func secret(ns string, data map[string]string) *corev1.Secret {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe"}, Data: map[string][]byte{}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
+		Data: map[string][]byte{}}
 	for k, v := range data {
 		s.Data[k] = []byte(v)
 	}
@@ -393,26 +394,28 @@ func TestConnectSecretErrors(t *testing.T) {
 		h.AuthHeader = &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "stripe", Key: "token"}}
 	})
 	tests := []struct {
-		name         string
-		objs         []client.Object
-		wantPrefix   string
-		wantNotFound bool
+		name string
+		objs []client.Object
+		want string
 	}{
 		{
-			name:         "missing Secret",
-			wantPrefix:   "cannot read Secret shop/stripe: ",
-			wantNotFound: true,
+			name: "missing Secret",
+			want: notUsable,
 		},
 		{
-			name:         "Secret only in another namespace",
-			objs:         []client.Object{secret("other-tenant", map[string]string{"token": "t"})},
-			wantPrefix:   "cannot read Secret shop/stripe: ",
-			wantNotFound: true,
+			name: "Secret only in another namespace",
+			objs: []client.Object{secret("other-tenant", map[string]string{"token": "t"})},
+			want: notUsable,
 		},
 		{
-			name:       "missing key",
-			objs:       []client.Object{secret(namespace, map[string]string{"api-key": "t"})},
-			wantPrefix: `secret shop/stripe has no key "token"`,
+			name: "Secret without the label",
+			objs: []client.Object{unlabelled(secret(namespace, map[string]string{"token": "t"}))},
+			want: notUsable,
+		},
+		{
+			name: "missing key",
+			objs: []client.Object{secret(namespace, map[string]string{"api-key": "t"})},
+			want: `Secret shop/stripe has no key "token"`,
 		},
 	}
 	for _, tc := range tests {
@@ -425,14 +428,16 @@ func TestConnectSecretErrors(t *testing.T) {
 			if conn.Executor != nil {
 				t.Errorf("Connect returned executor %v with an error", conn.Executor)
 			}
-			if !strings.HasPrefix(err.Error(), tc.wantPrefix) {
-				t.Errorf("error = %q, want prefix %q", err, tc.wantPrefix)
-			}
-			if got := apierrors.IsNotFound(err); got != tc.wantNotFound {
-				t.Errorf("IsNotFound(%v) = %v, want %v", err, got, tc.wantNotFound)
+			if err.Error() != tc.want {
+				t.Errorf("error = %q, want %q", err, tc.want)
 			}
 		})
 	}
+}
+
+func unlabelled(s *corev1.Secret) *corev1.Secret {
+	s.Labels = nil
+	return s
 }
 
 func TestConnectDefaults(t *testing.T) {
