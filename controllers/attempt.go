@@ -27,6 +27,10 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 // nil, in a slot reserved before the claim: an action that must wait for
 // one is parked unclaimed, so that no lease runs while it waits.
 func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
+	action, err := r.withParameters(ctx, action)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	requestDigest, parameters, err := verifyRequest(action, tool.tool)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
@@ -127,9 +131,11 @@ func (r *ToolActionReconciler) ensureFinalizer(ctx context.Context, action *v1al
 	if controllerutil.ContainsFinalizer(action, v1alpha1.Finalizer) {
 		return action, nil
 	}
+	// A patch, guarded by the resourceVersion: only the finalizer is sent.
+	patch := client.MergeFromWithOptions(action, client.MergeFromWithOptimisticLock{})
 	action = action.DeepCopy()
 	controllerutil.AddFinalizer(action, v1alpha1.Finalizer)
-	if err := r.Client.Update(ctx, action); err != nil {
+	if err := r.Client.Patch(ctx, action, patch); err != nil {
 		if apierrors.IsConflict(err) {
 			claimConflicts.WithLabelValues("finalizer").Inc()
 		}

@@ -3,6 +3,8 @@ package controllers
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
@@ -27,15 +29,29 @@ func TestActiveActions(t *testing.T) {
 	}
 }
 
-func TestDropManagedFields(t *testing.T) {
-	action := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{
-		Name: "order-1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "toolledger-sdk"}},
-	}}
-	got, err := DropManagedFields(action)
+func TestTrimForCache(t *testing.T) {
+	action := &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "order-1", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "toolledger-sdk"}},
+			Annotations: map[string]string{
+				corev1.LastAppliedConfigAnnotation: `{"spec":{"parameters":{"amount":1}}}`,
+				v1alpha1.RequestedByAnnotation:     "alice",
+			},
+		},
+		Spec: v1alpha1.ToolActionSpec{
+			ToolRef:    v1alpha1.ToolReference{Name: "charge"},
+			Parameters: map[string]apiextensionsv1.JSON{"amount": {Raw: []byte("1")}},
+		},
+	}
+	got, err := TrimForCache(action)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kept := got.(*v1alpha1.ToolAction); kept.ManagedFields != nil || kept.Name != "order-1" {
-		t.Errorf("managed fields kept or the action changed otherwise: %+v", kept.ObjectMeta)
+	kept := got.(*v1alpha1.ToolAction)
+	if kept.ManagedFields != nil || kept.Spec.Parameters != nil || len(kept.Annotations) != 1 {
+		t.Errorf("managed fields, parameters or the last-applied configuration kept: %+v", kept)
+	}
+	if kept.Name != "order-1" || kept.Spec.ToolRef.Name != "charge" || kept.Annotations[v1alpha1.RequestedByAnnotation] != "alice" {
+		t.Errorf("the action changed otherwise: %+v", kept)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +28,13 @@ func (r *ToolActionReconciler) checkCompensationTarget(ctx context.Context, acti
 	}
 	switch original.Status.Phase {
 	case v1alpha1.PhaseSucceeded:
+		// A compensation already sent goes on; a new one is refused once the
+		// original lists as many as it can hold.
+		if action.Status.Attempts == 0 && len(original.Status.CompensatedBy) >= v1alpha1.MaxCompensations &&
+			!slices.Contains(original.Status.CompensatedBy, action.Name) {
+			return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
+				message: fmt.Sprintf("spec.compensates: ToolAction %q has %d compensations already, the most it records", key.Name, len(original.Status.CompensatedBy))}
+		}
 		return nil
 	case v1alpha1.PhaseFailed:
 		return &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid,
@@ -67,6 +75,12 @@ func (r *ToolActionReconciler) linkCompensation(ctx context.Context, action *v1a
 		return client.IgnoreNotFound(fmt.Errorf("cannot get %s to record compensation %s: %w", key, action.Name, err))
 	}
 	if slices.Contains(original.Status.CompensatedBy, action.Name) {
+		return nil
+	}
+	if len(original.Status.CompensatedBy) >= v1alpha1.MaxCompensations {
+		// Only compensations sent while the list was filling get here.
+		r.Recorder.Eventf(&original, action, corev1.EventTypeWarning, ReasonCompensationNotListed, "Compensate",
+			"compensated by ToolAction %s too, which status.compensatedBy cannot list: it holds %d at most", action.Name, v1alpha1.MaxCompensations)
 		return nil
 	}
 	// The original's own retention is not scheduled from here (no tool).

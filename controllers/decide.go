@@ -239,7 +239,7 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 	deleting, spent := !a.DeletionTimestamp.IsZero(), a.Status.Attempts >= maxAttempts(tool.tool)
 	switch {
 	case lookupErr == nil:
-		return step{kind: stepRecord, record: p.found(a, outcome)}
+		return step{kind: stepRecord, record: p.found(a, bounded(outcome))}
 	case errors.Is(lookupErr, adapter.ErrNotFound) && deleting:
 		// Nothing applied and nobody wants it any more.
 		return step{kind: stepRelease}
@@ -281,7 +281,7 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 	attempt := claimed.Status.Attempts
 	switch {
 	case dispatchErr == nil:
-		return p.dispatched(claimed, outcome)
+		return p.dispatched(claimed, bounded(outcome))
 	case errors.As(dispatchErr, &permanent):
 		class := v1alpha1.ErrorClassInvalidInput
 		if permanent.Kind == adapter.Denied {
@@ -313,4 +313,15 @@ func (p rules) until(t *metav1.Time) time.Duration {
 		return 0
 	}
 	return max(t.Sub(p.now), 0)
+}
+
+// bounded keeps what the ledger can hold of an adapter's outcome: an
+// external reference longer than status.externalRef admits is not stored,
+// rather than stored cut (a cut reference names nothing), and says so.
+func bounded(outcome adapter.Outcome) adapter.Outcome {
+	if n := len(outcome.ExternalRef); n > maxExternalRef {
+		outcome.ExternalRef = ""
+		outcome.Warnings = append(outcome.Warnings, fmt.Sprintf("the downstream's external reference of %d bytes exceeds %d bytes; not stored", n, maxExternalRef))
+	}
+	return outcome
 }

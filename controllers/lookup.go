@@ -45,6 +45,10 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("tool %q cannot be used: %w", tool.tool.Name, err)
 	}
+	action, err = r.withParameters(ctx, action)
+	if err != nil {
+		return adapter.Outcome{}, err
+	}
 	// The parameters were verified when the action was first dispatched.
 	parameters, err := catalog.Parameters(action.Spec.Parameters)
 	if err != nil {

@@ -46,6 +46,9 @@ const (
 	ReasonCompensated           = "Compensated"
 	ReasonCompensationPending   = "CompensationTargetPending"
 	ReasonCompensationInvalid   = "CompensationTargetInvalid"
+	// ReasonCompensationNotListed: a compensation succeeded that the
+	// original's full status.compensatedBy cannot list.
+	ReasonCompensationNotListed = "CompensationNotListed"
 	ReasonDeletedBeforeDispatch = "DeletedBeforeDispatch"
 	ReasonKeyTooLong            = "KeyTooLong"
 	ReasonSettledByTombstone    = v1alpha1.ReasonSettledByTombstone
@@ -153,7 +156,7 @@ func setSucceeded(a *v1alpha1.ToolAction, now time.Time, by, reason string, outc
 func succeed(a *v1alpha1.ToolAction, now time.Time, by, reason, message string, outcome adapter.Outcome) {
 	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseSucceeded
-	a.Status.ExternalRef = truncate(outcome.ExternalRef, maxExternalRef)
+	a.Status.ExternalRef = outcome.ExternalRef
 	a.Status.ReplayedByDownstream = outcome.Replayed
 	if len(outcome.Result) > 0 {
 		a.Status.Result = &apiextensionsv1.JSON{Raw: outcome.Result}
@@ -191,7 +194,7 @@ func setRejected(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha
 // setCompensatedBy records on the original that a compensation succeeded,
 // once.
 func setCompensatedBy(a *v1alpha1.ToolAction, now time.Time, by, compensation string) {
-	if slices.Contains(a.Status.CompensatedBy, compensation) {
+	if slices.Contains(a.Status.CompensatedBy, compensation) || len(a.Status.CompensatedBy) >= v1alpha1.MaxCompensations {
 		return
 	}
 	a.Status.CompensatedBy = append(a.Status.CompensatedBy, compensation)
@@ -254,7 +257,7 @@ const (
 	maxConditionMessage = 4096
 	maxHistoryMessage   = 1024
 	// maxErrorMessage and maxExternalRef are the CRD's limits of
-	// status.error.message and status.externalRef.
+	// status.error.message and status.externalRef (bounded enforces the latter).
 	maxErrorMessage = 4096
 	maxExternalRef  = 512
 	// maxEventNote is the events.k8s.io limit of an Event's note.

@@ -23,8 +23,11 @@ import (
 const (
 	ReasonToolReady     = "Ready"
 	ReasonInvalidSchema = "InvalidSchema"
-	ReasonNoAdapter     = "NoAdapter"
-	ReasonCheckFailed   = "CheckFailed"
+	// ReasonUnsupportedSchema: the schema uses a keyword the controller
+	// cannot check, such as $ref or x-kubernetes-validations.
+	ReasonUnsupportedSchema = "UnsupportedSchema"
+	ReasonNoAdapter         = "NoAdapter"
+	ReasonCheckFailed       = "CheckFailed"
 )
 
 // toolRecheck is how often a tool's Secret is checked again: Secrets are
@@ -106,6 +109,9 @@ func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.T
 // tool's namespace).
 func (r *ToolStatusReconciler) check(ctx context.Context, tool *v1alpha1.Tool) (string, string) {
 	if _, err := catalog.CompileSchema(tool.Spec.ParametersSchema); err != nil {
+		if unsupported := (*catalog.UnsupportedError)(nil); errors.As(err, &unsupported) {
+			return ReasonUnsupportedSchema, "spec.parametersSchema: " + err.Error()
+		}
 		return ReasonInvalidSchema, "spec.parametersSchema: " + err.Error()
 	}
 	a, err := r.Adapters.For(tool)

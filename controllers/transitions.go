@@ -274,7 +274,9 @@ func (p rules) compensatedBy(compensation *v1alpha1.ToolAction) transition {
 		apply: func(a *v1alpha1.ToolAction) { setCompensatedBy(a, p.now, p.by, name) },
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonCompensated, verb: "Compensate", related: compensation,
 			message: "compensated by ToolAction " + name + "; the original effect happened and stays recorded"}},
-		reapplyWhile: func(latest *v1alpha1.ToolAction) bool { return !slices.Contains(latest.Status.CompensatedBy, name) },
+		reapplyWhile: func(latest *v1alpha1.ToolAction) bool {
+			return !slices.Contains(latest.Status.CompensatedBy, name) && len(latest.Status.CompensatedBy) < v1alpha1.MaxCompensations
+		},
 	}
 }
 

@@ -17,6 +17,10 @@ func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, js
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
 	}
+	if len(parameters) > v1alpha1.MaxParametersBytes {
+		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
+			message: fmt.Sprintf("spec.parameters is %d bytes encoded, over the limit of %d bytes (1 MiB)", len(parameters), v1alpha1.MaxParametersBytes)}
+	}
 	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,

@@ -71,6 +71,16 @@ type Provenance struct {
 	Principals []string `json:"principals,omitempty"`
 }
 
+// MaxParametersBytes bounds an action's spec.parameters, JSON-encoded. The
+// CRD bounds the members' number only, and the API server an object's size
+// at about 1.5 MiB; the controller refuses more than this before anything
+// is sent.
+const MaxParametersBytes = 1 << 20
+
+// MaxCompensations is the most compensations an action records
+// (status.compensatedBy's bound).
+const MaxCompensations = 16
+
 // ToolActionSpec is the request. It is immutable: the object's name is the
 // idempotency key, so a different request needs a different name.
 type ToolActionSpec struct {
@@ -78,9 +88,10 @@ type ToolActionSpec struct {
 	// +required
 	ToolRef ToolReference `json:"toolRef"`
 
-	// parameters is the JSON object sent to the tool. It is a map of members
-	// rather than one schemaless object so that the immutability rule compares
-	// every member, renamed ones included.
+	// parameters is the JSON object sent to the tool, 1 MiB at most when
+	// encoded (a larger one fails the action, InvalidParameters). It is a map
+	// of members rather than one schemaless object so that the immutability
+	// rule compares every member, renamed ones included.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=256
 	Parameters map[string]apiextensionsv1.JSON `json:"parameters,omitempty"`
@@ -303,7 +314,8 @@ type ToolActionStatus struct {
 	// +optional
 	Approval *ApprovalRecord `json:"approval,omitempty"`
 
-	// compensatedBy lists the Succeeded ToolActions that compensate this one.
+	// compensatedBy lists the Succeeded ToolActions that compensate this
+	// one, 16 at most: a further compensation is refused before dispatch.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16

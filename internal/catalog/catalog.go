@@ -33,7 +33,7 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	if err := dec.Decode(&v1); err != nil {
 		return nil, fmt.Errorf("parametersSchema is not an OpenAPI v3 schema: %w", err)
 	}
-	if err := checkTypes(field.NewPath("parametersSchema"), &v1); err != nil {
+	if err := checkSupported(field.NewPath("parametersSchema"), &v1); err != nil {
 		return nil, err
 	}
 	var internal apiextensions.JSONSchemaProps
@@ -47,26 +47,89 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	return &Schema{validator: validator}, nil
 }
 
-// checkTypes rejects type names outside OpenAPI v3, which the validator
-// would otherwise ignore.
-func checkTypes(path *field.Path, s *apiextensionsv1.JSONSchemaProps) error {
+// UnsupportedError is a parametersSchema keyword that the controller
+// cannot check: the validator would ignore it, or panic on it.
+type UnsupportedError struct {
+	// Path is where, as parametersSchema.properties.amount.
+	Path string
+	// Keyword is the unsupported keyword, quoted.
+	Keyword string
+	Why     string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s: %s is not supported: %s", e.Path, e.Keyword, e.Why)
+}
+
+// checkSupported refuses, anywhere in the schema, type names outside
+// OpenAPI v3 and keywords the validator would not check as the author
+// means them (an *UnsupportedError).
+func checkSupported(path *field.Path, s *apiextensionsv1.JSONSchemaProps) error {
+	unsupported := func(keyword, why string) error {
+		return &UnsupportedError{Path: path.String(), Keyword: keyword, Why: why}
+	}
 	switch s.Type {
 	case "", "object", "array", "string", "integer", "number", "boolean":
 	default:
 		return fmt.Errorf("%s.type: %q is not an OpenAPI v3 type", path, s.Type)
 	}
+	switch {
+	case s.Ref != nil:
+		return unsupported(`"$ref"`, "write the referenced schema in place")
+	case s.Schema != "":
+		return unsupported(`"$schema"`, "the schema is OpenAPI v3, as a CRD's")
+	case s.ID != "":
+		return unsupported(`"id"`, "a schema cannot be referenced")
+	case len(s.Definitions) > 0:
+		return unsupported(`"definitions"`, "write each schema in place")
+	case len(s.Dependencies) > 0:
+		return unsupported(`"dependencies"`, "a CRD schema has none either")
+	case len(s.PatternProperties) > 0:
+		return unsupported(`"patternProperties"`, "use additionalProperties")
+	case s.AdditionalItems != nil:
+		return unsupported(`"additionalItems"`, "use items")
+	case len(s.XValidations) > 0:
+		return unsupported(`"x-kubernetes-validations"`, "CEL rules are not evaluated on parameters")
+	case s.XListType != nil:
+		return unsupported(`"x-kubernetes-list-type"`, "use uniqueItems")
+	case len(s.XListMapKeys) > 0:
+		return unsupported(`"x-kubernetes-list-map-keys"`, "use uniqueItems")
+	case s.XMapType != nil:
+		return unsupported(`"x-kubernetes-map-type"`, "it is not enforced on parameters")
+	case s.XEmbeddedResource:
+		return unsupported(`"x-kubernetes-embedded-resource"`, "parameters hold no Kubernetes objects")
+	}
 	for name, property := range s.Properties {
-		if err := checkTypes(path.Child("properties").Key(name), &property); err != nil {
+		if err := checkSupported(path.Child("properties").Key(name), &property); err != nil {
 			return err
 		}
 	}
-	if s.Items != nil && s.Items.Schema != nil {
-		if err := checkTypes(path.Child("items"), s.Items.Schema); err != nil {
-			return err
+	if s.Items != nil {
+		if s.Items.Schema != nil {
+			if err := checkSupported(path.Child("items"), s.Items.Schema); err != nil {
+				return err
+			}
+		}
+		for i := range s.Items.JSONSchemas {
+			if err := checkSupported(path.Child("items").Index(i), &s.Items.JSONSchemas[i]); err != nil {
+				return err
+			}
 		}
 	}
 	if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
-		return checkTypes(path.Child("additionalProperties"), s.AdditionalProperties.Schema)
+		if err := checkSupported(path.Child("additionalProperties"), s.AdditionalProperties.Schema); err != nil {
+			return err
+		}
+	}
+	for keyword, schemas := range map[string][]apiextensionsv1.JSONSchemaProps{"allOf": s.AllOf, "anyOf": s.AnyOf, "oneOf": s.OneOf} {
+		for i := range schemas {
+			if err := checkSupported(path.Child(keyword).Index(i), &schemas[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if s.Not != nil {
+		return checkSupported(path.Child("not"), s.Not)
 	}
 	return nil
 }

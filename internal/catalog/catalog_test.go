@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,6 +44,23 @@ func TestCompileSchemaRejects(t *testing.T) {
 		_, err := CompileSchema(&apiextensionsv1.JSON{Raw: []byte(raw)})
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CompileSchema(%s) = %v, want an error containing %q", raw, err, want)
+		}
+	}
+	unsupported := map[string]string{
+		`{"type": "object", "properties": {"amount": {"$ref": "#/definitions/money"}}}`:                     `parametersSchema.properties[amount]: "$ref" is not supported: write the referenced schema in place`,
+		`{"type": "object", "definitions": {"money": {"type": "integer"}}}`:                                 `parametersSchema: "definitions" is not supported: write each schema in place`,
+		`{"type": "object", "x-kubernetes-validations": [{"rule": "self.amount > 0"}]}`:                     `parametersSchema: "x-kubernetes-validations" is not supported: CEL rules are not evaluated on parameters`,
+		`{"type": "object", "properties": {"tags": {"type": "array", "items": {"$ref": "#/x"}}}}`:           `parametersSchema.properties[tags].items: "$ref" is not supported: write the referenced schema in place`,
+		`{"type": "object", "anyOf": [{"patternProperties": {"^x-": {"type": "string"}}}]}`:                 `parametersSchema.anyOf[0]: "patternProperties" is not supported: use additionalProperties`,
+		`{"type": "object", "additionalProperties": {"type": "array", "x-kubernetes-list-type": "set"}}`:    `parametersSchema.additionalProperties: "x-kubernetes-list-type" is not supported: use uniqueItems`,
+		`{"type": "object", "not": {"$schema": "http://json-schema.org/draft-04/schema#"}}`:                 `parametersSchema.not: "$schema" is not supported: the schema is OpenAPI v3, as a CRD's`,
+		`{"type": "object", "properties": {"a": {"type": "array", "items": {}, "additionalItems": false}}}`: `parametersSchema.properties[a]: "additionalItems" is not supported: use items`,
+	}
+	for raw, want := range unsupported {
+		_, err := CompileSchema(&apiextensionsv1.JSON{Raw: []byte(raw)})
+		var u *UnsupportedError
+		if !errors.As(err, &u) || err.Error() != want {
+			t.Errorf("CompileSchema(%s) = %v, want the *UnsupportedError %q", raw, err, want)
 		}
 	}
 	if s, err := CompileSchema(nil); s != nil || err != nil {

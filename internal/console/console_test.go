@@ -421,3 +421,33 @@ func TestDecideOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteStatusEscapesDownstreamText: what a downstream chose reaches the
+// terminal as text, never as escape sequences that act on it.
+func TestWriteStatusEscapesDownstreamText(t *testing.T) {
+	action := &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Name: "order-1", Namespace: "shop"},
+		Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}},
+		Status: v1alpha1.ToolActionStatus{
+			Phase:       v1alpha1.PhaseFailed,
+			ExternalRef: "ch_\x1b]0;owned\x07",
+			Error:       &v1alpha1.ActionError{Class: v1alpha1.ErrorClassInvalidInput, Reason: "HTTP400", Message: "downstream answered 400: \x1b[2J\x1b[31mpaid\x1b[0m"},
+			Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "InvalidInput",
+				Message: "downstream answered 400: \x1b[2J", LastTransitionTime: at(0)}},
+			History: []v1alpha1.Transition{{Time: at(0), To: v1alpha1.PhaseFailed, Reason: "HTTP400", Message: "evil\u202etxt"}},
+		},
+	}
+	var out bytes.Buffer
+	if err := writeStatus(&out, action, nil, nil, now); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if strings.ContainsAny(text, "\x1b\x07\u202e") {
+		t.Errorf("status holds control characters:\n%q", text)
+	}
+	for _, want := range []string{`ch_\x1b]0;owned\a`, `downstream answered 400: \x1b[2J\x1b[31mpaid\x1b[0m`, `evil\u202etxt`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status lacks %q:\n%s", want, text)
+		}
+	}
+}

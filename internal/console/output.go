@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/printable"
 )
 
 // output is the value of -o/--output: human text when empty.
@@ -148,7 +149,7 @@ func relative(now time.Time, t metav1.Time) string {
 // cell makes a value fit one cell of a table: no line breaks or tabs, which
 // would break the columns, and "<none>" rather than nothing.
 func cell(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = printable.Escape(strings.Join(strings.Fields(s), " "))
 	if s == "" {
 		return "<none>"
 	}

@@ -235,10 +235,10 @@ func report[T appliedRecord](ctx context.Context, c *console, l *ledger, created
 			return err
 		}
 	} else {
-		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, applied.Message)
+		fmt.Fprintf(c.streams.Out, "Applied=%s (%s): %s\n", applied.Status, applied.Reason, cell(applied.Message))
 	}
 	if applied.Status != metav1.ConditionTrue {
-		return fmt.Errorf("%s %q was not applied: %s", kind, latest.GetName(), applied.Message)
+		return fmt.Errorf("%s %q was not applied: %s", kind, latest.GetName(), cell(applied.Message))
 	}
 	if format == outputText {
 		after, err := l.getAction(ctx, created.GetNamespace(), key)
@@ -255,7 +255,7 @@ func writeCreated(w io.Writer, r *v1alpha1.ToolResolution) {
 	fmt.Fprintf(w, "  action:       %s\n", r.Spec.ActionName)
 	fmt.Fprintf(w, "  outcome:      %s\n", r.Spec.Outcome)
 	if r.Spec.ExternalRef != "" {
-		fmt.Fprintf(w, "  external ref: %s\n", r.Spec.ExternalRef)
+		fmt.Fprintf(w, "  external ref: %s\n", cell(r.Spec.ExternalRef))
 	}
 	fmt.Fprintf(w, "  reason:       %s\n", r.Spec.Reason)
 }

@@ -163,7 +163,7 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 		field("Unknown since", timestamp(*s.UnknownSince)+" ("+age(now, *s.UnknownSince)+" ago)")
 		field("Lookups", strconv.Itoa(int(s.Lookups)))
 	}
-	ref := orNone(s.ExternalRef)
+	ref := cell(s.ExternalRef)
 	if s.ReplayedByDownstream {
 		ref += " (the downstream replayed its stored response: it deduplicated)"
 	}
@@ -222,7 +222,7 @@ func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
 	r := &tomb.Record
 	text := fmt.Sprintf("tombstone/%s keeps what the key's deleted record did: %s", tomb.Name, outcomeOf(r))
 	if r.ExternalRef != "" {
-		text += ", external ref " + r.ExternalRef
+		text += ", external ref " + cell(r.ExternalRef)
 	}
 	return fmt.Sprintf("%s, completed %s; deleted %s (cause %s)", text, timestamp(r.CompletionTime), timestamp(r.DeletionTime), r.Cause)
 }

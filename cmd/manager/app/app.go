@@ -112,11 +112,12 @@ func Scheme() *runtime.Scheme {
 }
 
 // CacheOptions keeps only active ToolActions in the manager's cache, without
-// their managed fields: its memory follows the work in flight, not the size of
-// the ledger (see controllers.ActiveActions).
+// their managed fields and parameters: its memory follows the number of
+// actions in flight, not the size of the ledger nor of the requests (see
+// controllers.ActiveActions and controllers.TrimForCache).
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.DropManagedFields},
+		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.TrimForCache},
 	}}
 }
 

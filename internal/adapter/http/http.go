@@ -32,6 +32,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/printable"
 	"github.com/toolledger/toolledger/pkg/adapter"
 	"github.com/toolledger/toolledger/pkg/jsonpointer"
 )
@@ -373,7 +374,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 		return adapter.Outcome{}, adapter.TransportError(err, written(), ctx.Err())
 	}
 	defer func() { _ = resp.Body.Close() }()
-	respBody, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	respBody, readErr := readBody(resp.Body)
 	return e.classify(resp, respBody, readErr)
 }
 
@@ -442,7 +443,12 @@ func validHeaderValues(h nethttp.Header) error {
 func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) (adapter.Outcome, error) {
 	code := resp.StatusCode
 	reason := "HTTP" + strconv.Itoa(code)
+	tooLarge := errors.Is(readErr, errBodyTooLarge)
 	if code >= 200 && code < 300 {
+		if tooLarge {
+			// Applied; what it says is not read.
+			return adapter.Outcome{Replayed: replayed(resp.Header), Warnings: []string{readErr.Error() + "; no external id or result recorded"}}, nil
+		}
 		if readErr != nil {
 			return adapter.Outcome{}, &adapter.AmbiguousError{Reason: "ResponseLost",
 				Err: fmt.Errorf("downstream answered %d but the response body was lost: %w", code, readErr)}
@@ -451,7 +457,7 @@ func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) 
 		out.Replayed = replayed(resp.Header)
 		return out, nil
 	}
-	err := fmt.Errorf("downstream answered %s", e.describeError(code, body))
+	err := fmt.Errorf("downstream answered %s", e.describeError(code, body, tooLarge))
 	switch {
 	case code == nethttp.StatusBadRequest || code == nethttp.StatusUnprocessableEntity:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
@@ -474,14 +480,19 @@ func replayed(h nethttp.Header) bool {
 // describeError is what is kept of an error answer: the status code, the
 // provider's error code where the Tool points at one, and the body's size
 // and SHA-256, which match it against the provider's logs without copying
-// it; the body itself only where the Tool opts in.
-func (e *executor) describeError(code int, body []byte) string {
+// it; the body itself, cut and with control characters escaped, only where
+// the Tool opts in. A cut body (truncated: it was longer than is read) is
+// only measured.
+func (e *executor) describeError(code int, body []byte, truncated bool) string {
 	message := strconv.Itoa(code)
+	if truncated {
+		return fmt.Sprintf("%s; body of more than %d bytes, not read further", message, maxResponseBytes)
+	}
 	if p := e.response.ErrorCodePointer; p != "" {
 		if doc, err := jsonpointer.Decode(body); err == nil {
 			if v, ok := jsonpointer.Get(doc, p); ok {
 				if text, err := scalarText(v, false); err == nil && text != "" {
-					message += fmt.Sprintf(" (error code %q)", truncate(printable(text), maxErrorCodeLength))
+					message += fmt.Sprintf(" (error code %q)", truncate(printableASCII(text), maxErrorCodeLength))
 				}
 			}
 		}
@@ -496,9 +507,9 @@ func (e *executor) describeError(code int, body []byte) string {
 	return fmt.Sprintf("%s; body of %d bytes, sha256:%s, not stored", message, len(body), hex.EncodeToString(sum[:8]))
 }
 
-// printable keeps the printable ASCII of s: an error code lands in a
+// printableASCII keeps the printable ASCII of s: an error code lands in a
 // message, never control characters or markup from a downstream.
-func printable(s string) string {
+func printableASCII(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < ' ' || r > '~' || r == '"' {
 			return -1
@@ -581,12 +592,27 @@ func retryAfter(value string, now time.Time) time.Duration {
 	return 0
 }
 
+// quote is the start of an error body for a message, with control
+// characters escaped: it may reach a terminal.
 func quote(body []byte) string {
-	s := truncate(strings.TrimSpace(string(body)), maxErrorBodyBytes)
+	s := strings.TrimSpace(string(body))
 	if s == "" {
 		return "(empty body)"
 	}
-	return s
+	return printable.Escape(truncate(s, maxErrorBodyBytes))
+}
+
+// errBodyTooLarge: a response is longer than maxResponseBytes.
+var errBodyTooLarge = fmt.Errorf("response exceeds %d bytes", maxResponseBytes)
+
+// readBody reads up to maxResponseBytes of a response; errBodyTooLarge
+// says there was more, which is left unread.
+func readBody(r io.Reader) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r, maxResponseBytes+1))
+	if err == nil && len(body) > maxResponseBytes {
+		return body[:maxResponseBytes], errBodyTooLarge
+	}
+	return body, err
 }
 
 func truncate(s string, n int) string {

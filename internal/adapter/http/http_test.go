@@ -813,6 +813,30 @@ func TestExecuteDoesNotFollowRedirects(t *testing.T) {
 	}
 }
 
+// TestExecuteBodyOverTheReadLimit: what is longer than is read is only
+// measured, stored or not; a success still succeeds, without its fields.
+func TestExecuteBodyOverTheReadLimit(t *testing.T) {
+	t.Parallel()
+	huge := `{"id": "ch_1", "pad": "` + strings.Repeat("z", 10<<20) + `"}`
+	for _, storeErrorBody := range []bool{false, true} {
+		srv := newServer(t, respond(400, huge))
+		_, err := connect(t, newTool(srv.URL, func(h *v1alpha1.HTTPAdapter) { h.Response.StoreErrorBody = storeErrorBody }), nil).Execute(t.Context(), request(`{}`))
+		var perr *adapter.PermanentError
+		if !errors.As(err, &perr) || perr.Err.Error() != "downstream answered 400; body of more than 1048576 bytes, not read further" {
+			t.Errorf("storeErrorBody %t: error = %v, want the 400 measured only", storeErrorBody, err)
+		}
+	}
+	srv := newServer(t, respond(201, huge))
+	out, err := connect(t, newTool(srv.URL, func(h *v1alpha1.HTTPAdapter) { h.Response.ExternalIDPointer = "/id" }), nil).Execute(t.Context(), request(`{}`))
+	if err != nil {
+		t.Fatalf("Execute = %v, want a success: the request applied", err)
+	}
+	want := adapter.Outcome{Warnings: []string{"response exceeds 1048576 bytes; no external id or result recorded"}}
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("outcome mismatch (-want +got):\n%s", diff)
+	}
+}
+
 func TestExecuteErrorBodyIsStoredOnlyWhenTheToolOptsIn(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -829,7 +853,7 @@ func TestExecuteErrorBodyIsStoredOnlyWhenTheToolOptsIn(t *testing.T) {
 		{name: "long", body: strings.Repeat("y", 5000), want: strings.Repeat("y", 256) + "…"},
 		// 1 + 127*2 = 255 bytes of whole runes; the 128th é straddles the cut.
 		{name: "cut inside a rune", body: "a" + strings.Repeat("é", 200), want: "a" + strings.Repeat("é", 127) + "…"},
-		{name: "larger than the read limit", body: strings.Repeat("z", 2<<20), want: strings.Repeat("z", 256) + "…"},
+		{name: "terminal escapes", body: "\x1b]0;owned\x07\x1b[2Jbad\r\namount", want: `\x1b]0;owned\a\x1b[2Jbad\r\namount`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -849,10 +873,9 @@ func TestExecuteErrorBodyIsStoredOnlyWhenTheToolOptsIn(t *testing.T) {
 			if !errors.As(err, &perr) {
 				t.Fatalf("error = %v (%T), want *PermanentError", err, err)
 			}
-			read := min(len(tc.body), maxResponseBytes)
-			sum := sha256.Sum256([]byte(tc.body[:read]))
-			want := fmt.Sprintf("downstream answered 400; body of %d bytes, sha256:%s, not stored", read, hex.EncodeToString(sum[:8]))
-			if read == 0 {
+			sum := sha256.Sum256([]byte(tc.body))
+			want := fmt.Sprintf("downstream answered 400; body of %d bytes, sha256:%s, not stored", len(tc.body), hex.EncodeToString(sum[:8]))
+			if len(tc.body) == 0 {
 				want = "downstream answered 400 with an empty body"
 			}
 			if perr.Err.Error() != want {

@@ -2,8 +2,8 @@ package http
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"maps"
 	nethttp "net/http"
 	"reflect"
@@ -55,7 +55,10 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	body, err := readBody(resp.Body)
+	if errors.Is(err, errBodyTooLarge) {
+		return adapter.Outcome{}, fmt.Errorf("lookup answered %d with a body that %w, which proves nothing", resp.StatusCode, err)
+	}
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("lookup response lost: %w", err)
 	}
@@ -66,9 +69,9 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 		return adapter.Outcome{}, adapter.ErrNotFound
 	case resp.StatusCode == nethttp.StatusNotFound:
 		return adapter.Outcome{}, fmt.Errorf("lookup answered %s, which proves nothing: an ingress or a proxy answers 404 too (set lookup.notFoundMeansAbsent where the endpoint's 404 means the key is unknown)",
-			e.describeError(resp.StatusCode, body))
+			e.describeError(resp.StatusCode, body, false))
 	}
-	return adapter.Outcome{}, fmt.Errorf("lookup answered %s", e.describeError(resp.StatusCode, body))
+	return adapter.Outcome{}, fmt.Errorf("lookup answered %s", e.describeError(resp.StatusCode, body, false))
 }
 
 // found reads a lookup's 200: the candidates (the body, or the list at

@@ -1,0 +1,38 @@
+// Package printable makes text from downstreams safe to show: such text
+// reaches status messages, events and the operator's terminal, where a
+// control character or an escape sequence would act instead of being read.
+package printable
+
+import (
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Escape writes every rune that is neither graphic nor a space as a Go
+// escape (\x1b, \n, \u202e), so that the text shows as what it is.
+// Invalid UTF-8 shows as \ufffd.
+func Escape(s string) string {
+	if isPrintable(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r != unicode.ReplacementChar && (unicode.IsGraphic(r) || r == ' ') {
+			b.WriteRune(r)
+			continue
+		}
+		quoted := strconv.QuoteRuneToASCII(r)
+		b.WriteString(quoted[1 : len(quoted)-1])
+	}
+	return b.String()
+}
+
+func isPrintable(s string) bool {
+	for _, r := range s {
+		if r == unicode.ReplacementChar || !(unicode.IsGraphic(r) || r == ' ') {
+			return false
+		}
+	}
+	return true
+}
