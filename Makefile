@@ -10,6 +10,7 @@ KUBE_APISERVER ?= $(BIN)/kube-apiserver
 ETCD ?= $(BIN)/etcd
 KUBECTL ?= $(BIN)/kubectl
 STRIPE_MOCK ?= $(BIN)/stripe-mock
+HELM ?= $(BIN)/helm
 CHART_CRDS := charts/toolledger/crds
 
 # envtest reads the control-plane binaries from here.
@@ -58,7 +59,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane $(STRIPE_MOCK) vet ## Run unit tests and the envtest suites (builds the control plane and stripe-mock on first use).
+test: controlplane $(STRIPE_MOCK) $(HELM) vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock and helm on first use).
 	go test ./... -race -count=1 -timeout 20m
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
@@ -70,7 +71,7 @@ endif
 
 .PHONY: run
 run: $(RUN_DEPS) ## Start a local control plane, the demo downstream and the operator (Ctrl-C stops all).
-	go run ./cmd/toolledger-dev $(RUN_ARGS)
+	go run ./cmd/toolledger-dev --egress-allow=127.0.0.1/32 $(RUN_ARGS)
 
 ##@ Build
 
@@ -110,7 +111,6 @@ CHART_DIR := charts/toolledger
 CHART_RBAC := $(CHART_DIR)/files/manager-rules.yaml
 IMG ?= ghcr.io/toolledger/toolledger:latest
 HELM_VERSION ?= v3.22.0
-HELM ?= $(BIN)/helm
 DOCKERFILELINT_VERSION ?= 1.8.0
 DOCKERFILELINT ?= $(BIN)/npm/node_modules/.bin/dockerfilelint
 
@@ -168,6 +168,14 @@ chart-lint: $(HELM) chart-rbac chart-admission ## Lint the Helm chart and render
 		&& [ "$$(grep -c '"oncall" in request.userInfo.groups' <<<"$$out")" = 2 ] \
 		&& ! grep -qE 'toolledger-system|toolledger-controller-manager|toolledger:break-glass' <<<"$$out" \
 		|| { echo "chart-lint: the guard policies must exempt the release's ServiceAccount and break-glass group only" >&2; exit 1; }
+	@# Egress: no flags and no NetworkPolicy by default; the values reach the flags; the policy needs the API server's addresses.
+	out="$$($(HELM) template toolledger $(CHART_DIR))"; ! grep -qE -- '--egress-|kind: NetworkPolicy' <<<"$$out" \
+		&& out="$$($(HELM) template toolledger $(CHART_DIR) --set 'egress.allow={10.20.0.0/16}' --set 'egress.plainHTTP={127.0.0.1}' \
+			--set networkPolicy.enabled=true --set 'networkPolicy.apiServerCIDRs={10.0.0.5/32}')" \
+		&& grep -q -- '- --egress-allow=10.20.0.0/16$$' <<<"$$out" && grep -q -- '- --egress-plain-http=127.0.0.1$$' <<<"$$out" \
+		&& grep -q 'name: toolledger-egress$$' <<<"$$out" && grep -q 'cidr: 10.0.0.5/32' <<<"$$out" \
+		&& ! $(HELM) template toolledger $(CHART_DIR) --set networkPolicy.enabled=true >/dev/null 2>&1 \
+		|| { echo "chart-lint: the egress values must reach the manager's flags and the NetworkPolicy, which needs networkPolicy.apiServerCIDRs" >&2; exit 1; }
 
 .PHONY: lint-dockerfile
 lint-dockerfile: $(DOCKERFILELINT) ## Lint the Dockerfile with dockerfilelint (installed from npm into bin/).

@@ -130,15 +130,13 @@ func TestClusterToolReadersBinding(t *testing.T) {
 	}
 }
 
-// helmTemplate renders the chart with args, by bin/helm (`make chart-lint`
-// builds it) or the helm on PATH.
+// helmTemplate renders the chart with args, by bin/helm, which `make test`
+// builds.
 func helmTemplate(t *testing.T, args ...string) []byte {
 	t.Helper()
 	helm := filepath.Join(repoRoot, "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
-		if helm, err = exec.LookPath("helm"); err != nil {
-			t.Skip("no helm in bin/ or on PATH: `make chart-lint` builds bin/helm")
-		}
+		t.Fatalf("no %s: `make test` builds it", helm)
 	}
 	cmd := exec.CommandContext(t.Context(), helm, append([]string{"template", release, filepath.Join(repoRoot, "charts", "toolledger"),
 		"--namespace", "toolledger-system"}, args...)...)
