@@ -7,36 +7,14 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/toolledger/toolledger/internal/egress/egresstest"
 )
 
-// names is a resolver of test names; it knows nothing else, so that no
-// test resolves a real name.
-type names map[string][]string
-
-func (n names) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	addrs, ok := n[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		out = append(out, netip.MustParseAddr(a))
-	}
-	return out, nil
-}
-
-// loopbackOnly dials like net.Dialer but fails the test if it is ever asked
-// for an address outside 127.0.0.0/8: the policy must have refused it first.
+// loopbackOnly fails the test if the dialer is ever asked for an address
+// outside 127.0.0.0/8: the policy must have refused it first.
 func loopbackOnly(t *testing.T) func(ctx context.Context, network, address string) (net.Conn, error) {
-	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		addr, err := netip.ParseAddrPort(address)
-		if err != nil || !addr.Addr().IsLoopback() || !addr.Addr().Is4() {
-			t.Errorf("asked to dial %s, outside 127.0.0.0/8", address)
-			return nil, errors.New("refused by the test")
-		}
-		var d net.Dialer
-		return d.DialContext(ctx, network, address)
-	}
+	return egresstest.LoopbackOnly(func(address string) { t.Errorf("asked to dial %s, outside 127.0.0.0/8", address) })
 }
 
 func TestCheck(t *testing.T) {
@@ -142,7 +120,7 @@ func TestDialerRefusesWhatNamesResolveTo(t *testing.T) {
 	port := listener.Addr().(*net.TCPAddr).Port
 	dialer := &Dialer{
 		Policy: &Policy{Allow: mustPrefixes(t, "127.0.0.1/32")},
-		Resolver: names{
+		Resolver: egresstest.Names{
 			"metadata.test": {"169.254.169.254"},
 			"private.test":  {"10.0.0.1"},
 			"cluster.test":  {"10.96.0.1", "fd00:10:96::1"},

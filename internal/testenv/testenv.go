@@ -16,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -27,6 +29,7 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/egress/egresstest"
 )
 
 // repoRoot is found from this file, so harnesses in any folder find bin/ and config/.
@@ -150,14 +153,41 @@ func LoopbackEgress() egress.Policy {
 	return egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, PlainHTTP: []string{"127.0.0.1"}}
 }
 
+var (
+	violationsMu sync.Mutex
+	violations   []string
+)
+
+// EgressViolations are the addresses outside 127.0.0.0/8 that a test
+// manager's egress dialer was asked for, and refused: the policy should
+// have refused each first, so a suite fails unless there are none.
+func EgressViolations() []string {
+	violationsMu.Lock()
+	defer violationsMu.Unlock()
+	return slices.Clone(violations)
+}
+
+func recordViolation(address string) {
+	violationsMu.Lock()
+	defer violationsMu.Unlock()
+	violations = append(violations, address)
+}
+
 // StartManager runs a toolledger manager until stop is called; stop waits
 // for it and returns what Start returned. Metrics and probes are off, and
 // several managers may run in one process. Without an egress allowance in
-// opts, the manager has LoopbackEgress.
+// opts, the manager has LoopbackEgress. Its tools resolve egresstest.Hosts
+// only, and dial 127.0.0.0/8 only (EgressViolations).
 func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err error) {
 	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
 	if opts.Egress.Allow == nil {
 		opts.Egress = LoopbackEgress()
+	}
+	if opts.EgressResolver == nil {
+		opts.EgressResolver = egresstest.Hosts
+	}
+	if opts.EgressDial == nil {
+		opts.EgressDial = egresstest.LoopbackOnly(recordViolation)
 	}
 	if opts.GracefulShutdownTimeout == nil {
 		grace := time.Second

@@ -1,9 +1,7 @@
 package http
 
 import (
-	"context"
 	"errors"
-	"net"
 	nethttp "net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -15,18 +13,9 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/egress/egresstest"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
-
-// testNames resolves test names only, so that no real name is looked up.
-type testNames map[string]string
-
-func (n testNames) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if addr, ok := n[host]; ok {
-		return []netip.Addr{netip.MustParseAddr(addr)}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
 
 func loopbackPolicy() *egress.Policy {
 	return &egress.Policy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, PlainHTTP: []string{"127.0.0.1"}}
@@ -38,15 +27,8 @@ func egressTransport(t *testing.T, policy *egress.Policy) *nethttp.Transport {
 	t.Helper()
 	dialer := &egress.Dialer{
 		Policy:   policy,
-		Resolver: testNames{"metadata.test": "169.254.169.254", "private.test": "10.0.0.1", "downstream.test": "127.0.0.1"},
-		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-			if addr, err := netip.ParseAddrPort(address); err != nil || !addr.Addr().Is4() || !addr.Addr().IsLoopback() {
-				t.Errorf("asked to dial %s, outside 127.0.0.0/8", address)
-				return nil, errors.New("refused by the test")
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, network, address)
-		},
+		Resolver: egresstest.Hosts,
+		Dial:     egresstest.LoopbackOnly(func(address string) { t.Errorf("asked to dial %s, outside 127.0.0.0/8", address) }),
 	}
 	transport := NewTransport(dialer, 4)
 	t.Cleanup(transport.CloseIdleConnections)

@@ -24,12 +24,16 @@ type Env struct {
 }
 
 // Start starts a suite from a BeforeSuite, with controller-runtime's logs
-// in GinkgoWriter, and stops it when the Ginkgo suite ends.
+// in GinkgoWriter, and stops it when the Ginkgo suite ends; the suite then
+// fails if its managers were ever asked to dial outside loopback.
 func Start(opts testenv.SuiteOptions) *Env {
 	ginkgo.GinkgoHelper()
 	testenv.SetLogger(ginkgo.GinkgoWriter)
 	suite, err := testenv.StartSuite(opts)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	ginkgo.DeferCleanup(func() {
+		gomega.Expect(testenv.EgressViolations()).To(gomega.BeEmpty(), "a manager was asked to dial outside 127.0.0.0/8")
+	})
 	ginkgo.DeferCleanup(suite.Stop)
 	return &Env{Suite: suite}
 }
