@@ -66,6 +66,45 @@ type SecretHeader struct {
 	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
 }
 
+// SecretReference names a Secret in the Tool's namespace.
+type SecretReference struct {
+	// name is the name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// HTTPTLS says how a Tool's https:// connections are verified and which
+// client certificate they present. Its Secrets live in the Tool's namespace
+// (a ClusterTool's in the operator's) and must carry the label
+// toolledger.dev/tool-credential=true; no other Secret is usable.
+// +kubebuilder:validation:XValidation:rule="has(self.caBundle) || has(self.clientCertificateSecretRef) || has(self.serverName)",message="tls needs caBundle, clientCertificateSecretRef or serverName"
+type HTTPTLS struct {
+	// caBundle selects the key of a labelled Secret that holds the PEM CA
+	// certificates the server's certificate must chain to. They replace
+	// the system roots for this Tool: a private CA is trusted by the Tools
+	// that name it only. Unset, the system roots verify the server.
+	// +optional
+	CABundle *SecretKeySelector `json:"caBundle,omitempty"`
+
+	// clientCertificateSecretRef names a labelled Secret of type
+	// kubernetes.io/tls whose tls.crt (the certificate, then any
+	// intermediates) and tls.key are presented to servers that ask for a
+	// client certificate (mutual TLS).
+	// +optional
+	ClientCertificateSecretRef *SecretReference `json:"clientCertificateSecretRef,omitempty"`
+
+	// serverName is the name the server's certificate is verified against
+	// and sent in SNI, instead of the URL's host: for a server reached by an
+	// address or an internal name its certificate does not carry.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServerName string `json:"serverName,omitempty"`
+}
+
 // HTTPLookupStrategy says how an earlier request is found.
 // +kubebuilder:validation:Enum=Key;Reference;Replay
 type HTTPLookupStrategy string
@@ -271,14 +310,16 @@ const (
 	EncodingQuery HTTPEncoding = "Query"
 )
 
-// ToolCredentialLabel, set to "true", opts a Secret in to being read by
-// Tools (spec.http.authHeader): a Tool may name no other Secret, so that
-// whoever writes Tools cannot send the namespace's other Secrets anywhere.
+// ToolCredentialLabel is the label that, set to "true", opts a Secret in to
+// being read by Tools (spec.http.authHeader and spec.http.tls): a Tool may
+// name no other Secret, so that whoever writes Tools cannot send the
+// namespace's other Secrets anywhere.
 const ToolCredentialLabel = "toolledger.dev/tool-credential"
 
 // HTTPAdapter calls an HTTP(S) endpoint once per intent, with the action's
 // parameters as the body and its idempotency key where the provider takes it.
 // +kubebuilder:validation:XValidation:rule="!has(self.idempotencyKey) || !has(self.idempotencyKey.__in__) || self.idempotencyKey.__in__ != 'BodyField' || !has(self.encoding) || self.encoding != 'Query'",message="a key in a body field needs a body: use encoding JSON or Form"
+// +kubebuilder:validation:XValidation:rule="!has(self.tls) || (self.url.startsWith('https://') && (!has(self.lookup) || !has(self.lookup.url) || self.lookup.url.startsWith('https://')))",message="tls needs https:// in url and lookup.url"
 type HTTPAdapter struct {
 	// url is the endpoint that performs the operation. A placeholder {name}
 	// is replaced by the escaped top-level parameter name, which must be a
@@ -320,6 +361,13 @@ type HTTPAdapter struct {
 	// --egress-plain-http names.
 	// +optional
 	AuthHeader *SecretHeader `json:"authHeader,omitempty"`
+
+	// tls verifies the server with a CA bundle of the Tool's own instead of
+	// the system roots, and presents a client certificate (mutual TLS);
+	// both are read from Secrets labelled toolledger.dev/tool-credential=true.
+	// It needs https:// in url and lookup.url.
+	// +optional
+	TLS *HTTPTLS `json:"tls,omitempty"`
 
 	// timeout bounds one attempt, 5m at most. A request still unanswered
 	// then has an unknown outcome, which is reconciled rather than re-sent.

@@ -95,13 +95,18 @@ type Connector struct {
 	// Secrets reads the Secrets that Tools reference.
 	Secrets client.Reader
 	// Transport is shared by every executor so that connections are pooled.
-	// The manager's dials through the egress policy (NewTransport).
+	// The manager's dials through the egress policy (NewTransport). A Tool
+	// with spec.http.tls uses a clone of it, which needs an *http.Transport
+	// (nil means http.DefaultTransport).
 	Transport nethttp.RoundTripper
 	// Egress is the policy the transport dials by. Validate refuses a URL
 	// naming a refused address before any action is sent to it, and a
 	// credential sent over plain HTTP to a host the policy does not name;
 	// nil checks neither (tests that bring their own transport).
 	Egress *egress.Policy
+
+	// tlsTransports are the clones of Transport for Tools with spec.http.tls.
+	tlsTransports transportCache
 }
 
 var _ adapter.Adapter = (*Connector)(nil)
@@ -121,8 +126,9 @@ func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
 }
 
 // Validate checks the URLs, their placeholders against the parameters
-// schema, their addresses and scheme against the egress policy, and that
-// the auth header's Secret is usable and has its key.
+// schema, their addresses and scheme against the egress policy, that the
+// auth header's Secret is usable and has its key, and that the TLS Secrets
+// are usable and hold certificates and a matching key pair.
 func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 	spec := tool.Spec.HTTP
 	if err := checkTemplate(spec.URL, tool.Spec.ParametersSchema, false); err != nil {
@@ -143,6 +149,9 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 		if _, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef); err != nil {
 			return err
 		}
+	}
+	if spec.TLS != nil {
+		return c.validateTLS(ctx, tool.Namespace, spec.TLS)
 	}
 	return nil
 }
@@ -274,7 +283,11 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		if name == "" {
 			name = "Authorization"
 		}
-		headers.Set(name, value)
+		headers.Set(name, strings.TrimSpace(string(value)))
+	}
+	transport, err := c.transport(ctx, tool.Namespace, spec.TLS)
+	if err != nil {
+		return adapter.Connection{}, err
 	}
 	method := spec.Method
 	if method == "" {
@@ -286,7 +299,7 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 	}
 	e := &executor{
 		client: &nethttp.Client{
-			Transport: c.Transport,
+			Transport: transport,
 			// A redirect would re-send the request elsewhere; report it instead.
 			CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
 		},
@@ -303,24 +316,37 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 	return adapter.Connection{Executor: e, Capabilities: c.Capabilities(tool)}, nil
 }
 
-// secretValue reads a key of a Secret that opted in to Tools with the
-// label v1alpha1.ToolCredentialLabel: writing a Tool must not be a way to
-// read the namespace's other Secrets, nor to learn whether they exist.
-func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alpha1.SecretKeySelector) (string, error) {
+// secretValue reads a key of a Secret that opted in to Tools.
+func (c *Connector) secretValue(ctx context.Context, namespace string, ref v1alpha1.SecretKeySelector) ([]byte, error) {
+	secret, err := c.labelledSecret(ctx, namespace, ref.Name)
+	if err != nil {
+		return nil, err
+	}
+	return secretKey(secret, ref.Key)
+}
+
+// labelledSecret reads a Secret that opted in to Tools with the label
+// v1alpha1.ToolCredentialLabel: writing a Tool must not be a way to read
+// the namespace's other Secrets, nor to learn whether they exist.
+func (c *Connector) labelledSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	var secret corev1.Secret
-	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: ref.Name}, &secret)
+	err := c.Secrets.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &secret)
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-		return "", fmt.Errorf("cannot read Secret %s/%s: %w", namespace, ref.Name, err)
+		return nil, fmt.Errorf("cannot read Secret %s/%s: %w", namespace, name, err)
 	}
 	if err != nil || secret.Labels[v1alpha1.ToolCredentialLabel] != "true" {
-		return "", &adapter.ConfigError{Reason: ReasonSecretNotUsable, Message: fmt.Sprintf(
-			"Secret %s/%s is not usable by Tools: only a Secret labelled %s=true is", namespace, ref.Name, v1alpha1.ToolCredentialLabel)}
+		return nil, &adapter.ConfigError{Reason: ReasonSecretNotUsable, Message: fmt.Sprintf(
+			"Secret %s/%s is not usable by Tools: only a Secret labelled %s=true is", namespace, name, v1alpha1.ToolCredentialLabel)}
 	}
-	value, ok := secret.Data[ref.Key]
+	return &secret, nil
+}
+
+func secretKey(secret *corev1.Secret, key string) ([]byte, error) {
+	value, ok := secret.Data[key]
 	if !ok {
-		return "", &adapter.ConfigError{Reason: ReasonSecretKeyAbsent, Message: fmt.Sprintf("Secret %s/%s has no key %q", namespace, ref.Name, ref.Key)}
+		return nil, &adapter.ConfigError{Reason: ReasonSecretKeyAbsent, Message: fmt.Sprintf("Secret %s/%s has no key %q", secret.Namespace, secret.Name, key)}
 	}
-	return strings.TrimSpace(string(value)), nil
+	return value, nil
 }
 
 type executor struct {
