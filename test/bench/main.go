@@ -93,6 +93,8 @@ var knobs = []*knob{
 	{flag: "dispatch-bounded", env: "BENCH_DISPATCH_BOUNDED", full: "8", smoke: "8", help: "--max-concurrent-dispatches of the replica runs where each replica, not the API server, bounds the throughput"},
 	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
 	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions (and parallel deletes when they become tombstones)"},
+	{flag: "large-param-actions", env: "BENCH_LARGE_PARAM_ACTIONS", full: "500", smoke: "20", help: "active actions (held for an approval) carrying large parameters, whose manager's memory is read at the end of the run (0 for none)"},
+	{flag: "large-param-bytes", env: "BENCH_LARGE_PARAM_BYTES", full: "524288", smoke: "524288", help: "the encoded size of each of those actions' parameters"},
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
 	{flag: "tombstone-sample", env: "BENCH_TOMBSTONE_SAMPLE", full: "50", smoke: "10", help: "actions of the writes batch deleted with the manager running, whose tombstones are weighed in etcd (0 for none)"},
 	{flag: "retention-records", env: "BENCH_RETENTION_RECORDS", full: "10000", smoke: "400", help: "finished records past their tool's recordRetention that the shipped manager's retention sweep retires while live actions are timed (0 for none); those it has not reached by the end count towards the memory steps"},
@@ -141,6 +143,8 @@ type settings struct {
 	MemorySteps             []int
 	MemoryCreateConcurrency int
 	MemoryGCWait            time.Duration
+	LargeParamActions       int
+	LargeParamBytes         int
 	TombstoneSample         int
 	RetentionRecords        int
 	TombstoneState          bool
@@ -255,6 +259,8 @@ func parseSettings(args []string) (settings, error) {
 		MemorySteps:             list("memory-steps"),
 		MemoryCreateConcurrency: num("memory-create-concurrency"),
 		MemoryGCWait:            dur("memory-gc-wait"),
+		LargeParamActions:       num("large-param-actions"),
+		LargeParamBytes:         num("large-param-bytes"),
 		TombstoneSample:         num("tombstone-sample"),
 		RetentionRecords:        num("retention-records"),
 		TombstoneState:          get("tombstone-state") == "true",
@@ -327,6 +333,7 @@ type results struct {
 	Recovery    *recoveryResult
 	Dispatch    *dispatchResult
 	Memory      []memoryStep
+	LargeParams *largeParamsStep
 	SizesSDK    objectSizes
 	SizesMemory objectSizes
 	Tombstones  tombstoneResults
@@ -618,6 +625,10 @@ func (b *bench) run(ctx context.Context) (err error) {
 		} else if err := b.latency(ctx, state); err != nil {
 			return err
 		}
+	}
+	// Last: its actions stay active, and would be cached by every manager after it.
+	if err := b.largeParams(ctx); err != nil {
+		return err
 	}
 	b.results.Wall = time.Since(b.started)
 	b.results.CPUBusy, b.results.CPUOurs, _, b.results.CPUKnown = b.cpu.usage()

@@ -20,7 +20,7 @@ import (
 var reportTemplate string
 
 var reportPage = template.Must(template.New("benchmarks.md").Funcs(template.FuncMap{
-	"ms": ms, "dur": dur, "mib": mib, "count": count, "tput": tput, "pct": pct, "gain": gain,
+	"ms": ms, "dur": dur, "mib": mib, "count": count, "float": func(n int) float64 { return float64(n) }, "mul": func(a, b float64) float64 { return a * b }, "tput": tput, "pct": pct, "gain": gain,
 }).Parse(reportTemplate))
 
 // report renders docs/benchmarks.md from the run's results.

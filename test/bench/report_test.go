@@ -272,6 +272,8 @@ func fullResults() results {
 			{Present: 50000, Created: 48700, CreateTime: msec(402000), SettleTime: msec(9100), HeapLive: 5.6e6, HeapInuse: 8e6, RSS: 42e6,
 				AfterGC: true, GCWaited: msec(96000), HeapLiveAfterGC: 10.98e6, HeapInuseAfterGC: 7.1e6, RSSAfterGC: 39.8e6},
 		},
+		LargeParams: &largeParamsStep{Actions: 500, ParamBytes: 512 << 10, CreateTime: msec(61000),
+			PeakRSS: 71e6, HeapLive: 12e6, RSS: 64e6, RestartPeakRSS: 83e6, RestartHeapLive: 11e6, RestartRSS: 70e6},
 		SizesSDK: objectSizes{Namespace: "tl-writes", Sampled: 50, Bytes: 4210, ManagedFields: 1630, History: 610},
 		Failures: []string{"latency run (50k finished actions stored): 2 errors, first: context deadline exceeded", "create→Succeeded p99 835.2 ms > 250 ms"},
 		Wall:     29*time.Minute + 44*time.Second, SetupTime: msec(9300),
