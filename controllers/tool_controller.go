@@ -46,7 +46,7 @@ type ToolStatusReconciler struct {
 	OperatorNamespace string
 }
 
-// +kubebuilder:rbac:groups=toolledger.dev,resources=tools/status;clustertools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=tools/status;clustertools/status,verbs=update
 
 // ReconcileTool updates a Tool's status.
 func (r *ToolStatusReconciler) ReconcileTool(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -92,9 +92,8 @@ type ToolActionReconciler struct {
 	revisited sync.Map
 }
 
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;update;patch;delete
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/finalizers,verbs=update
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=update
 // +kubebuilder:rbac:groups=toolledger.dev,resources=tools;clustertools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get

@@ -79,7 +79,7 @@ type ToolApprovalReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals,verbs=get;list;watch
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals/status,verbs=update
 
 // Reconcile applies an approval once. As with a resolution, the action is
 // written first (a compare-and-set status update) and the approval marked

@@ -39,7 +39,7 @@ type ToolResolutionReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions,verbs=get;list;watch
-// +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions/status,verbs=update
 
 // Reconcile applies a resolution once. The action is written first (a
 // compare-and-set status update) and the resolution marked afterwards; after
