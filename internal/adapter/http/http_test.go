@@ -1138,14 +1138,20 @@ func TestExecuteInvalidURLIsPermanent(t *testing.T) {
 
 func TestClassifyTransportError(t *testing.T) {
 	t.Parallel()
-	cause := errors.New("boom")
+	boom := errors.New("boom")
+	alert := func(words string) error { return &net.OpError{Op: "remote error", Err: errors.New(words)} }
 	tests := []struct {
 		name    string
+		cause   error
 		written bool
 		ctxErr  error
 		want    errSummary
 	}{
 		{name: "not written", want: retryable("RequestNotSent", 0)},
+		// A TLS 1.3 server refuses a client certificate after the request went out.
+		{name: "written, then the handshake refused", cause: alert("tls: certificate required"), written: true, want: retryable("RequestNotSent", 0)},
+		{name: "written, then an unknown CA", cause: alert("tls: unknown certificate authority"), written: true, want: retryable("RequestNotSent", 0)},
+		{name: "written, then an alert that may follow a read request", cause: alert("tls: internal error"), written: true, want: ambiguous("ConnectionLost")},
 		{name: "not written, deadline", ctxErr: context.DeadlineExceeded, want: retryable("RequestNotSent", 0)},
 		{name: "written", written: true, want: ambiguous("ConnectionLost")},
 		{name: "written, deadline", written: true, ctxErr: context.DeadlineExceeded, want: ambiguous("Timeout")},
@@ -1154,6 +1160,10 @@ func TestClassifyTransportError(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			cause := tc.cause
+			if cause == nil {
+				cause = boom
+			}
 			err := adapter.TransportError(cause, tc.written, tc.ctxErr)
 			if diff := cmp.Diff(tc.want, summarize(err)); diff != "" {
 				t.Errorf("mismatch (-want +got):\n%s", diff)
