@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,17 +28,34 @@ func ActiveActions() fields.Selector {
 
 // TrimForCache is a cache transform: it keeps what the controller decides
 // with and drops what can be large. Managed fields and kubectl's
-// last-applied configuration are never read; the parameters, up to 1 MiB
-// an action, are read from the API server when an attempt or a lookup
-// needs them (withParameters), so that the cache's size follows the number
-// of active actions, not the size of their requests.
+// last-applied configuration are never read. Parameters larger than
+// cachedParametersBytes (up to 1 MiB an action) are read from the API
+// server when an attempt or a lookup needs them (withParameters), so that
+// the cache's size follows the number of active actions, not the size of
+// their requests; smaller ones, most of them, stay, and cost no read.
 func TrimForCache(obj any) (any, error) {
 	if action, ok := obj.(*v1alpha1.ToolAction); ok {
 		action.ManagedFields = nil
 		delete(action.Annotations, lastAppliedAnnotation)
-		action.Spec.Parameters = nil
+		if parametersSize(action.Spec.Parameters) > cachedParametersBytes {
+			action.Spec.Parameters = nil
+		}
 	}
 	return obj, nil
+}
+
+// cachedParametersBytes is the most parameters the cache keeps of an
+// action: about a third of a small action's whole object.
+const cachedParametersBytes = 1 << 10
+
+// parametersSize is about the parameters' encoded size: their members'
+// names and values.
+func parametersSize(parameters map[string]apiextensionsv1.JSON) int {
+	n := 0
+	for name, value := range parameters {
+		n += len(name) + len(value.Raw)
+	}
+	return n
 }
 
 // lastAppliedAnnotation is where kubectl apply keeps a copy of the whole
@@ -45,8 +63,8 @@ func TrimForCache(obj any) (any, error) {
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
 // withParameters returns the action with its parameters, which the cache
-// does not keep: read from the API server, as the spec is immutable, once
-// per attempt or lookup.
+// may not keep: read from the API server, as the spec is immutable, once
+// per attempt or lookup. An action without parameters is read too.
 func (r *ToolActionReconciler) withParameters(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.ToolAction, error) {
 	if action.Spec.Parameters != nil {
 		return action, nil

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,8 +41,13 @@ func TestTrimForCache(t *testing.T) {
 		},
 		Spec: v1alpha1.ToolActionSpec{
 			ToolRef:    v1alpha1.ToolReference{Name: "charge"},
-			Parameters: map[string]apiextensionsv1.JSON{"amount": {Raw: []byte("1")}},
+			Parameters: map[string]apiextensionsv1.JSON{"document": {Raw: []byte(`"` + strings.Repeat("d", cachedParametersBytes) + `"`)}},
 		},
+	}
+	small := action.DeepCopy()
+	small.Spec.Parameters = map[string]apiextensionsv1.JSON{"amount": {Raw: []byte("1")}}
+	if got, _ := TrimForCache(small); got.(*v1alpha1.ToolAction).Spec.Parameters == nil {
+		t.Errorf("small parameters dropped: reading them back would cost a request per attempt")
 	}
 	got, err := TrimForCache(action)
 	if err != nil {

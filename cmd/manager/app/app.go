@@ -112,8 +112,8 @@ func Scheme() *runtime.Scheme {
 }
 
 // CacheOptions keeps only active ToolActions in the manager's cache, without
-// their managed fields and parameters: its memory follows the number of
-// actions in flight, not the size of the ledger nor of the requests (see
+// their managed fields and large parameters: its memory follows the number
+// of actions in flight, not the size of the ledger nor of the requests (see
 // controllers.ActiveActions and controllers.TrimForCache).
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
