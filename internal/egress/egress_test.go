@@ -103,7 +103,8 @@ func TestAllowsPlainHTTP(t *testing.T) {
 }
 
 func TestDialerRefusesWhatNamesResolveTo(t *testing.T) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	listener, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

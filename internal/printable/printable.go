@@ -18,7 +18,7 @@ func Escape(s string) string {
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if r != unicode.ReplacementChar && (unicode.IsGraphic(r) || r == ' ') {
+		if shows(r) {
 			b.WriteRune(r)
 			continue
 		}
@@ -30,9 +30,15 @@ func Escape(s string) string {
 
 func isPrintable(s string) bool {
 	for _, r := range s {
-		if r == unicode.ReplacementChar || !(unicode.IsGraphic(r) || r == ' ') {
+		if !shows(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// shows reports whether r is shown as itself: a graphic rune or a space,
+// not the mark of invalid UTF-8.
+func shows(r rune) bool {
+	return r != unicode.ReplacementChar && (unicode.IsGraphic(r) || r == ' ')
 }
