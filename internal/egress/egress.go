@@ -197,10 +197,12 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, fmt.Errorf("invalid port in %q", address)
 	}
-	addrs, named, err := d.resolve(ctx, network, host)
+	addrs, err := d.Resolve(ctx, network, host)
 	if err != nil {
 		return nil, err
 	}
+	_, literal := netip.ParseAddr(host)
+	named := literal != nil
 	var refused, dialErr error
 	for _, ip := range addrs {
 		target := netip.AddrPortFrom(ip.Unmap(), uint16(port))
@@ -229,9 +231,11 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	return nil, fmt.Errorf("no address found for %s", host)
 }
 
-func (d *Dialer) resolve(ctx context.Context, network, host string) (addrs []netip.Addr, named bool, err error) {
+// Resolve is the addresses host stands for: itself when it is an address,
+// else what the resolver finds for network's family.
+func (d *Dialer) Resolve(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	if ip, err := netip.ParseAddr(host); err == nil {
-		return []netip.Addr{ip}, false, nil
+		return []netip.Addr{ip}, nil
 	}
 	resolver := d.Resolver
 	if resolver == nil {
@@ -244,6 +248,5 @@ func (d *Dialer) resolve(ctx context.Context, network, host string) (addrs []net
 	case "tcp6":
 		family = "ip6"
 	}
-	addrs, err = resolver.LookupNetIP(ctx, family, host)
-	return addrs, true, err
+	return resolver.LookupNetIP(ctx, family, host)
 }

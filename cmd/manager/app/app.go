@@ -229,21 +229,21 @@ func ManagerOptions(opts Options) ctrl.Options {
 // adapter dials through the egress policy, with room in its pool for every
 // call in flight; the kubernetesApply adapter calls the manager's API server.
 func DefaultAdapters(mgr ctrl.Manager, opts Options) (*adapter.Registry, error) {
-	policy, err := egressPolicy(mgr.GetConfig(), opts)
-	if err != nil {
-		return nil, err
-	}
 	dial := opts.EgressDial
 	if dial == nil {
 		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	}
-	dialer := &egress.Dialer{Policy: policy, Resolver: opts.EgressResolver, Dial: dial}
+	policy := opts.Egress
+	dialer := &egress.Dialer{Policy: &policy, Resolver: opts.EgressResolver, Dial: dial}
+	if err := refuseAPIServer(dialer, mgr.GetConfig()); err != nil {
+		return nil, err
+	}
 	kubernetesApply, err := kubernetesapply.New(mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}
 	registry, err := adapter.NewRegistry(
-		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: httpadapter.NewTransport(dialer, opts.MaxConcurrentDispatches), Egress: policy},
+		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: httpadapter.NewTransport(dialer, opts.MaxConcurrentDispatches), Egress: &policy},
 		kubernetesApply,
 	)
 	if err != nil {
@@ -252,39 +252,32 @@ func DefaultAdapters(mgr ctrl.Manager, opts Options) (*adapter.Registry, error) 
 	return registry, nil
 }
 
-// egressPolicy is opts.Egress with the API server's endpoint refused
-// whatever is allowed: tools reach the API through kubernetesApply, as the
-// ServiceAccount they name, never with the manager's network position.
-func egressPolicy(cfg *rest.Config, opts Options) (*egress.Policy, error) {
-	policy := opts.Egress
+// refuseAPIServer adds the API server's endpoint to what the dialer's
+// policy refuses whatever is allowed: tools reach the API through
+// kubernetesApply, as the ServiceAccount they name, never with the
+// manager's network position.
+func refuseAPIServer(dialer *egress.Dialer, cfg *rest.Config) error {
 	u, err := url.Parse(cfg.Host)
 	if err != nil || u.Hostname() == "" {
-		return nil, fmt.Errorf("cannot read the API server's address from %q", cfg.Host)
+		return fmt.Errorf("cannot read the API server's address from %q", cfg.Host)
 	}
 	port, err := strconv.ParseUint(u.Port(), 10, 16)
 	if err != nil {
 		port = 443
 	}
-	var addrs []netip.Addr
-	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
-		addrs = []netip.Addr{ip}
-	} else {
-		var resolver egress.Resolver = net.DefaultResolver
-		if opts.EgressResolver != nil {
-			resolver = opts.EgressResolver
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if addrs, err = resolver.LookupNetIP(ctx, "ip", u.Hostname()); err != nil {
-			return nil, fmt.Errorf("cannot resolve the API server's host %s: %w", u.Hostname(), err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := dialer.Resolve(ctx, "tcp", u.Hostname())
+	if err != nil {
+		return fmt.Errorf("cannot resolve the API server's host %s: %w", u.Hostname(), err)
 	}
+	policy := dialer.Policy
 	policy.Never = slices.Clone(policy.Never)
 	for _, ip := range addrs {
 		policy.Never = append(policy.Never, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
 	}
 	policy.NeverName = "the API server's own endpoint"
-	return &policy, nil
+	return nil
 }
 
 // addShards has the reconciler handle only its share of the active actions.
