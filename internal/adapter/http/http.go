@@ -139,11 +139,8 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
-	urls := urlsOf(spec)
-	for _, field := range slices.Sorted(maps.Keys(urls)) {
-		if err := c.checkEgress(field, urls[field], spec.AuthHeader != nil); err != nil {
-			return err
-		}
+	if err := c.checkEgress(spec); err != nil {
+		return err
 	}
 	if auth := spec.AuthHeader; auth != nil {
 		if _, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef); err != nil {
@@ -158,45 +155,56 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 
 // checkEgress refuses a URL whose host is an address the egress policy
 // refuses (a name is checked at dial time, on what it resolves to), and
-// checkCredentialScheme one that would carry a credential unencrypted.
-func (c *Connector) checkEgress(field, template string, credentialed bool) error {
-	if c.Egress == nil {
-		return nil
+// one that would carry a credential unencrypted.
+func (c *Connector) checkEgress(spec *v1alpha1.HTTPAdapter) error {
+	if err := c.checkCredentialSchemes(spec); err != nil {
+		return err
 	}
-	u, err := url.Parse(placeholder.ReplaceAllString(template, "x"))
-	if err != nil {
-		return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: field + ": " + err.Error()}
-	}
-	if credentialed {
-		if err := c.checkCredentialScheme(field, u); err != nil {
-			return err
+	return forEachURL(spec, func(field string, u *url.URL) error {
+		ip, err := netip.ParseAddr(u.Hostname())
+		if c.Egress == nil || err != nil {
+			return nil
 		}
-	}
-	if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
 		if err := c.Egress.Check(netip.AddrPortFrom(ip, portOf(u))); err != nil {
 			return &adapter.ConfigError{Reason: ReasonEgressRefused, Message: field + ": " + err.Error()}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// checkCredentialScheme allows a credential over http:// only to a host
-// the manager's --egress-plain-http names, such as a sidecar on loopback.
-func (c *Connector) checkCredentialScheme(field string, u *url.URL) error {
-	if c.Egress == nil || u.Scheme != "http" || c.Egress.AllowsPlainHTTP(u.Hostname()) {
+// checkCredentialSchemes allows the auth header over http:// only to a
+// host the manager's --egress-plain-http names, such as a sidecar on
+// loopback.
+func (c *Connector) checkCredentialSchemes(spec *v1alpha1.HTTPAdapter) error {
+	if c.Egress == nil || spec.AuthHeader == nil {
 		return nil
 	}
-	return &adapter.ConfigError{Reason: ReasonInsecureCredentials, Message: fmt.Sprintf(
-		"%s: spec.http.authHeader is sent only over https://, or over http:// to a host the manager's --egress-plain-http names, and %s is not one", field, u.Hostname())}
+	return forEachURL(spec, func(field string, u *url.URL) error {
+		if u.Scheme != "http" || c.Egress.AllowsPlainHTTP(u.Hostname()) {
+			return nil
+		}
+		return &adapter.ConfigError{Reason: ReasonInsecureCredentials, Message: fmt.Sprintf(
+			"%s: spec.http.authHeader is sent only over https://, or over http:// to a host the manager's --egress-plain-http names, and %s is not one", field, u.Hostname())}
+	})
 }
 
-// urlsOf are the URLs a Tool's requests go to, by field.
-func urlsOf(spec *v1alpha1.HTTPAdapter) map[string]string {
+// forEachURL calls check with each URL a Tool's requests go to, its
+// placeholders filled, in the order of their fields, until one fails.
+func forEachURL(spec *v1alpha1.HTTPAdapter, check func(field string, u *url.URL) error) error {
 	urls := map[string]string{"spec.http.url": spec.URL}
 	if spec.Lookup != nil && spec.Lookup.URL != "" {
 		urls["spec.http.lookup.url"] = spec.Lookup.URL
 	}
-	return urls
+	for _, field := range slices.Sorted(maps.Keys(urls)) {
+		u, err := url.Parse(placeholder.ReplaceAllString(urls[field], "x"))
+		if err != nil {
+			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: field + ": " + err.Error()}
+		}
+		if err := check(field, u); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func portOf(u *url.URL) uint16 {
@@ -254,10 +262,7 @@ func checkTemplate(template string, schema *apiextensionsv1.JSON, lookup bool) e
 }
 
 func timeout(spec *v1alpha1.HTTPAdapter) time.Duration {
-	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
-		return spec.Timeout.Duration
-	}
-	return defaultTimeout
+	return adapter.TimeoutOr(spec.Timeout, defaultTimeout)
 }
 
 // Connect resolves the Tool's HTTP configuration and credentials.
@@ -268,12 +273,8 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		headers.Set(h.Name, h.Value)
 	}
 	if auth := spec.AuthHeader; auth != nil {
-		for field, template := range urlsOf(spec) {
-			if u, err := url.Parse(placeholder.ReplaceAllString(template, "x")); err == nil {
-				if err := c.checkCredentialScheme(field, u); err != nil {
-					return adapter.Connection{}, err
-				}
-			}
+		if err := c.checkCredentialSchemes(spec); err != nil {
+			return adapter.Connection{}, err
 		}
 		value, err := c.secretValue(ctx, tool.Namespace, auth.SecretKeyRef)
 		if err != nil {
