@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
@@ -45,6 +47,15 @@ type Capabilities struct {
 	// MaxKeyLength is the longest idempotency key the adapter can send; 0
 	// means no limit. A longer key fails the action before any dispatch.
 	MaxKeyLength int
+}
+
+// TimeoutOr is a Tool's timeout setting, or fallback when it is unset or
+// not positive.
+func TimeoutOr(setting *metav1.Duration, fallback time.Duration) time.Duration {
+	if setting != nil && setting.Duration > 0 {
+		return setting.Duration
+	}
+	return fallback
 }
 
 // Connection is a connected adapter: the executor for one tool and the

@@ -176,10 +176,7 @@ func (c *Connector) mapping(t *template) (*meta.RESTMapping, error) {
 }
 
 func timeout(spec *v1alpha1.KubernetesApplyAdapter) time.Duration {
-	if spec.Timeout != nil && spec.Timeout.Duration > 0 {
-		return spec.Timeout.Duration
-	}
-	return defaultTimeout
+	return adapter.TimeoutOr(spec.Timeout, defaultTimeout)
 }
 
 // Connect builds the Tool's executor, which acts as its ServiceAccount. A
