@@ -161,12 +161,14 @@ func (c *Connector) checkEgress(spec *v1alpha1.HTTPAdapter) error {
 		return err
 	}
 	return forEachURL(spec, func(field string, u *url.URL) error {
-		ip, err := netip.ParseAddr(u.Hostname())
-		if c.Egress == nil || err != nil {
+		if c.Egress == nil {
 			return nil
 		}
-		if err := c.Egress.Check(netip.AddrPortFrom(ip, portOf(u))); err != nil {
-			return &adapter.ConfigError{Reason: ReasonEgressRefused, Message: field + ": " + err.Error()}
+		// A name is checked when it is dialed.
+		if ip, err := netip.ParseAddr(u.Hostname()); err == nil {
+			if err := c.Egress.Check(netip.AddrPortFrom(ip, portOf(u))); err != nil {
+				return &adapter.ConfigError{Reason: ReasonEgressRefused, Message: field + ": " + err.Error()}
+			}
 		}
 		return nil
 	})
