@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -74,6 +77,7 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 		}
 		return ctrl.Result{}, err
 	}
+	ctx = withActionLog(ctx, d.claimed, r.Executor)
 	if held != nil {
 		return r.dispatch(ctx, d)
 	}
@@ -184,6 +188,10 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 		}
 		return nil, client.IgnoreNotFound(fmt.Errorf("cannot claim %s/%s: %w", action.Namespace, action.Name, err))
 	}
+	r.observe(ctx, action, next, tool.tool, tally{})
+	if !r.QuietRoutine {
+		r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonExecuting, "Dispatch", "attempt %d claimed by %s", attempt, r.Executor)
+	}
 	// Once connected, the connection's capabilities are the ones that hold.
 	connected := *tool
 	connected.caps = conn.Capabilities
@@ -218,6 +226,34 @@ func approverOf(action *v1alpha1.ToolAction) string {
 
 // dispatch sends a claimed attempt and commits its outcome.
 func (r *ToolActionReconciler) dispatch(ctx context.Context, d *dispatch) (ctrl.Result, error) {
+	start := time.Now()
 	outcome, err := d.conn.Execute(ctx, d.request)
+	took, result := time.Since(start), attemptResult(err)
+	observeCall(d.claimed, d.tool.tool, operationAttempt, result, took)
+	logger := log.FromContext(ctx).WithValues("result", result, "duration", took.Round(time.Millisecond))
+	if err != nil {
+		logger.Info("Attempt dispatched", "error", err.Error())
+	} else {
+		logger.V(1).Info("Attempt dispatched", "externalRef", outcome.ExternalRef)
+	}
 	return r.commit(ctx, d.claimed, d.tool.tool, r.rules().afterDispatch(d.claimed, d.tool, outcome, err))
+}
+
+// attemptResult is what an adapter's answer means, for the metrics:
+// succeeded, failed (permanently), retryable (definitely not applied) or
+// unknown (it may have applied).
+func attemptResult(err error) string {
+	var (
+		permanent *adapter.PermanentError
+		retryable *adapter.RetryableError
+	)
+	switch {
+	case err == nil:
+		return "succeeded"
+	case errors.As(err, &permanent):
+		return "failed"
+	case errors.As(err, &retryable):
+		return "retryable"
+	}
+	return "unknown"
 }

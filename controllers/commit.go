@@ -14,7 +14,7 @@ import (
 )
 
 // commit is the one path by which a transition reaches the ledger, every
-// transition but the claim: it writes the status, counts the outcome, emits
+// transition but the claim: it writes the status, counts it, emits
 // the events, and schedules what follows a finished action (its
 // compensation link and its retention), so that no branch forgets one. A
 // transition that changes nothing writes and reports nothing. tool may be
@@ -37,11 +37,9 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	if err != nil || recorded == nil {
 		return nil, ctrl.Result{}, err
 	}
-	if from, to := current.Status.Phase, recorded.Status.Phase; from != to && outcomePhase(to) {
-		outcomes.WithLabelValues(string(to), errorClass(recorded)).Inc()
-	}
+	r.observe(ctx, current, recorded, tool, t.tally)
 	for _, e := range t.events {
-		if !e.routine || r.SuccessEvents {
+		if !e.routine || !r.QuietRoutine {
 			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
 		}
 	}

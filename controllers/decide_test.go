@@ -148,7 +148,7 @@ func summarizeTransition(a *v1alpha1.ToolAction, t transition) result {
 	for _, e := range t.events {
 		name := e.eventType + "/" + e.reason
 		if e.routine {
-			name += " (with SuccessEvents)"
+			name += " (routine)"
 		}
 		r.Events = append(r.Events, name)
 	}
@@ -266,14 +266,14 @@ func TestAfterDispatch(t *testing.T) {
 		want    result
 	}{
 		{"applied", executing(1), adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
-			Events: []string{"Normal/Succeeded (with SuccessEvents)"}, Reapplies: true}},
+			Events: []string{"Normal/Succeeded (routine)"}, Reapplies: true}},
 		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded,
-			Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, Reapplies: true}},
+			Events: []string{"Normal/Succeeded (routine)", "Warning/IncompleteResponse"}, Reapplies: true}},
 		{"applied and replayed", executing(2), adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
-			Replayed: true, Events: []string{"Normal/Succeeded (with SuccessEvents)", "Normal/ReplayedByDownstream"}, Reapplies: true}},
+			Replayed: true, Events: []string{"Normal/Succeeded (routine)", "Normal/ReplayedByDownstream"}, Reapplies: true}},
 		{"applied with an external reference longer than the API accepts: not stored, with a warning", executing(1),
 			adapter.Outcome{ExternalRef: strings.Repeat("r", 600)}, nil, result{Phase: v1alpha1.PhaseSucceeded,
-				Events: []string{"Normal/Succeeded (with SuccessEvents)", "Warning/IncompleteResponse"}, Reapplies: true}},
+				Events: []string{"Normal/Succeeded (routine)", "Warning/IncompleteResponse"}, Reapplies: true}},
 		{"invalid input", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New("bad amount")},
 			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, Reapplies: true}},
 		{"denied", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")},

@@ -2,10 +2,13 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/catalog"
@@ -54,5 +57,17 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 	if err != nil {
 		return adapter.Outcome{}, err
 	}
-	return conn.Lookup(ctx, requestOf(action, parameters))
+	start := time.Now()
+	outcome, err := conn.Lookup(ctx, requestOf(action, parameters))
+	result := "found"
+	switch {
+	case errors.Is(err, adapter.ErrNotFound):
+		result = "absent"
+	case err != nil:
+		result = "inconclusive"
+	}
+	took := time.Since(start)
+	observeCall(action, tool.tool, operationLookup, result, took)
+	log.FromContext(ctx).Info("Lookup answered", "result", result, "duration", took.Round(time.Millisecond))
+	return outcome, err
 }

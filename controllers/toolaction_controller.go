@@ -50,10 +50,11 @@ type ToolActionReconciler struct {
 	Adapters *adapter.Registry
 	// Recorder emits events on transitions.
 	Recorder events.EventRecorder
-	// SuccessEvents also records a Normal event for every dispatch that
-	// succeeds. Off by default: it is one more API write per action, and the
-	// action's status history already holds the transition.
-	SuccessEvents bool
+	// QuietRoutine leaves out the Normal events of the happy path (a claim
+	// to Executing, a dispatch that succeeded), which status.history holds
+	// too: two API writes fewer per action. By default every change of phase
+	// makes one event.
+	QuietRoutine bool
 	// Deleting delivers finished actions being deleted (see DeletionWatch).
 	Deleting <-chan event.GenericEvent
 	// Clock is injected so that leases and backoff can be tested.
@@ -125,7 +126,7 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if !action.Status.Phase.IsTerminal() && !r.Shards.Owns(req.NamespacedName) {
 		return ctrl.Result{}, nil
 	}
-	return r.advance(ctx, &action)
+	return r.advance(withActionLog(ctx, &action, r.Executor), &action)
 }
 
 // Progressing reports whether the workers keep up: nothing is queued, or a
@@ -257,6 +258,7 @@ func (r *ToolActionReconciler) requeue(ctx context.Context, key types.Namespaced
 // SetupWithManager registers the reconciler.
 func (r *ToolActionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.revisits = make(chan event.GenericEvent)
+	ledgerGauges.readFrom(r.Client, r.Clock)
 	r.Dispatcher.wake = func(key types.NamespacedName) {
 		if q := r.queue.Load(); q != nil {
 			(*q).Add(reconcile.Request{NamespacedName: key})

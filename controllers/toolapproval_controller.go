@@ -146,7 +146,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	rules := r.Actions.rules()
 	rules.by = approvalActor(&approval)
-	recorded, _, err := r.Actions.record(ctx, &action, nil, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
+	recorded, _, err := r.Actions.record(withActionLog(ctx, &action, r.Actions.Executor), &action, nil, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)

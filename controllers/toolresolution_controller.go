@@ -77,7 +77,7 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	rules := r.Actions.rules()
 	rules.by = by
-	recorded, _, err := r.Actions.record(ctx, &action, nil, rules.resolved(&resolution))
+	recorded, _, err := r.Actions.record(withActionLog(ctx, &action, r.Actions.Executor), &action, nil, rules.resolved(&resolution))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)

@@ -28,6 +28,8 @@ type transition struct {
 	// retry is returned once the transition is written, so that the action
 	// comes back with backoff (it waits for something outside the ledger).
 	retry error
+	// tally is what the metrics count of it beyond the change of phase.
+	tally tally
 }
 
 // report is an event of a transition.
@@ -35,18 +37,13 @@ type report struct {
 	eventType, reason, verb, message string
 	// related is the object that caused the transition, if not the action.
 	related runtime.Object
-	// routine: a Normal event emitted only with SuccessEvents.
+	// routine: a Normal event of the happy path, emitted unless
+	// RoutineEvents is off.
 	routine bool
 }
 
 func warning(reason, verb, message string) report {
 	return report{eventType: corev1.EventTypeWarning, reason: reason, verb: verb, message: message}
-}
-
-// outcomePhase reports the phases whose arrival the outcome metric counts.
-func outcomePhase(p v1alpha1.Phase) bool {
-	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed || p == v1alpha1.PhaseRetryScheduled ||
-		p == v1alpha1.PhaseUnknown || p == v1alpha1.PhaseEscalated
 }
 
 // lapse: a claim's lease ended before its executor recorded an outcome.
@@ -134,6 +131,7 @@ func (p rules) found(a *v1alpha1.ToolAction, outcome adapter.Outcome) transition
 	return transition{
 		apply:  func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonFoundByLookup, outcome) },
 		events: append(events, outcomeNotes(a, "Lookup", outcome)...),
+		tally:  replayTally(outcome),
 	}
 }
 
@@ -149,6 +147,15 @@ func outcomeNotes(a *v1alpha1.ToolAction, verb string, outcome adapter.Outcome) 
 		events = append(events, warning(ReasonIncompleteResponse, verb, w))
 	}
 	return events
+}
+
+// replayTally counts a downstream's stored response as a duplicate hit:
+// the downstream's own deduplication answered a repeat.
+func replayTally(outcome adapter.Outcome) tally {
+	if outcome.Replayed {
+		return tally{duplicate: sourceDownstreamReplay}
+	}
+	return tally{}
 }
 
 // absentAndSpent: a lookup shows the last attempt did not apply, and no
@@ -194,6 +201,7 @@ func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
 			a.Status.History[len(a.Status.History)-1].Message = truncate(message, maxHistoryMessage)
 		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, verb: "Resolve", message: message, related: resolution}},
+		tally:  tally{resolution: resolution.Spec.Outcome},
 	}
 }
 
@@ -210,6 +218,7 @@ func (p rules) dispatched(claimed *v1alpha1.ToolAction, outcome adapter.Outcome)
 		apply:        func(a *v1alpha1.ToolAction) { setSucceeded(a, p.now, p.by, ReasonSucceeded, outcome) },
 		events:       append(events, outcomeNotes(claimed, "Dispatch", outcome)...),
 		reapplyWhile: holdingClaim(claimed),
+		tally:        replayTally(outcome),
 	}
 }
 
@@ -317,6 +326,7 @@ func (p rules) settledBefore(t *v1alpha1.Tombstone, requestDigest string) transi
 			setFailed(a, p.now, p.by, rec.ErrorClass, ReasonSettledByTombstone, message)
 		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonSettledByTombstone, verb: "Deduplicate", message: message}},
+		tally:  tally{duplicate: sourceTombstone, firstCompleted: rec.CompletionTime.Time},
 	}
 }
 
@@ -333,6 +343,7 @@ func (p rules) tombstoneConflict(t *v1alpha1.Tombstone, requestDigest string) tr
 			setRejected(a, p.now, p.by, v1alpha1.ErrorClassDuplicateConflict, ReasonTombstoneConflict, message)
 		},
 		events: []report{warning(ReasonTombstoneConflict, "Validate", message)},
+		tally:  tally{conflict: sourceTombstone},
 	}
 }
 

@@ -27,7 +27,9 @@ func prefixes(into *[]netip.Prefix) func(string) error {
 
 func main() {
 	var opts app.Options
-	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
+	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers whose bearer token the API server authenticates and authorizes for GET on the non-resource URL /metrics (the toolledger-metrics-reader ClusterRole); false serves plain HTTP to anyone.")
+	flag.StringVar(&opts.MetricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty generates a self-signed certificate at start.")
 	flag.StringVar(&opts.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints; 0 disables them.")
 	flag.BoolVar(&opts.LeaderElection, "leader-elect", false, "Elect a leader among replicas. Not needed for correctness: claims keep every dispatch single.")
 	flag.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election lease; the manager's own namespace when empty.")
@@ -35,7 +37,7 @@ func main() {
 	flag.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 8, "Number of actions reconciled in parallel. No worker waits on a downstream (the dispatcher makes those calls), so this bounds API-server work, not the calls in flight.")
 	flag.IntVar(&opts.MaxConcurrentDispatches, "max-concurrent-dispatches", app.DefaultMaxConcurrentDispatches, "Downstream calls (attempts and lookups) in flight at once in this manager, over every tool; each tool's spec.limits bound its own share. A slot is held from the claim to the recorded outcome, so a manager completes at most this many ÷ (the tools' latency + two status writes) actions per second (128 calls and a 1s tool make about 120/s).")
 	flag.IntVar(&opts.MaxDispatchesPerNamespace, "max-dispatches-per-namespace", 0, "Downstream calls in flight at once for the actions of one namespace, so that one tenant's backlog leaves room for the others; half of --max-concurrent-dispatches when 0.")
-	flag.BoolVar(&opts.SuccessEvents, "success-events", false, "Also record a Normal event for every successful dispatch (one more API write per action); by default only what needs attention makes an event.")
+	routineEvents := flag.Bool("routine-events", true, "Record a Normal event for the happy path's changes of phase too (a claim to Executing, a success), so that every change of phase has its event; false leaves them to status.history and saves two API writes per action (docs/benchmarks.md).")
 	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
 	flag.BoolVar(&opts.NoSharding, "no-sharding", false, "Have every replica race for every active action, as one unsharded manager does. By default replicas split the active actions by key hash over the live members' Leases in the operator namespace; the claim keeps every dispatch single either way.")
 	flag.DurationVar(&opts.MemberLeaseDuration, "member-lease-duration", app.DefaultMemberLeaseDuration, "How long this replica's member Lease lasts without renewal (renewed every third of it): how soon the other replicas take the share of one that died.")
@@ -54,6 +56,7 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	opts.QuietRoutineEvents = !*routineEvents
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 	"sync"
 	"time"
@@ -28,6 +29,11 @@ type Client struct {
 	// linger is how long a namespace watch outlives its last waiter:
 	// watchLinger, shorter in tests.
 	linger time.Duration
+
+	// metricsOn is where WithMetrics registers metrics, and metrics the
+	// collectors registered; nil counts nothing.
+	metricsOn prometheus.Registerer
+	metrics   *sdkMetrics
 
 	mu sync.Mutex
 	// watches holds the open watch of each namespace where Invokes wait.
@@ -69,6 +75,11 @@ func NewClient(cfg *rest.Config, opts ...Option) (*Client, error) {
 	}
 	if c.fieldManager == "" {
 		return nil, errors.New("the field manager must not be empty")
+	}
+	if c.metricsOn != nil {
+		if c.metrics, err = newSDKMetrics(c.metricsOn); err != nil {
+			return nil, fmt.Errorf("cannot register the SDK's metrics: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -145,7 +156,13 @@ func (c *Client) Invoke(ctx context.Context, req Request, opts ...InvokeOption) 
 	action, deduplicated, err := c.apply(ctx, req.Namespace, req.Key, body)
 	if err != nil {
 		c.leave(early)
+		if conflict := (*DuplicateConflictError)(nil); errors.As(err, &conflict) {
+			c.metrics.conflict(req)
+		}
 		return nil, err
+	}
+	if deduplicated {
+		c.metrics.duplicate(ctx, c, action)
 	}
 	f := &follower{outcome: newOutcome(action, deduplicated), uid: action.UID, resourceVersion: action.ResourceVersion, waitForApproval: o.waitForApproval}
 	if f.done() {

@@ -238,23 +238,26 @@ var _ = Describe("An adapter registered by a test", func() {
 	})
 })
 
-// outcomeCount reads toolledger_action_transitions_total for a phase and class.
+// outcomeCount sums toolledger_actions_finished_total for a phase and
+// class, over every tool.
 func outcomeCount(phase v1alpha1.Phase, class v1alpha1.ErrorClass) float64 {
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
 	for _, f := range families {
-		if f.GetName() != "toolledger_action_transitions_total" {
+		if f.GetName() != "toolledger_actions_finished_total" {
 			continue
 		}
+		total := 0.0
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
 			if labels["phase"] == string(phase) && labels["error_class"] == string(class) {
-				return m.GetCounter().GetValue()
+				total += m.GetCounter().GetValue()
 			}
 		}
+		return total
 	}
 	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/go-logr/logr"
 	"net"
 	"net/netip"
 	"net/url"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -41,6 +43,16 @@ import (
 type Options struct {
 	// MetricsAddr serves Prometheus metrics; "0" disables them.
 	MetricsAddr string
+	// MetricsSecure serves them over HTTPS to callers that the API server
+	// authenticates (TokenReview) and authorizes for GET /metrics
+	// (SubjectAccessReview); plain HTTP to anyone otherwise.
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for MetricsSecure; empty
+	// generates a self-signed certificate at start.
+	MetricsCertDir string
+	// Logger is the manager's logger; controller-runtime's global one when
+	// unset.
+	Logger logr.Logger
 	// ProbeAddr serves /healthz and /readyz; "0" disables them.
 	ProbeAddr string
 	// LeaderElection is optional: the claim alone keeps dispatches single,
@@ -80,9 +92,9 @@ type Options struct {
 	Namespace string
 	// Adapters are the adapters tools may name; DefaultAdapters when nil.
 	Adapters *adapter.Registry
-	// SuccessEvents records a Normal event for every successful dispatch
-	// too; by default only what needs attention makes an event.
-	SuccessEvents bool
+	// QuietRoutineEvents leaves out the Normal events of the happy path (a
+	// claim, a success); by default every change of phase makes an event.
+	QuietRoutineEvents bool
 	// RetentionSweep is how often finished actions past their tool's
 	// keyRetention are looked for; a minute when zero.
 	RetentionSweep time.Duration
@@ -214,7 +226,8 @@ func (opts Options) withDefaults() Options {
 func ManagerOptions(opts Options) ctrl.Options {
 	return ctrl.Options{
 		Scheme:                  Scheme(),
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Metrics:                 metricsOptions(opts),
+		Logger:                  opts.Logger,
 		HealthProbeBindAddress:  opts.ProbeAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "toolledger.toolledger.dev",
@@ -223,6 +236,21 @@ func ManagerOptions(opts Options) ctrl.Options {
 		Cache:                   CacheOptions(),
 		Client:                  ClientOptions(),
 	}
+}
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serve the metrics endpoint; secure, it checks each
+// scraper's token and its right to GET /metrics with the API server.
+func metricsOptions(opts Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: opts.MetricsAddr}
+	if opts.MetricsSecure {
+		m.SecureServing = true
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+		m.CertDir = opts.MetricsCertDir
+	}
+	return m
 }
 
 // DefaultAdapters registers the adapters built into toolledger. The HTTP
@@ -339,7 +367,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Adapters:                adapters,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
-		SuccessEvents:           opts.SuccessEvents,
+		QuietRoutine:            opts.QuietRoutineEvents,
 		Deleting:                deleting,
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,

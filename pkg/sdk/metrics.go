@@ -1,0 +1,144 @@
+package sdk
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// WithMetrics has the Client count, on reg, the duplicates and key
+// conflicts it meets, under the names the manager uses with source="sdk":
+// a duplicate apply writes nothing, so it never reaches the controller and
+// only the caller can count it. The series are labelled by namespace and
+// tool, never by key:
+//
+//   - toolledger_duplicate_hits_total: invocations the API server found
+//     recorded with the same request;
+//   - toolledger_key_conflicts_total: invocations refused because the key
+//     records a different request;
+//   - toolledger_duplicate_age_seconds: for a duplicate of a finished
+//     action, how long after its completion it arrived;
+//   - toolledger_duplicate_age_retention_ratio: that age as a fraction of
+//     the tool's keyRetention, when the Client may read the Tool (the
+//     agent role may); above 0.8 a later retry may outlive the key.
+//
+// Registering on a registry that already holds these collectors fails
+// NewClient: give each Client its own registry, or share one Client.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(c *Client) { c.metricsOn = reg }
+}
+
+// sdkMetrics are a Client's collectors.
+type sdkMetrics struct {
+	hits, conflicts *prometheus.CounterVec
+	age, ratio      *prometheus.HistogramVec
+
+	mu sync.Mutex
+	// retentions caches each tool's keyRetention (nil: none, or unreadable)
+	// for retentionTTL, so that duplicates cost no read of their tool each.
+	retentions map[toolName]cachedRetention
+}
+
+type toolName struct{ namespace, name string }
+
+type cachedRetention struct {
+	retention *time.Duration
+	read      time.Time
+}
+
+const retentionTTL = 5 * time.Minute
+
+// DuplicateAgeBuckets span a retry within seconds to a backup restored
+// months later; DuplicateRetentionRatioBuckets are tenths of a key
+// retention. The manager observes its duplicates with the same buckets, so
+// that the series of both sum.
+var (
+	DuplicateAgeBuckets            = []float64{1, 10, 60, 300, 900, 3600, 6 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600, 30 * 24 * 3600, 90 * 24 * 3600}
+	DuplicateRetentionRatioBuckets = []float64{.1, .2, .3, .4, .5, .6, .7, .8, .9, 1}
+)
+
+func newSDKMetrics(reg prometheus.Registerer) (*sdkMetrics, error) {
+	labels := []string{"namespace", "tool_kind", "tool", "source"}
+	m := &sdkMetrics{
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolledger_duplicate_hits_total",
+			Help: "Repeats of a recorded intent answered without a second effect; source=sdk: the API server found the key recorded with the same request.",
+		}, labels),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "toolledger_key_conflicts_total",
+			Help: "Keys used again for a different request, refused without executing it; source=sdk: the API server refused the apply.",
+		}, labels),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolledger_duplicate_age_seconds",
+			Help:    "How long after the first attempt's completion a duplicate arrived.",
+			Buckets: DuplicateAgeBuckets,
+		}, labels),
+		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "toolledger_duplicate_age_retention_ratio",
+			Help:    "A duplicate's age as a fraction of its tool's keyRetention (tools with a keyRetention only).",
+			Buckets: DuplicateRetentionRatioBuckets,
+		}, labels),
+		retentions: map[toolName]cachedRetention{},
+	}
+	for _, c := range []prometheus.Collector{m.hits, m.conflicts, m.age, m.ratio} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func sdkLabels(namespace, tool string) prometheus.Labels {
+	return prometheus.Labels{"namespace": namespace, "tool_kind": v1alpha1.KindTool, "tool": tool, "source": "sdk"}
+}
+
+// conflict counts a refused invocation of req.
+func (m *sdkMetrics) conflict(req Request) {
+	if m != nil {
+		m.conflicts.With(sdkLabels(req.Namespace, req.Tool)).Inc()
+	}
+}
+
+// duplicate counts an invocation the API server found recorded, with its
+// age when the action has finished.
+func (m *sdkMetrics) duplicate(ctx context.Context, c *Client, action *v1alpha1.ToolAction) {
+	if m == nil {
+		return
+	}
+	labels := sdkLabels(action.Namespace, action.Spec.ToolRef.Name)
+	m.hits.With(labels).Inc()
+	done := action.Status.CompletionTime
+	if done == nil {
+		return
+	}
+	age := max(time.Since(done.Time), 0)
+	m.age.With(labels).Observe(age.Seconds())
+	if retention := m.retention(ctx, c, action.Namespace, action.Spec.ToolRef.Name); retention != nil && *retention > 0 {
+		m.ratio.With(labels).Observe(age.Seconds() / retention.Seconds())
+	}
+}
+
+// retention is the tool's keyRetention, read at most every retentionTTL;
+// nil when it has none or cannot be read.
+func (m *sdkMetrics) retention(ctx context.Context, c *Client, namespace, name string) *time.Duration {
+	key := toolName{namespace, name}
+	m.mu.Lock()
+	cached, found := m.retentions[key]
+	m.mu.Unlock()
+	if found && time.Since(cached.read) < retentionTTL {
+		return cached.retention
+	}
+	var tool v1alpha1.Tool
+	var retention *time.Duration
+	if err := c.rest.Get().Namespace(namespace).Resource("tools").Name(name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
+		retention = &tool.Spec.KeyRetention.Duration
+	}
+	m.mu.Lock()
+	m.retentions[key] = cachedRetention{retention: retention, read: time.Now()}
+	m.mu.Unlock()
+	return retention
+}
