@@ -60,7 +60,8 @@ const (
 	defaultKeyLength = 255
 )
 
-// Provenance headers pass the intent's provenance downstream unchanged.
+// Provenance headers pass the intent's provenance downstream unchanged. A
+// traceID that is a W3C traceparent goes as traceparent too.
 const (
 	RunIDHeader        = "Toolledger-Run-Id"
 	StepIDHeader       = "Toolledger-Step-Id"
@@ -441,6 +442,9 @@ func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {
 		if value != "" {
 			h.Set(header, value)
 		}
+	}
+	if traceparent := adapter.Traceparent(p); traceparent != "" {
+		h.Set(adapter.TraceparentHeader, traceparent)
 	}
 }
 

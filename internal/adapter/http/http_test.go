@@ -476,7 +476,7 @@ func TestConnectDefaults(t *testing.T) {
 
 func TestExecuteProvenanceHeaders(t *testing.T) {
 	t.Parallel()
-	all := []string{RunIDHeader, StepIDHeader, ParentTaskIDHeader, TraceIDHeader, PrincipalsHeader}
+	all := []string{RunIDHeader, StepIDHeader, ParentTaskIDHeader, TraceIDHeader, PrincipalsHeader, "Traceparent"}
 	tests := []struct {
 		name       string
 		provenance *v1alpha1.Provenance
@@ -499,6 +499,8 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 				ParentTaskIDHeader: "task-3",
 				TraceIDHeader:      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 				PrincipalsHeader:   "user:alice@example.com, agent:planner, agent:payments",
+				// A W3C traceparent continues the agent's trace downstream.
+				"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			},
 		},
 		{
@@ -507,7 +509,7 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 			want:       map[string]string{RunIDHeader: "run-1", PrincipalsHeader: "user:alice"},
 		},
 		{
-			name:       "only trace",
+			name:       "a trace id that is no traceparent is not one",
 			provenance: &v1alpha1.Provenance{TraceID: "t-1"},
 			want:       map[string]string{TraceIDHeader: "t-1"},
 		},

@@ -1,0 +1,35 @@
+package adapter_test
+
+import (
+	"testing"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/adapter"
+)
+
+func TestTraceparent(t *testing.T) {
+	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, c := range []struct {
+		name, traceID, want string
+	}{
+		{"a traceparent is forwarded", valid, valid},
+		{"surrounding spaces are dropped", " " + valid + " ", valid},
+		{"a later version may carry more fields", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"},
+		{"a bare trace id names no parent", "4bf92f3577b34da6a3ce929d0e0e4736", ""},
+		{"version 00 has exactly four fields", valid + "-extra", ""},
+		{"version ff is invalid", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},
+		{"upper-case hex is invalid", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", ""},
+		{"an all-zero trace id is invalid", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", ""},
+		{"an all-zero parent id is invalid", "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", ""},
+		{"a short parent id is invalid", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902-01", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := adapter.Traceparent(&v1alpha1.Provenance{TraceID: c.traceID}); got != c.want {
+				t.Errorf("Traceparent(%q) = %q, want %q", c.traceID, got, c.want)
+			}
+		})
+	}
+	if got := adapter.Traceparent(nil); got != "" {
+		t.Errorf("Traceparent(nil) = %q, want empty", got)
+	}
+}
