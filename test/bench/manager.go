@@ -24,15 +24,15 @@ type inProcess struct {
 
 // managerConfig is what a configuration changes in the in-process manager.
 type managerConfig struct {
-	Workers       int
-	SuccessEvents bool
+	Workers     int
+	QuietEvents bool
 }
 
 func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 	stop, err := testenv.StartManager(c.cfg, app.Options{
 		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
 		MaxConcurrentReconciles: config.Workers,
-		SuccessEvents:           config.SuccessEvents,
+		QuietRoutineEvents:      config.QuietEvents,
 	})
 	if err != nil {
 		return nil, err
@@ -78,6 +78,8 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 	}
 	args := append([]string{
 		"--metrics-bind-address=" + metricsAddr,
+		// The harness scrapes without a token.
+		"--metrics-secure=false",
 		"--health-probe-bind-address=" + probeAddr,
 		"--operator-namespace=toolledger-system",
 		// The benchmark's downstreams listen on 127.0.0.1.

@@ -610,8 +610,8 @@ func (g gainRange) NoneGained() bool { return g.Best < g.Threshold }
 // AllLost is whether every level lost beyond the threshold.
 func (g gainRange) AllLost() bool { return g.Best <= -g.Threshold }
 
-// eventsView compares an event per success (before) with the shipped
-// manager (after).
+// eventsView compares the shipped manager, an event per change of phase
+// (before), with one that leaves the happy path's events out (after).
 type eventsView struct {
 	Pairs []pairedRun
 	// MeanGain is the mean change across the levels; Rose when it is
@@ -621,11 +621,11 @@ type eventsView struct {
 }
 
 func (b *bench) eventsFigures(threshold float64) *eventsView {
-	before := b.findVariant(func(v variant) bool { return v.SuccessEvents })
-	if before.ID == "" {
+	quiet := b.findVariant(func(v variant) bool { return v.QuietEvents })
+	if quiet.ID == "" {
 		return nil
 	}
-	e := &eventsView{Pairs: b.pairs(before.ID, b.baseline().ID)}
+	e := &eventsView{Pairs: b.pairs(b.baseline().ID, quiet.ID)}
 	if len(e.Pairs) == 0 {
 		return e
 	}

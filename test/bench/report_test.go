@@ -96,7 +96,7 @@ func allVariants() []variant {
 		{ID: "sdk-nopolicy", Workers: 8, NoPolicy: true},
 		{ID: "watch-per-invoke", Workers: 8, WatchPerInvoke: true},
 		{ID: "w32", Workers: 32},
-		{ID: "events", Workers: 8, SuccessEvents: true},
+		{ID: "quiet-events", Workers: 8, QuietEvents: true},
 	}
 }
 

@@ -31,15 +31,16 @@ type variant struct {
 	// NoPolicy removes the admission policy that sets the finalizer at
 	// creation, as before it was shipped.
 	NoPolicy bool
-	// SuccessEvents runs the manager with a Normal event per success, as
-	// it did before events were kept for warnings.
-	SuccessEvents bool
+	// QuietEvents runs the manager without the happy path's events
+	// (--routine-events=false), as it did before every change of phase
+	// made one.
+	QuietEvents bool
 	// Baseline marks the configuration as shipped.
 	Baseline bool
 }
 
 func (v variant) manager() managerConfig {
-	return managerConfig{Workers: v.Workers, SuccessEvents: v.SuccessEvents}
+	return managerConfig{Workers: v.Workers, QuietEvents: v.QuietEvents}
 }
 
 func (v variant) label() string {
@@ -55,8 +56,8 @@ func (v variant) label() string {
 	if v.NoPolicy {
 		s += " without the admission policy"
 	}
-	if v.SuccessEvents {
-		s += ", an event per success"
+	if v.QuietEvents {
+		s += ", events for warnings only"
 	}
 	if v.Baseline {
 		s += " (as shipped)"
