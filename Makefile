@@ -10,6 +10,7 @@ KUBE_APISERVER ?= $(BIN)/kube-apiserver
 ETCD ?= $(BIN)/etcd
 KUBECTL ?= $(BIN)/kubectl
 STRIPE_MOCK ?= $(BIN)/stripe-mock
+PROMTOOL ?= $(BIN)/promtool
 HELM ?= $(BIN)/helm
 CHART_CRDS := charts/toolledger/crds
 
@@ -59,7 +60,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane $(STRIPE_MOCK) $(HELM) vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock and helm on first use).
+test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use).
 	go test ./... -race -count=1 -timeout 20m
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
@@ -101,6 +102,9 @@ $(GOLANGCI_LINT): hack/lint/go.mod
 
 $(STRIPE_MOCK): hack/stripe-mock/go.mod
 	cd hack/stripe-mock && go build -o $@ github.com/stripe/stripe-mock
+
+$(PROMTOOL): hack/promtool/go.mod
+	cd hack/promtool && go build -o $@ github.com/prometheus/prometheus/cmd/promtool
 
 $(CONTROLLER_GEN): hack/tools/go.mod
 	cd hack/tools && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
