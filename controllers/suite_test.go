@@ -25,6 +25,10 @@ var (
 	k8s        client.Client
 	downstream *demo.Server
 	kubeconfig string
+	// metricsURL is the suite manager's metrics endpoint (HTTPS, with
+	// authentication and authorization), and managerLogs its log lines.
+	metricsURL  string
+	managerLogs = &testenv.LogLines{}
 )
 
 const executorID = "suite-executor"
@@ -38,12 +42,16 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
+	metricsAddr, err := testenv.FreeLocalAddr()
+	Expect(err).NotTo(HaveOccurred())
+	metricsURL = "https://" + metricsAddr + "/metrics"
 	env = specenv.Start(testenv.SuiteOptions{
-		Manager: &app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond},
+		Manager: &app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
+			MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter)},
 	})
 	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
 
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	_, err := env.AddAdmin("suite-admin", kubeconfig)
+	_, err = env.AddAdmin("suite-admin", kubeconfig)
 	Expect(err).NotTo(HaveOccurred())
 })

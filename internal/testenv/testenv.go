@@ -8,6 +8,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -174,12 +177,16 @@ func recordViolation(address string) {
 }
 
 // StartManager runs a toolledger manager until stop is called; stop waits
-// for it and returns what Start returned. Metrics and probes are off, and
-// several managers may run in one process. Without an egress allowance in
+// for it and returns what Start returned. Probes are off, and so are
+// metrics unless opts names an address; several managers may run in one
+// process (they share controller-runtime's metrics registry). Without an egress allowance in
 // opts, the manager has LoopbackEgress. Its tools resolve egresstest.Hosts
 // only, and dial 127.0.0.0/8 only (EgressViolations).
 func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err error) {
-	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
+	opts.ProbeAddr = "0"
+	if opts.MetricsAddr == "" {
+		opts.MetricsAddr = "0"
+	}
 	if opts.Egress.Allow == nil {
 		opts.Egress = LoopbackEgress()
 	}
@@ -234,4 +241,40 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	}
+}
+
+// LogLines keeps the JSON log lines of a logger, for tests that assert
+// what a log line carries.
+type LogLines struct {
+	mu    sync.Mutex
+	lines []map[string]any
+}
+
+// Logger logs at verbosity 1 as JSON to w and into l.
+func (l *LogLines) Logger(w io.Writer) logr.Logger {
+	return zap.New(zap.WriteTo(io.MultiWriter(w, l)), zap.JSONEncoder(), zap.Level(zapcore.Level(-1)))
+}
+
+// Write takes one JSON line per call, as zap writes them.
+func (l *LogLines) Write(p []byte) (int, error) {
+	var line map[string]any
+	if err := json.Unmarshal(p, &line); err == nil {
+		l.mu.Lock()
+		l.lines = append(l.lines, line)
+		l.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// Matching returns the lines for which match holds.
+func (l *LogLines) Matching(match func(map[string]any) bool) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range l.lines {
+		if match(line) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
