@@ -78,3 +78,35 @@ impersonate a namespace's ServiceAccounts (the kubernetesApply adapter).
 {{- define "toolledger.impersonatorName" -}}
 {{- printf "%s-impersonator" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+Name of the metrics Service.
+*/}}
+{{- define "toolledger.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name of the ClusterRole, and of its ClusterRoleBinding, that let a scraper
+read the manager's /metrics when metrics.secure is true.
+*/}}
+{{- define "toolledger.metricsReaderName" -}}
+{{- printf "%s-metrics-reader" (include "toolledger.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Where the Secret of metrics.certSecret is mounted (--metrics-cert-dir).
+*/}}
+{{- define "toolledger.metricsCertDir" -}}
+/var/run/toolledger/metrics-certs
+{{- end }}
+
+{{/*
+Fails when a monitoring object is enabled while metrics are off: it would
+select or alert on an endpoint that does not exist.
+*/}}
+{{- define "toolledger.requireMetrics" -}}
+{{- if not .root.Values.metrics.enabled }}
+{{- fail (printf "%s needs metrics.enabled=true" .what) }}
+{{- end }}
+{{- end }}
