@@ -162,10 +162,12 @@ chart-lint: $(HELM) chart-rbac chart-admission chart-observability ## Lint the H
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system > /dev/null
 	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system \
 		--set leaderElect=true --set metrics.enabled=false --set serviceAccount.create=false --set serviceAccount.name=sa > /dev/null
-	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system --set successEvents=true \
+	$(HELM) template toolledger $(CHART_DIR) --namespace toolledger-system --set routineEvents=false \
 		--api-versions admissionregistration.k8s.io/v1/MutatingAdmissionPolicy > $(BIN)/chart-mutating.yaml
 	grep -q 'name: toolledger-outcome-finalizer' $(BIN)/chart-mutating.yaml && grep -q 'name: toolledger-identity' $(BIN)/chart-mutating.yaml \
 		|| { echo "chart-lint: both MutatingAdmissionPolicies must render where the cluster serves them" >&2; exit 1; }
+	grep -q -- '- --routine-events=false$$' $(BIN)/chart-mutating.yaml && $(HELM) template toolledger $(CHART_DIR) | grep -q -- '- --routine-events=true$$' \
+		|| { echo "chart-lint: routineEvents must reach --routine-events" >&2; exit 1; }
 	@# The impersonator ClusterRole is bound by a RoleBinding in each listed namespace and nowhere else.
 	[ "$$($(HELM) template toolledger $(CHART_DIR) | grep -c 'name: toolledger-impersonator$$')" = 1 ] \
 		&& out="$$($(HELM) template toolledger $(CHART_DIR) --namespace ops --set serviceAccount.name=ledger \
