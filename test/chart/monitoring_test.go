@@ -577,7 +577,7 @@ func execOutput(t *testing.T, name string, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%v: %s", err, stderr.String())
+		return out, fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	return out, nil
 }

@@ -266,7 +266,7 @@ func promtool(t *testing.T) string {
 // test with its output when it fails.
 func runPromtool(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(promtool(t), args...)
+	cmd := exec.CommandContext(t.Context(), promtool(t), args...)
 	cmd.Dir = repoRoot
 	out, err := cmd.CombinedOutput()
 	if err != nil {
