@@ -222,17 +222,13 @@ var _ = Describe("Observability", func() {
 
 	It("serves metrics only to a caller the API server authenticates and authorizes", func() {
 		stranger := scraperToken(ctx, clients, ns, false)
-		insecure := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			// The manager's certificate is self-signed when no --metrics-cert-dir is given.
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a test of authentication, not of the certificate
-		}}
 		status := func(token string) int {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 			Expect(err).NotTo(HaveOccurred())
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
-			resp, err := insecure.Do(req)
+			resp, err := metricsClient.Do(req)
 			Expect(err).NotTo(HaveOccurred())
 			_ = resp.Body.Close()
 			return resp.StatusCode
@@ -278,15 +274,19 @@ func scraperToken(ctx context.Context, clients *kubernetes.Clientset, ns string,
 	return token.Status.Token
 }
 
+// metricsClient reaches the suite manager's metrics endpoint, whose
+// certificate is self-signed (no --metrics-cert-dir): the specs test
+// authentication and authorization, not the certificate.
+var metricsClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the manager's self-signed certificate
+}}
+
 // scrape reads the suite manager's metrics with token.
 func scrape(g Gomega, token string) samples {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the manager's self-signed certificate
-	}}
 	req, err := http.NewRequest(http.MethodGet, metricsURL, nil) //nolint:noctx // bounded by the client's timeout
 	g.Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
+	resp, err := metricsClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { _ = resp.Body.Close() }()
 	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
