@@ -78,10 +78,11 @@ run: $(RUN_DEPS) ## Start a local control plane, the demo downstream and the ope
 ##@ Build
 
 .PHONY: build
-build: ## Build the operator, the local runner and the demo downstream into bin/.
+build: ## Build the operator, the local runner, the demo downstream and the MCP gateway into bin/.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/toolledger-dev ./cmd/toolledger-dev
 	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
+	go build -o $(BIN)/toolledger-mcp ./cmd/toolledger-mcp
 
 .PHONY: controlplane
 controlplane: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build kube-apiserver, etcd and kubectl from source into bin/ (first time: minutes).
@@ -247,6 +248,7 @@ E2E_TIMEOUT ?= 30m
 e2e-binaries: ## Build the manager, the demo downstream and the kubectl plugin into bin/ for the end-to-end suite.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
+	go build -o $(BIN)/toolledger-mcp ./cmd/toolledger-mcp
 	go build -o $(BIN)/kubectl-toolledger ./cmd/kubectl-toolledger
 
 .PHONY: test-e2e

@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,7 +63,7 @@ func (r *ToolActionReconciler) resolveClusterTool(ctx context.Context, action *v
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Name: action.Namespace}, &namespace); err != nil {
 		return nil, fmt.Errorf("cannot get namespace %s: %w", action.Namespace, err)
 	}
-	admitted, err := admits(clusterTool.Spec.NamespaceSelector, namespace.Labels)
+	admitted, err := clusterTool.Spec.Admits(namespace.Labels)
 	if err != nil {
 		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotAdmitted,
 			message: fmt.Sprintf("clustertool %q has an invalid namespaceSelector: %v", name, err)}
@@ -77,17 +76,6 @@ func (r *ToolActionReconciler) resolveClusterTool(ctx context.Context, action *v
 		ObjectMeta: metav1.ObjectMeta{Name: clusterTool.Name, Namespace: r.OperatorNamespace},
 		Spec:       clusterTool.Spec.ToolSpec,
 	}, nil
-}
-
-func admits(selector *metav1.LabelSelector, namespaceLabels map[string]string) (bool, error) {
-	if selector == nil {
-		return false, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return false, err
-	}
-	return s.Matches(labels.Set(namespaceLabels)), nil
 }
 
 // getConfirmed reads from the cache and confirms a miss with the API server.

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // ClusterToolSpec is a tool contract offered to the namespaces its selector
@@ -15,6 +16,19 @@ type ClusterToolSpec struct {
 	// use this tool. An empty selector admits every namespace; a missing one none.
 	// +required
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
+}
+
+// Admits reports whether the selector admits a namespace with these labels:
+// an empty selector admits every namespace, a missing one none.
+func (s *ClusterToolSpec) Admits(namespaceLabels map[string]string) (bool, error) {
+	if s.NamespaceSelector == nil {
+		return false, nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(s.NamespaceSelector)
+	if err != nil {
+		return false, err
+	}
+	return selector.Matches(labels.Set(namespaceLabels)), nil
 }
 
 // +kubebuilder:object:root=true

@@ -467,6 +467,13 @@ type ToolSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	Version string `json:"version"`
 
+	// description says what the operation does and when to use it, for
+	// people and for agents: the MCP gateway (toolledger-mcp) publishes it
+	// as the tool's description.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Description string `json:"description,omitempty"`
+
 	// idempotencyClass says whether and how the operation may be repeated.
 	// +required
 	IdempotencyClass IdempotencyClass `json:"idempotencyClass"`

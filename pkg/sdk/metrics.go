@@ -43,7 +43,7 @@ type sdkMetrics struct {
 	retentions map[toolName]cachedRetention
 }
 
-type toolName struct{ namespace, name string }
+type toolName struct{ namespace, kind, name string }
 
 type cachedRetention struct {
 	retention *time.Duration
@@ -92,14 +92,14 @@ func newSDKMetrics(reg prometheus.Registerer) (*sdkMetrics, error) {
 	return m, nil
 }
 
-func sdkLabels(namespace, tool string) prometheus.Labels {
-	return prometheus.Labels{"namespace": namespace, "tool_kind": v1alpha1.KindTool, "tool": tool, "source": "sdk"}
+func sdkLabels(namespace string, ref v1alpha1.ToolReference) prometheus.Labels {
+	return prometheus.Labels{"namespace": namespace, "tool_kind": ref.KindOrDefault(), "tool": ref.Name, "source": "sdk"}
 }
 
 // conflict counts a refused invocation of req.
 func (m *sdkMetrics) conflict(req Request) {
 	if m != nil {
-		m.conflicts.With(sdkLabels(req.Namespace, req.Tool)).Inc()
+		m.conflicts.With(sdkLabels(req.Namespace, v1alpha1.ToolReference{Kind: req.ToolKind, Name: req.Tool})).Inc()
 	}
 }
 
@@ -109,7 +109,7 @@ func (m *sdkMetrics) duplicate(ctx context.Context, c *Client, action *v1alpha1.
 	if m == nil {
 		return
 	}
-	labels := sdkLabels(action.Namespace, action.Spec.ToolRef.Name)
+	labels := sdkLabels(action.Namespace, action.Spec.ToolRef)
 	m.hits.With(labels).Inc()
 	done := action.Status.CompletionTime
 	if done == nil {
@@ -117,25 +117,32 @@ func (m *sdkMetrics) duplicate(ctx context.Context, c *Client, action *v1alpha1.
 	}
 	age := max(time.Since(done.Time), 0)
 	m.age.With(labels).Observe(age.Seconds())
-	if retention := m.retention(ctx, c, action.Namespace, action.Spec.ToolRef.Name); retention != nil && *retention > 0 {
+	if retention := m.retention(ctx, c, action.Namespace, action.Spec.ToolRef); retention != nil && *retention > 0 {
 		m.ratio.With(labels).Observe(age.Seconds() / retention.Seconds())
 	}
 }
 
 // retention is the tool's keyRetention, read at most every retentionTTL;
 // nil when it has none or cannot be read.
-func (m *sdkMetrics) retention(ctx context.Context, c *Client, namespace, name string) *time.Duration {
-	key := toolName{namespace, name}
+func (m *sdkMetrics) retention(ctx context.Context, c *Client, namespace string, ref v1alpha1.ToolReference) *time.Duration {
+	key := toolName{namespace, ref.KindOrDefault(), ref.Name}
 	m.mu.Lock()
 	cached, found := m.retentions[key]
 	m.mu.Unlock()
 	if found && time.Since(cached.read) < retentionTTL {
 		return cached.retention
 	}
-	var tool v1alpha1.Tool
 	var retention *time.Duration
-	if err := c.rest.Get().Namespace(namespace).Resource("tools").Name(name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
-		retention = &tool.Spec.KeyRetention.Duration
+	if ref.KindOrDefault() == v1alpha1.KindClusterTool {
+		var tool v1alpha1.ClusterTool
+		if err := c.rest.Get().Resource("clustertools").Name(ref.Name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
+			retention = &tool.Spec.KeyRetention.Duration
+		}
+	} else {
+		var tool v1alpha1.Tool
+		if err := c.rest.Get().Namespace(namespace).Resource("tools").Name(ref.Name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
+			retention = &tool.Spec.KeyRetention.Duration
+		}
 	}
 	m.mu.Lock()
 	m.retentions[key] = cachedRetention{retention: retention, read: time.Now()}

@@ -26,8 +26,12 @@ type Request struct {
 	// Key is the idempotency key and the ToolAction's name; derive it with
 	// WorkflowKey or ArgumentsKey.
 	Key string `json:"key"`
-	// Tool names the Tool, in Namespace, that carries out the action.
+	// Tool names the Tool, in Namespace, that carries out the action, or
+	// the ClusterTool when ToolKind is ClusterTool.
 	Tool string `json:"tool"`
+	// ToolKind is Tool (when empty) or ClusterTool, for a platform-wide
+	// tool whose selector admits Namespace.
+	ToolKind string `json:"toolKind,omitempty"`
 	// Parameters is the JSON object sent to the tool. Each value is encoded
 	// with encoding/json (json.RawMessage values are taken as they are) and
 	// the object is canonicalized (RFC 8785) before it is sent, so member
@@ -184,7 +188,7 @@ func applyBody(req Request) ([]byte, error) {
 		Kind:       "ToolAction",
 		Metadata:   applyMetadata{Name: req.Key, Namespace: req.Namespace, Finalizers: []string{v1alpha1.Finalizer}},
 		Spec: v1alpha1.ToolActionSpec{
-			ToolRef:       v1alpha1.ToolReference{Name: req.Tool},
+			ToolRef:       v1alpha1.ToolReference{Kind: req.ToolKind, Name: req.Tool},
 			Parameters:    parameters,
 			RequestDigest: req.RequestDigest,
 			Provenance:    req.Provenance,
@@ -210,6 +214,9 @@ func (r Request) validate() error {
 	}
 	if r.Tool == "" {
 		problems = append(problems, "tool is empty")
+	}
+	if r.ToolKind != "" && r.ToolKind != v1alpha1.KindTool && r.ToolKind != v1alpha1.KindClusterTool {
+		problems = append(problems, fmt.Sprintf("tool kind %q is neither %s nor %s", r.ToolKind, v1alpha1.KindTool, v1alpha1.KindClusterTool))
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("invalid request: %s", strings.Join(problems, "; "))

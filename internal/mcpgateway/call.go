@@ -1,0 +1,311 @@
+package mcpgateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// metaPrefix prefixes the gateway's _meta keys (MCP reserves unprefixed and
+// modelcontextprotocol.io/ keys for the protocol).
+const metaPrefix = "toolledger.dev/"
+
+// _meta keys a call may carry.
+const (
+	// MetaKey is the caller's own idempotency key: it wins over the derived one.
+	MetaKey = metaPrefix + "key"
+	// MetaRunID and MetaStepID name the caller's run and the step within
+	// it: they enter the derived key and the action's provenance.
+	MetaRunID  = metaPrefix + "runID"
+	MetaStepID = metaPrefix + "stepID"
+)
+
+// PhaseNotRecorded is the phase of a call the gateway refused before the
+// ledger recorded anything: invalid arguments, a key that records another
+// request, or a caller without the right to invoke.
+const PhaseNotRecorded = "NotRecorded"
+
+// Outcome is a call's structuredContent: the ledger's record of the intent.
+type Outcome struct {
+	// Key is the idempotency key: the ToolAction's name.
+	Key string `json:"key,omitempty"`
+	// Phase is the action's phase, or NotRecorded.
+	Phase string `json:"phase"`
+	// Deduplicated reports that this call caused no effect: the intent was
+	// recorded before, by an earlier call.
+	Deduplicated bool   `json:"deduplicated"`
+	ExternalRef  string `json:"externalRef,omitempty"`
+	// Result holds the response fields the tool stores.
+	Result      json.RawMessage `json:"result,omitempty"`
+	ErrorClass  string          `json:"errorClass,omitempty"`
+	ErrorReason string          `json:"errorReason,omitempty"`
+	Message     string          `json:"message,omitempty"`
+}
+
+var outcomeSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "key": {"type": "string", "description": "The idempotency key: the name of the ToolAction that records this intent."},
+    "phase": {"type": "string", "enum": ["Pending", "Accepted", "AwaitingApproval", "Executing", "RetryScheduled", "Unknown", "Succeeded", "Failed", "Escalated", "NotRecorded"]},
+    "deduplicated": {"type": "boolean", "description": "True when an earlier call recorded this intent: this call caused no effect."},
+    "externalRef": {"type": "string", "description": "The downstream's identifier of the effect."},
+    "result": {"description": "The response fields the tool stores."},
+    "errorClass": {"type": "string"},
+    "errorReason": {"type": "string"},
+    "message": {"type": "string"}
+  },
+  "required": ["phase", "deduplicated"]
+}`)
+
+// KeyInput is what a derived key identifies: the caller, its run and step,
+// the tool and the canonical arguments.
+type KeyInput struct {
+	// Caller is the authenticated user's name.
+	Caller string `json:"caller"`
+	RunID  string `json:"runID,omitempty"`
+	StepID string `json:"stepID,omitempty"`
+	// Kind and Tool name the tool.
+	Kind string `json:"kind"`
+	Tool string `json:"tool"`
+	// Arguments are the call's arguments (canonicalized by the derivation).
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// DeriveKey is the key of a call that names none: sdk.ArgumentsKey of the
+// tool and the KeyInput, so the same caller calling the same tool with the
+// same arguments in the same run and step lands on the same ToolAction,
+// whatever the JSON-RPC id, the connection, or the gateway replica.
+func DeriveKey(in KeyInput) (string, error) {
+	return sdk.ArgumentsKey(in.Tool, "mcp", in)
+}
+
+// handler returns the tool handler of a published entry.
+func (g *Gateway) handler(e *entry) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return g.call(ctx, e, req), nil
+	}
+}
+
+func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	caller, err := g.callerOf(req)
+	if err != nil {
+		return refused("", v1alpha1.ErrorClassDenied, "Unauthenticated", err.Error())
+	}
+	arguments, err := objectArguments(req.Params.Arguments)
+	if err != nil {
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+	}
+	if err := e.schema.Validate(arguments); err != nil {
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments",
+			strings.ReplaceAll(err.Error(), "spec.parameters", "arguments")+"; nothing was recorded: correct the arguments and call again")
+	}
+	meta := req.Params.Meta
+	runID, stepID := metaString(meta, MetaRunID), metaString(meta, MetaStepID)
+	key := metaString(meta, MetaKey)
+	if key != "" {
+		if errs := validation.IsDNS1123Subdomain(key); len(errs) > 0 {
+			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidKey",
+				fmt.Sprintf("_meta %q %q is not a valid key (a Kubernetes object name): %s", MetaKey, key, strings.Join(errs, "; ")))
+		}
+	} else if key, err = DeriveKey(KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Kind: e.ref.Kind, Tool: e.ref.Name, Arguments: arguments}); err != nil {
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+	}
+	parameters, err := parameterMap(arguments)
+	if err != nil {
+		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+	}
+	request := sdk.Request{Namespace: g.opts.Namespace, Key: key, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters}
+	if runID != "" || stepID != "" {
+		request.Provenance = &v1alpha1.Provenance{RunID: runID, StepID: stepID}
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, g.opts.Wait)
+	defer cancel()
+	stopProgress := g.reportProgress(waitCtx, req, key)
+	outcome, err := caller.client.Invoke(waitCtx, request)
+	stopProgress()
+	log := g.opts.Logger.WithValues("tool", e.ref.Name, "key", key, "caller", caller.name)
+	switch {
+	case err == nil:
+	case outcome != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// The wait ran out, not the call: the action goes on.
+	case errors.Is(err, sdk.ErrDuplicateConflict) && outcome != nil:
+		// The key's tombstone records another request: the new record
+		// failed without executing, and says so.
+		err = nil
+	case errors.Is(err, sdk.ErrDuplicateConflict):
+		return refused(key, v1alpha1.ErrorClassDuplicateConflict, string(v1alpha1.ErrorClassDuplicateConflict),
+			fmt.Sprintf("the key %q already records a different request (other arguments, tool or run); nothing was executed. "+
+				"Repeat the recorded request to read its outcome, or use a new key only for a new intent", key))
+	case apierrors.IsForbidden(err):
+		log.Info("Call refused by RBAC", "error", err.Error())
+		return refused(key, v1alpha1.ErrorClassDenied, "Forbidden",
+			fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden): %s; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace, apiMessage(err)))
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidRequest", apiMessage(err))
+	case ctx.Err() != nil:
+		log.V(1).Info("The caller went away; the action goes on", "error", err.Error())
+		if outcome != nil {
+			return result(outcome, err)
+		}
+		return refused(key, "GatewayError", "CallCancelled", err.Error())
+	default:
+		log.Error(err, "Call failed")
+		if outcome == nil {
+			return &mcp.CallToolResult{IsError: true, Content: text(fmt.Sprintf("The gateway could not reach the ledger: %v. Nothing is known to be recorded; calling again with the same arguments is safe: it cannot cause a second effect.", err)),
+				StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: "GatewayError", Message: err.Error()}}
+		}
+	}
+	return result(outcome, err)
+}
+
+// result reports an outcome in the words a model acts on.
+func result(o *sdk.Outcome, waitErr error) *mcp.CallToolResult {
+	out := Outcome{Key: o.Key, Phase: string(o.Phase), Deduplicated: o.Deduplicated, ExternalRef: o.ExternalRef,
+		Result: o.Result, ErrorClass: string(o.ErrorClass), ErrorReason: o.ErrorReason, Message: o.Message}
+	var words string
+	isError := false
+	repeat := "Do not retry under a new key or with changed arguments: that could cause the effect twice. Call this tool again later with the same arguments; the same call returns the settled outcome."
+	switch o.Phase {
+	case v1alpha1.PhaseSucceeded:
+		words = fmt.Sprintf("Succeeded (key %s", o.Key)
+		if o.ExternalRef != "" {
+			words += ", externalRef " + o.ExternalRef
+		}
+		words += ")."
+		if o.Deduplicated {
+			words += " This intent was already recorded by an earlier call: this call caused no second effect."
+		}
+		if len(o.Result) > 0 {
+			words += " Result: " + string(o.Result)
+		}
+	case v1alpha1.PhaseFailed:
+		isError = true
+		words = fmt.Sprintf("Failed (key %s): %s/%s: %s. The failure is final for this intent: calling again with the same arguments returns it again. Change the arguments only for a different intent.", o.Key, o.ErrorClass, o.ErrorReason, o.Message)
+	case v1alpha1.PhaseEscalated:
+		words = fmt.Sprintf("Escalated to a human (key %s): nobody can yet prove whether the effect happened (%s). %s", o.Key, o.Message, repeat)
+	case v1alpha1.PhaseAwaitingApproval:
+		words = fmt.Sprintf("Awaiting a human's approval (key %s, request digest %s): it runs once approved, and not before. %s", o.Key, o.RequestDigest, repeat)
+	case v1alpha1.PhaseUnknown:
+		words = fmt.Sprintf("The outcome is not known yet (key %s): the ledger is looking the effect up downstream. %s", o.Key, repeat)
+	default:
+		words = fmt.Sprintf("Still in flight (key %s, phase %s). %s", o.Key, o.Phase, repeat)
+	}
+	if waitErr != nil && out.Message == "" {
+		out.Message = "the gateway stopped waiting; the action goes on"
+	}
+	return &mcp.CallToolResult{IsError: isError, Content: text(words), StructuredContent: out}
+}
+
+// refused answers a call the ledger did not record.
+func refused(key string, class v1alpha1.ErrorClass, reason, message string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           text(fmt.Sprintf("Not recorded: %s: %s", reason, message)),
+		StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: string(class), ErrorReason: reason, Message: message},
+	}
+}
+
+func text(s string) []mcp.Content { return []mcp.Content{&mcp.TextContent{Text: s}} }
+
+// reportProgress sends a progress notification every ProgressInterval
+// while the action is in flight, when the caller asked for progress; the
+// returned function stops it.
+func (g *Gateway) reportProgress(ctx context.Context, req *mcp.CallToolRequest, key string) func() {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ticker := time.NewTicker(g.opts.ProgressInterval)
+		defer ticker.Stop()
+		start := time.Now()
+		for step := 1; ; step++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token, Progress: float64(step),
+				Message: fmt.Sprintf("action %s in flight for %s", key, time.Since(start).Round(time.Second)),
+			})
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// objectArguments are the call's arguments as a JSON object; none is {}.
+func objectArguments(raw any) (json.RawMessage, error) {
+	var encoded json.RawMessage
+	switch a := raw.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		encoded = a
+	default:
+		var err error
+		if encoded, err = json.Marshal(a); err != nil {
+			return nil, fmt.Errorf("the arguments cannot be encoded: %w", err)
+		}
+	}
+	trimmed := bytes.TrimSpace(encoded)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return json.RawMessage("{}"), nil
+	}
+	if trimmed[0] != '{' {
+		return nil, errors.New("the arguments must be a JSON object")
+	}
+	return trimmed, nil
+}
+
+// parameterMap splits the arguments into the request's parameters; the SDK
+// canonicalizes each value.
+func parameterMap(arguments json.RawMessage) (map[string]any, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(arguments, &members); err != nil {
+		return nil, fmt.Errorf("the arguments are not a JSON object: %w", err)
+	}
+	parameters := make(map[string]any, len(members))
+	for name, value := range members {
+		parameters[name] = value
+	}
+	return parameters, nil
+}
+
+func metaString(meta mcp.Meta, key string) string {
+	if s, ok := meta[key].(string); ok {
+		return s
+	}
+	return ""
+}
+
+// apiMessage is the API server's message of err, without client-go's
+// wrapping.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().Message
+	}
+	return err.Error()
+}

@@ -1,0 +1,131 @@
+// Package mcpgateway serves a namespace's tool catalog over the Model
+// Context Protocol: every Tool, and every ClusterTool that admits the
+// namespace, is an MCP tool, and every call of one is a ToolAction, so an
+// MCP agent that repeats a call (after a timeout, a lost stream, or because
+// another agent had the same idea) causes one effect per intent.
+//
+// The protocol carries no idempotency key. The gateway derives one from the
+// caller, the caller's run and step (when the request's _meta names them),
+// the tool and the canonical arguments (see Key), or takes the caller's own
+// from _meta; the ledger, not the protocol, recognises a repeat.
+package mcpgateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/client-go/rest"
+
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// Name is the gateway's MCP implementation name.
+const Name = "toolledger-mcp"
+
+// Defaults of Options.
+const (
+	DefaultWait             = 20 * time.Second
+	DefaultProgressInterval = 2 * time.Second
+)
+
+// Options configure a Gateway.
+type Options struct {
+	// Config is the gateway's own identity: it reads the catalog with it
+	// and, over HTTP, impersonates callers with it.
+	Config *rest.Config
+	// Namespace is the tenant the gateway serves.
+	Namespace string
+	// ClusterTools publishes the ClusterTools that admit Namespace, besides
+	// its Tools.
+	ClusterTools bool
+	// Wait bounds how long a call waits for its action to settle before it
+	// answers with the phase in flight; DefaultWait when zero.
+	Wait time.Duration
+	// ProgressInterval is how often a call in flight sends a progress
+	// notification, when the caller asked for progress;
+	// DefaultProgressInterval when zero.
+	ProgressInterval time.Duration
+	// Version is reported as the MCP server's version.
+	Version string
+	Logger  logr.Logger
+}
+
+// Gateway is one MCP server over one namespace's catalog.
+type Gateway struct {
+	opts    Options
+	server  *mcp.Server
+	catalog *catalog
+
+	// self invokes as the gateway's own identity: over stdio and in the
+	// local-only HTTP mode, the user who runs it.
+	self *caller
+
+	// callers are the callers authenticated over HTTP, each with a ledger
+	// client impersonating its user.
+	callers *callerCache
+}
+
+// New returns a gateway over opts.Namespace. It asks the API server who its
+// own identity is (a SelfSubjectReview), since that user is the caller of
+// every call that carries no token. Run starts following the catalog.
+func New(ctx context.Context, opts Options) (*Gateway, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("the namespace to serve is empty")
+	}
+	if opts.Wait <= 0 {
+		opts.Wait = DefaultWait
+	}
+	if opts.ProgressInterval <= 0 {
+		opts.ProgressInterval = DefaultProgressInterval
+	}
+	g := &Gateway{opts: opts}
+	self, err := g.selfCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g.self = self
+	g.callers = newCallerCache(maxCallers)
+	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
+		Instructions: instructions,
+		// Tools come and go with the catalog, after clients connect.
+		HasTools: true,
+	})
+	if g.catalog, err = newCatalog(opts, g.server, g.handler); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// instructions tell a model, once, what every tool of the gateway shares.
+const instructions = "Every tool of this server is recorded in a ledger (toolledger) and takes effect at most once per intent. " +
+	"A call repeated with the same arguments (after a timeout, or by another agent of the same user) returns the first call's outcome instead of acting again. " +
+	"When a result says an action is in flight, unknown, escalated to a human or awaiting approval, do not retry it under a new key or with changed arguments: " +
+	"call the same tool again later with the same arguments to read the settled outcome. " +
+	"To ask for a second effect on purpose, send a new _meta \"toolledger.dev/stepID\" (or your own \"toolledger.dev/key\")."
+
+// Server is the MCP server, for a transport of the caller's choosing; over
+// it, every call acts as the gateway's own identity.
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Run follows the catalog, publishing its tools, until ctx ends. It returns
+// once the first catalog is published, with a nil error; sync failures
+// afterwards are logged and retried.
+func (g *Gateway) Run(ctx context.Context) error {
+	return g.catalog.run(ctx)
+}
+
+// Tools lists the names of the tools published now, for logs and tests.
+func (g *Gateway) Tools() []string { return g.catalog.names() }
+
+// newClient returns a ledger client of cfg.
+func (g *Gateway) newClient(cfg *rest.Config) (*sdk.Client, error) {
+	c, err := sdk.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the ledger client: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,121 @@
+package mcpgateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+)
+
+// Paths the HTTP handler serves.
+const (
+	// MCPPath is the Streamable HTTP endpoint.
+	MCPPath = "/mcp"
+	// ResourceMetadataPath is the OAuth 2.0 protected resource metadata
+	// (RFC 9728) of MCPPath, where MCP clients discover how to get a token.
+	ResourceMetadataPath = "/.well-known/oauth-protected-resource"
+)
+
+// HTTPOptions configure the Streamable HTTP endpoint.
+type HTTPOptions struct {
+	// ResourceURL is the endpoint's URL as clients reach it, such as
+	// https://toolledger-mcp.example.com/mcp: the protected resource its
+	// metadata names.
+	ResourceURL string
+	// Audience is the audience a token must be issued for: a
+	// ServiceAccount token requested for it (kubectl create token
+	// --audience), or a token of an OIDC issuer the API server trusts with
+	// it. ResourceURL when empty, as MCP's authorization asks (RFC 8707).
+	Audience string
+	// AuthorizationServers are the issuers the metadata names, where an MCP
+	// client obtains a token.
+	AuthorizationServers []string
+	// LocalOnly serves without tokens, every call acting as the gateway's
+	// own identity, and refuses every request that does not come from a
+	// loopback address. For a desktop agent on the same machine.
+	LocalOnly bool
+}
+
+// HTTPHandler serves the gateway over Streamable HTTP, stateless as the
+// 2026-07-28 protocol is: each POST carries one request, and the ledger key
+// (not a session) recognises a call sent again. Unless LocalOnly, every
+// request needs a bearer token of the gateway's audience, which the API
+// server authenticates (a TokenReview), and every call acts as that user by
+// impersonation.
+func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
+		Stateless: true,
+		// The action goes on without the caller; its wait need not.
+		PropagateRequestCancellation: true,
+	})
+	mux := http.NewServeMux()
+	if opts.LocalOnly {
+		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
+		return mux, nil
+	}
+	resource, err := url.Parse(opts.ResourceURL)
+	if err != nil || resource.Scheme == "" || resource.Host == "" {
+		return nil, fmt.Errorf("the resource URL %q is not an absolute URL", opts.ResourceURL)
+	}
+	audience := opts.Audience
+	if audience == "" {
+		audience = opts.ResourceURL
+	}
+	verifier, err := g.tokenVerifier(audience)
+	if err != nil {
+		return nil, err
+	}
+	metadataURL := resource.Scheme + "://" + resource.Host + ResourceMetadataPath + resource.Path
+	requireToken := auth.RequireBearerToken(verifier, &auth.RequireBearerTokenOptions{
+		ResourceMetadataURL: metadataURL,
+		// A TokenReview proves the token valid now; not every token
+		// carries its expiry in a form the gateway could read.
+		AllowMissingExpiration: true,
+	})
+	mux.Handle(MCPPath, requireToken(mcpHandler))
+	metadata := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               opts.ResourceURL,
+		AuthorizationServers:   opts.AuthorizationServers,
+		BearerMethodsSupported: []string{"header"},
+		ResourceName:           "toolledger MCP gateway, namespace " + g.opts.Namespace,
+	})
+	mux.Handle(ResourceMetadataPath+resource.Path, metadata)
+	if resource.Path != "" && resource.Path != "/" {
+		mux.Handle(ResourceMetadataPath, metadata)
+	}
+	return mux, nil
+}
+
+// loopbackOnly refuses requests from other machines: without tokens, the
+// only caller may be the user who started the gateway.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsLoopback(r.RemoteAddr) {
+			http.Error(w, "the local-only gateway serves loopback clients only", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopback reports whether hostport (or a bare host) is a loopback IP
+// address; names, "localhost" included, are not, since they may resolve
+// elsewhere.
+func IsLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.IsLoopback()
+}
+
+// ErrNotLoopback refuses a local-only listener on an address other
+// machines can reach.
+var ErrNotLoopback = errors.New("the local-only mode serves without tokens, so it listens on a loopback address only (127.0.0.1:PORT or [::1]:PORT)")
