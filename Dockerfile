@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 
-# Builds the toolledger manager (cmd/manager) into a static binary and ships it
-# on distroless: no shell, no package manager, a non-root user.
+# Builds the toolledger manager (cmd/manager) and the MCP gateway
+# (cmd/toolledger-mcp, the chart's mcpGateway runs it as /toolledger-mcp) into
+# static binaries and ships them on distroless: no shell, no package manager,
+# a non-root user.
 #
 #   docker build -t ghcr.io/toolledger/toolledger:dev .
 #
@@ -23,13 +25,16 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /manager ./cmd/manager
+    go build -trimpath -ldflags="-s -w" -o /manager ./cmd/manager && \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o /toolledger-mcp ./cmd/toolledger-mcp
 
 FROM gcr.io/distroless/static:nonroot
 LABEL org.opencontainers.image.source="https://github.com/toolledger/toolledger" \
       org.opencontainers.image.description="toolledger operator manager"
 WORKDIR /
 COPY --from=builder /manager /manager
+COPY --from=builder /toolledger-mcp /toolledger-mcp
 # Numeric, so that the pod's runAsNonRoot check can verify it without /etc/passwd.
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -222,6 +222,15 @@ chart-lint: $(HELM) chart-rbac chart-admission chart-observability ## Lint the H
 		--set 'metrics.reader.subjects[0].name=prometheus-k8s' --set 'metrics.reader.subjects[0].namespace=monitoring')"; \
 	[ "$$(grep -c 'name: toolledger-metrics-reader$$' <<<"$$out")" = 3 ] && grep -q '^    name: prometheus-k8s$$' <<<"$$out" \
 		|| { echo "chart-lint: metrics.reader.subjects must be bound to the ClusterRole toolledger-metrics-reader" >&2; exit 1; }
+	@# The MCP gateway renders only when enabled, needs its namespace and URL, and reads no namespace but the served one.
+	out="$$($(HELM) template toolledger $(CHART_DIR))"; ! grep -q 'toolledger-mcp' <<<"$$out" \
+		&& out="$$($(HELM) template toolledger $(CHART_DIR) --set mcpGateway.enabled=true --set mcpGateway.namespace=shop \
+			--set mcpGateway.resourceURL=https://mcp.example.com/mcp --set 'mcpGateway.authorizationServers={https://issuer.example.com}')" \
+		&& grep -q -- '- --namespace=shop$$' <<<"$$out" && grep -q -- '- --resource-url=https://mcp.example.com/mcp$$' <<<"$$out" \
+		&& grep -q -- '- --authorization-server=https://issuer.example.com$$' <<<"$$out" && grep -q 'resourceNames: \["shop"\]' <<<"$$out" \
+		&& grep -q 'app.kubernetes.io/component: mcp-gateway$$' <<<"$$out" && grep -q '^  namespace: shop$$' <<<"$$out" \
+		&& ! $(HELM) template toolledger $(CHART_DIR) --set mcpGateway.enabled=true --set mcpGateway.namespace=shop >/dev/null 2>&1 \
+		|| { echo "chart-lint: mcpGateway must render only when enabled, with its namespace and resourceURL required" >&2; exit 1; }
 
 .PHONY: lint-dockerfile
 lint-dockerfile: $(DOCKERFILELINT) ## Lint the Dockerfile with dockerfilelint (installed from npm into bin/).

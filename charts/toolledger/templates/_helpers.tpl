@@ -47,6 +47,16 @@ app.kubernetes.io/component: controller-manager
 {{- end }}
 
 {{/*
+Labels that select the MCP gateway's pods: a component of their own, so the
+manager's selector never matches them.
+*/}}
+{{- define "toolledger.mcpSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolledger.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: mcp-gateway
+{{- end }}
+
+{{/*
 Name of the manager's ServiceAccount.
 */}}
 {{- define "toolledger.serviceAccountName" -}}
