@@ -106,7 +106,8 @@ func run(f flags, log logr.Logger) error {
 func serveHTTP(ctx context.Context, gateway *mcpgateway.Gateway, f flags, log logr.Logger) error {
 	opts := f.httpOpts
 	opts.LocalOnly = f.localOnly
-	listener, err := net.Listen("tcp", f.http)
+	var lc net.ListenConfig
+	listener, err := lc.Listen(ctx, "tcp", f.http)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", f.http, err)
 	}

@@ -28,6 +28,9 @@ import (
 	internalcatalog "github.com/toolledger/toolledger/internal/catalog"
 )
 
+// catalogSyncTimeout bounds the first read of the catalog.
+const catalogSyncTimeout = time.Minute
+
 // entry is one published tool: what the agent sees, and what a call of it
 // records.
 type entry struct {
@@ -118,8 +121,12 @@ func (c *catalog) run(ctx context.Context) error {
 			c.log.Error(err, "The catalog cache stopped")
 		}
 	}()
-	if !c.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("cannot read the catalog of namespace %s: %w", c.namespace, context.Cause(ctx))
+	// A gateway that may not read its catalog says so rather than wait.
+	syncCtx, cancel := context.WithTimeout(ctx, catalogSyncTimeout)
+	defer cancel()
+	if !c.cache.WaitForCacheSync(syncCtx) {
+		return fmt.Errorf("cannot read the catalog of namespace %s within %s (may the gateway list and watch its tools, clustertools and the namespace?): %w",
+			c.namespace, catalogSyncTimeout, context.Cause(syncCtx))
 	}
 	if err := c.sync(ctx); err != nil {
 		return err

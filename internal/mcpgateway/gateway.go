@@ -92,7 +92,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// Tools come and go with the catalog, after clients connect.
-		HasTools: true,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	if g.catalog, err = newCatalog(opts, g.server, g.handler); err != nil {
 		return nil, err

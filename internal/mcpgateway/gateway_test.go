@@ -63,10 +63,10 @@ func connect(t mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
 	return cs
 }
 
-// call calls the tool and decodes its structured outcome.
-func call(cs *mcp.ClientSession, tool string, arguments any, meta mcp.Meta) (*mcp.CallToolResult, mcpgateway.Outcome) {
+// pay calls the tool "pay" and decodes its structured outcome.
+func pay(cs *mcp.ClientSession, arguments any, meta mcp.Meta) (*mcp.CallToolResult, mcpgateway.Outcome) {
 	GinkgoHelper()
-	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: tool, Arguments: arguments, Meta: meta})
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "pay", Arguments: arguments, Meta: meta})
 	Expect(err).NotTo(HaveOccurred())
 	return res, outcomeOf(res)
 }
@@ -99,7 +99,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
 		cs := inMemory(startGateway(ns, cfg, "pay"), nil)
 
-		res, first := call(cs, "pay", map[string]any{"amount": 100, "currency": "EUR", "customer": "c-1"}, nil)
+		res, first := pay(cs, map[string]any{"amount": 100, "currency": "EUR", "customer": "c-1"}, nil)
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(first.Phase).To(Equal("Succeeded"))
 		Expect(first.Deduplicated).To(BeFalse())
@@ -107,7 +107,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(textOf(res)).To(HavePrefix("Succeeded (key " + first.Key))
 
 		// The same intent, spelled differently: members reordered, 100 as 1e2.
-		res, again := call(cs, "pay", json.RawMessage(`{"customer":"c-1","currency":"EUR","amount":1e2}`), nil)
+		res, again := pay(cs, json.RawMessage(`{"customer":"c-1","currency":"EUR","amount":1e2}`), nil)
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(again.Key).To(Equal(first.Key))
 		Expect(again.Deduplicated).To(BeTrue())
@@ -121,7 +121,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		for i := range outcomes {
 			wg.Go(func() {
 				defer GinkgoRecover()
-				res, outcomes[i] = call(cs, "pay", map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"}, nil)
+				_, outcomes[i] = pay(cs, map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"}, nil)
 			})
 		}
 		wg.Wait()
@@ -139,16 +139,16 @@ var _ = Describe("The MCP gateway in-process", func() {
 		cs := inMemory(startGateway(ns, cfg, "pay"), nil)
 		args := map[string]any{"amount": 5, "currency": "EUR", "customer": "c-2"}
 
-		_, step1 := call(cs, "pay", args, mcp.Meta{mcpgateway.MetaRunID: "run-1", mcpgateway.MetaStepID: "step-1"})
-		_, step2 := call(cs, "pay", args, mcp.Meta{mcpgateway.MetaRunID: "run-1", mcpgateway.MetaStepID: "step-2"})
+		_, step1 := pay(cs, args, mcp.Meta{mcpgateway.MetaRunID: "run-1", mcpgateway.MetaStepID: "step-1"})
+		_, step2 := pay(cs, args, mcp.Meta{mcpgateway.MetaRunID: "run-1", mcpgateway.MetaStepID: "step-2"})
 		Expect(step1.Key).NotTo(Equal(step2.Key))
 		Expect(step2.Deduplicated).To(BeFalse())
 		Expect(env.Get(ns, step1.Key).Spec.Provenance).To(Equal(&v1alpha1.Provenance{RunID: "run-1", StepID: "step-1"}))
 
-		res, explicit := call(cs, "pay", args, mcp.Meta{mcpgateway.MetaKey: "order-7"})
+		res, explicit := pay(cs, args, mcp.Meta{mcpgateway.MetaKey: "order-7"})
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(explicit.Key).To(Equal("order-7"))
-		res, conflict := call(cs, "pay", map[string]any{"amount": 6, "currency": "EUR", "customer": "c-2"}, mcp.Meta{mcpgateway.MetaKey: "order-7"})
+		res, conflict := pay(cs, map[string]any{"amount": 6, "currency": "EUR", "customer": "c-2"}, mcp.Meta{mcpgateway.MetaKey: "order-7"})
 		Expect(res.IsError).To(BeTrue())
 		Expect(conflict).To(Equal(mcpgateway.Outcome{Key: "order-7", Phase: mcpgateway.PhaseNotRecorded, ErrorClass: "DuplicateConflict", ErrorReason: "DuplicateConflict",
 			Message: `the key "order-7" already records a different request (other arguments, tool or run); nothing was executed. Repeat the recorded request to read its outcome, or use a new key only for a new intent`}))
@@ -156,7 +156,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(env.Get(ns, "order-7").Spec.Parameters["amount"].Raw).To(MatchJSON(`5`))
 
 		before := actionsIn(ns)
-		res, invalid := call(cs, "pay", map[string]any{"amount": 0, "currency": "EUR", "customer": "c-2"}, nil)
+		res, invalid := pay(cs, map[string]any{"amount": 0, "currency": "EUR", "customer": "c-2"}, nil)
 		Expect(res.IsError).To(BeTrue())
 		Expect(invalid.Phase).To(Equal(mcpgateway.PhaseNotRecorded))
 		Expect(invalid.ErrorClass).To(Equal("InvalidInput"))
@@ -222,7 +222,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 	// serve serves the gateway's handler on 127.0.0.1 until the spec ends.
 	serve := func(g *mcpgateway.Gateway, opts func(url string) mcpgateway.HTTPOptions) string {
 		GinkgoHelper()
-		var handler http.Handler = http.NotFoundHandler()
+		handler := http.NotFoundHandler()
 		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 		DeferCleanup(server.Close)
 		h, err := g.HTTPHandler(opts(server.URL + mcpgateway.MCPPath))
@@ -274,7 +274,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		for i := range outcomes {
 			wg.Go(func() {
 				defer GinkgoRecover()
-				_, outcomes[i] = call(agentSession, "pay", map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"}, nil)
+				_, outcomes[i] = pay(agentSession, map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"}, nil)
 			})
 		}
 		wg.Wait()
@@ -293,7 +293,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		stranger := serviceAccount(ns, "stranger", "")
 		strangerSession := connect(&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken(token(stranger, []string{endpoint}))}, nil)
 		before, effects := actionsIn(ns), downstream.TotalEffects()
-		res, refused := call(strangerSession, "pay", map[string]any{"amount": 1, "currency": "EUR", "customer": "c-4"}, nil)
+		res, refused := pay(strangerSession, map[string]any{"amount": 1, "currency": "EUR", "customer": "c-4"}, nil)
 		Expect(res.IsError).To(BeTrue())
 		Expect(refused.Phase).To(Equal(mcpgateway.PhaseNotRecorded))
 		Expect(refused.ErrorClass).To(Equal("Denied"))
