@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,8 +37,28 @@ const (
 // TestChartClusterRolesMatchConfig: every ClusterRole config/rbac installs
 // renders in the chart, under the release's name, with the same rules and
 // aggregated into the same built-in roles, and the chart renders no other.
+//
+// The MCP gateway's role renders with the gateway (mcpGateway.enabled), and
+// narrows its namespaces rule to the served namespace, which config/rbac
+// cannot know.
 func TestChartClusterRolesMatchConfig(t *testing.T) {
-	chart := clusterRoles(t, helmTemplate(t))
+	chart := clusterRoles(t, helmTemplate(t, "--set", "mcpGateway.enabled=true", "--set", "mcpGateway.namespace=shop",
+		"--set", "mcpGateway.resourceURL=https://mcp.example.com/mcp"))
+	if gateway, found := chart[chartPrefix+"mcp-gateway"]; found {
+		narrowed := 0
+		for i, rule := range gateway.Rules {
+			if slices.Equal(rule.Resources, []string{"namespaces"}) {
+				if !slices.Equal(rule.ResourceNames, []string{"shop"}) {
+					t.Errorf("the chart's %s reads namespaces %v, not the served one only", gateway.Name, rule.ResourceNames)
+				}
+				gateway.Rules[i].ResourceNames = nil
+				narrowed++
+			}
+		}
+		if narrowed != 1 {
+			t.Errorf("the chart's %s has %d namespaces rules, want 1", gateway.Name, narrowed)
+		}
+	}
 	config := configClusterRoles(t)
 	for name, want := range config {
 		got, found := chart[chartPrefix+strings.TrimPrefix(name, configPrefix)]
