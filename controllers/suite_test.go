@@ -42,14 +42,17 @@ var _ = BeforeSuite(func() {
 	SetDefaultEventuallyTimeout(30 * time.Second)
 	SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
 
+	env = specenv.Start(testenv.SuiteOptions{})
+	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
+	// The metrics port is chosen once etcd and the API server have taken
+	// theirs, which they choose the same way, so that none takes it first.
 	metricsAddr, err := testenv.FreeLocalAddr()
 	Expect(err).NotTo(HaveOccurred())
 	metricsURL = "https://" + metricsAddr + "/metrics"
-	env = specenv.Start(testenv.SuiteOptions{
-		Manager: &app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
-			MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter)},
-	})
-	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
+	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
+		MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter)})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(stopManager)
 
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	_, err = env.AddAdmin("suite-admin", kubeconfig)

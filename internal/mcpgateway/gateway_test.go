@@ -71,6 +71,20 @@ func pay(cs *mcp.ClientSession, arguments any, meta mcp.Meta) (*mcp.CallToolResu
 	return res, outcomeOf(res)
 }
 
+// payTwiceAtOnce makes the same call twice concurrently.
+func payTwiceAtOnce(cs *mcp.ClientSession, arguments any) []mcpgateway.Outcome {
+	var wg sync.WaitGroup
+	outcomes := make([]mcpgateway.Outcome, 2)
+	for i := range outcomes {
+		wg.Go(func() {
+			defer GinkgoRecover()
+			_, outcomes[i] = pay(cs, arguments, nil)
+		})
+	}
+	wg.Wait()
+	return outcomes
+}
+
 func outcomeOf(res *mcp.CallToolResult) mcpgateway.Outcome {
 	GinkgoHelper()
 	encoded, err := json.Marshal(res.StructuredContent)
@@ -116,15 +130,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(downstream.Requests(ns + "/" + first.Key)).To(Equal(1))
 		Expect(downstream.Effects(ns + "/" + first.Key)).To(Equal(1))
 
-		var wg sync.WaitGroup
-		outcomes := make([]mcpgateway.Outcome, 2)
-		for i := range outcomes {
-			wg.Go(func() {
-				defer GinkgoRecover()
-				_, outcomes[i] = pay(cs, map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"}, nil)
-			})
-		}
-		wg.Wait()
+		outcomes := payTwiceAtOnce(cs, map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"})
 		Expect(outcomes[0].Key).To(Equal(outcomes[1].Key))
 		Expect(outcomes[0].Key).NotTo(Equal(first.Key))
 		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
@@ -166,6 +172,39 @@ var _ = Describe("The MCP gateway in-process", func() {
 		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "not-in-the-catalog", Arguments: args})
 		Expect(err).To(MatchError(ContainSubstring(`unknown tool "not-in-the-catalog"`)))
 		Expect(actionsIn(ns)).To(Equal(before))
+	})
+
+	It("answers a call awaiting approval as a state to ask again about, and the same call after the approval with its outcome", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeIdentity)
+		// The suite's one user requests and approves.
+		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema), testenv.WithApprovalRequired(), testenv.WithSelfApprovalAllowed())
+		cs := inMemory(startGateway(ns, cfg, "pay"), nil)
+		args := map[string]any{"amount": 77, "currency": "EUR", "customer": "c-7"}
+
+		res, waiting := pay(cs, args, nil)
+		Expect(res.IsError).To(BeFalse(), "awaiting approval is a state, not an error")
+		Expect(waiting.Phase).To(Equal("AwaitingApproval"))
+		action := env.Get(ns, waiting.Key)
+		Expect(textOf(res)).To(Equal(fmt.Sprintf("Awaiting a human's approval (key %s, request digest %s): it runs once approved, and not before. "+
+			"Do not retry under a new key or with changed arguments: that could cause the effect twice. "+
+			"Call this tool again later with the same arguments; the same call returns the settled outcome.", waiting.Key, action.Status.RequestDigest)))
+		Expect(downstream.Requests(ns + "/" + waiting.Key)).To(Equal(0))
+
+		Expect(k8s.Create(ctx, &v1alpha1.ToolApproval{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "approve-77"},
+			Spec:       v1alpha1.ToolApprovalSpec{ActionName: waiting.Key, RequestDigest: action.Status.RequestDigest, Decision: v1alpha1.Approved, Reason: "within budget"},
+		})).To(Succeed())
+		env.WaitForPhase(ns, waiting.Key, v1alpha1.PhaseSucceeded)
+		res, settled := pay(cs, args, nil)
+		Expect(res.IsError).To(BeFalse(), textOf(res))
+		Expect(settled.Key).To(Equal(waiting.Key))
+		Expect(settled.Phase).To(Equal("Succeeded"))
+		Expect(settled.Deduplicated).To(BeTrue())
+		Expect(downstream.Effects(ns + "/" + waiting.Key)).To(Equal(1))
 	})
 
 	It("publishes each class's annotations, schemas and description, and tells the client when a Tool is added", func() {
@@ -269,15 +308,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 
 		By("acting as the agent, twice concurrently: one effect")
 		agentSession := connect(&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken(token(agent, []string{endpoint}))}, nil)
-		var wg sync.WaitGroup
-		outcomes := make([]mcpgateway.Outcome, 2)
-		for i := range outcomes {
-			wg.Go(func() {
-				defer GinkgoRecover()
-				_, outcomes[i] = pay(agentSession, map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"}, nil)
-			})
-		}
-		wg.Wait()
+		outcomes := payTwiceAtOnce(agentSession, map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"})
 		Expect(outcomes[0].Phase).To(Equal("Succeeded"))
 		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
 		Expect([]bool{outcomes[0].Deduplicated, outcomes[1].Deduplicated}).To(ConsistOf(false, true))

@@ -214,6 +214,20 @@ func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err er
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
+	// A manager that cannot start (a port taken) says so here, rather than
+	// leave every spec to time out.
+	synced := make(chan struct{})
+	go func() {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			close(synced)
+		}
+	}()
+	select {
+	case err := <-done:
+		cancel()
+		return nil, fmt.Errorf("the manager stopped as it started: %w", err)
+	case <-synced:
+	}
 	var result error
 	stopped := false
 	return func() error {
