@@ -9,6 +9,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -124,7 +125,7 @@ func serveHTTP(ctx context.Context, gateway *mcpgateway.Gateway, f flags, log lo
 	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(listener) }()
-	mode := "bearer tokens of audience " + firstNonEmpty(opts.Audience, opts.ResourceURL)
+	mode := "bearer tokens of audience " + cmp.Or(opts.Audience, opts.ResourceURL)
 	if opts.LocalOnly {
 		mode = "local-only, no tokens"
 	}
@@ -140,13 +141,4 @@ func serveHTTP(ctx context.Context, gateway *mcpgateway.Gateway, f flags, log lo
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	return nil
-}
-
-func firstNonEmpty(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

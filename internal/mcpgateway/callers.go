@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -51,12 +50,8 @@ func (g *Gateway) callerOf(req *mcp.CallToolRequest) (*caller, error) {
 
 // selfCaller asks the API server who the gateway's own identity is.
 func (g *Gateway) selfCaller(ctx context.Context) (*caller, error) {
-	c, err := g.kubeClient()
-	if err != nil {
-		return nil, err
-	}
 	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
+	if err := g.kube.Create(ctx, review); err != nil {
 		return nil, fmt.Errorf("cannot ask the API server who this gateway is (SelfSubjectReview): %w", err)
 	}
 	ledger, err := g.newClient(g.opts.Config)
@@ -64,18 +59,6 @@ func (g *Gateway) selfCaller(ctx context.Context) (*caller, error) {
 		return nil, err
 	}
 	return &caller{name: review.Status.UserInfo.Username, client: ledger}, nil
-}
-
-func (g *Gateway) kubeClient() (client.Client, error) {
-	s, err := scheme()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(g.opts.Config, client.Options{Scheme: s})
-	if err != nil {
-		return nil, fmt.Errorf("cannot create a Kubernetes client: %w", err)
-	}
-	return c, nil
 }
 
 // impersonating returns the caller acting as user: a ledger client whose
@@ -119,14 +102,10 @@ func userID(user authenticationv1.UserInfo) (string, error) {
 // gateway's audience: only a token issued for the gateway is accepted, so a
 // token meant for the API server (or another service) cannot be replayed
 // here, nor one of the gateway's sent anywhere else.
-func (g *Gateway) tokenVerifier(audience string) (auth.TokenVerifier, error) {
-	c, err := g.kubeClient()
-	if err != nil {
-		return nil, err
-	}
+func (g *Gateway) tokenVerifier(audience string) auth.TokenVerifier {
 	return func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{audience}}}
-		if err := c.Create(ctx, review); err != nil {
+		if err := g.kube.Create(ctx, review); err != nil {
 			return nil, fmt.Errorf("cannot review the token: %w", err)
 		}
 		if !review.Status.Authenticated {
@@ -140,7 +119,7 @@ func (g *Gateway) tokenVerifier(audience string) (auth.TokenVerifier, error) {
 			return nil, fmt.Errorf("%w: the token is not for audience %q", auth.ErrInvalidToken, audience)
 		}
 		return &auth.TokenInfo{UserID: review.Status.User.Username, Extra: map[string]any{userInfoKey: review.Status.User}}, nil
-	}, nil
+	}
 }
 
 // callerCache keeps the most recently used callers.

@@ -71,11 +71,7 @@ func scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-func newCatalog(opts Options, server *mcp.Server, handler func(*entry) mcp.ToolHandler) (*catalog, error) {
-	s, err := scheme()
-	if err != nil {
-		return nil, err
-	}
+func newCatalog(opts Options, s *runtime.Scheme, server *mcp.Server, handler func(*entry) mcp.ToolHandler) (*catalog, error) {
 	byObject := map[client.Object]cache.ByObject{
 		&v1alpha1.Tool{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 	}

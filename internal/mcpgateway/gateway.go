@@ -6,7 +6,7 @@
 //
 // The protocol carries no idempotency key. The gateway derives one from the
 // caller, the caller's run and step (when the request's _meta names them),
-// the tool and the canonical arguments (see Key), or takes the caller's own
+// the tool and the canonical arguments (see DeriveKey), or takes the caller's own
 // from _meta; the ledger, not the protocol, recognises a repeat.
 package mcpgateway
 
@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -60,6 +61,9 @@ type Gateway struct {
 	server  *mcp.Server
 	catalog *catalog
 
+	// kube is the gateway's own client, for its reviews.
+	kube client.Client
+
 	// self invokes as the gateway's own identity: over stdio and in the
 	// local-only HTTP mode, the user who runs it.
 	self *caller
@@ -82,7 +86,15 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	if opts.ProgressInterval <= 0 {
 		opts.ProgressInterval = DefaultProgressInterval
 	}
-	g := &Gateway{opts: opts}
+	s, err := scheme()
+	if err != nil {
+		return nil, err
+	}
+	kube, err := client.New(opts.Config, client.Options{Scheme: s})
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a Kubernetes client: %w", err)
+	}
+	g := &Gateway{opts: opts, kube: kube}
 	self, err := g.selfCaller(ctx)
 	if err != nil {
 		return nil, err
@@ -94,7 +106,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		// Tools come and go with the catalog, after clients connect.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
-	if g.catalog, err = newCatalog(opts, g.server, g.handler); err != nil {
+	if g.catalog, err = newCatalog(opts, s, g.server, g.handler); err != nil {
 		return nil, err
 	}
 	return g, nil

@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -63,14 +64,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	if err != nil || resource.Scheme == "" || resource.Host == "" {
 		return nil, fmt.Errorf("the resource URL %q is not an absolute URL", opts.ResourceURL)
 	}
-	audience := opts.Audience
-	if audience == "" {
-		audience = opts.ResourceURL
-	}
-	verifier, err := g.tokenVerifier(audience)
-	if err != nil {
-		return nil, err
-	}
+	verifier := g.tokenVerifier(cmp.Or(opts.Audience, opts.ResourceURL))
 	metadataURL := resource.Scheme + "://" + resource.Host + ResourceMetadataPath + resource.Path
 	requireToken := auth.RequireBearerToken(verifier, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: metadataURL,

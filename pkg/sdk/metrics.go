@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -132,17 +133,16 @@ func (m *sdkMetrics) retention(ctx context.Context, c *Client, namespace string,
 	if found && time.Since(cached.read) < retentionTTL {
 		return cached.retention
 	}
+	tool := &v1alpha1.Tool{}
+	var obj runtime.Object = tool
+	spec, get := &tool.Spec, c.rest.Get().Namespace(namespace).Resource("tools")
+	if key.kind == v1alpha1.KindClusterTool {
+		clusterTool := &v1alpha1.ClusterTool{}
+		obj, spec, get = clusterTool, &clusterTool.Spec.ToolSpec, c.rest.Get().Resource("clustertools")
+	}
 	var retention *time.Duration
-	if ref.KindOrDefault() == v1alpha1.KindClusterTool {
-		var tool v1alpha1.ClusterTool
-		if err := c.rest.Get().Resource("clustertools").Name(ref.Name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
-			retention = &tool.Spec.KeyRetention.Duration
-		}
-	} else {
-		var tool v1alpha1.Tool
-		if err := c.rest.Get().Namespace(namespace).Resource("tools").Name(ref.Name).Do(ctx).Into(&tool); err == nil && tool.Spec.KeyRetention != nil {
-			retention = &tool.Spec.KeyRetention.Duration
-		}
+	if err := get.Name(ref.Name).Do(ctx).Into(obj); err == nil && spec.KeyRetention != nil {
+		retention = &spec.KeyRetention.Duration
 	}
 	m.mu.Lock()
 	m.retentions[key] = cachedRetention{retention: retention, read: time.Now()}
