@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/toolledger/toolledger/internal/identity"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -70,7 +71,7 @@ type Gateway struct {
 
 	// callers are the callers authenticated over HTTP, each with a ledger
 	// client impersonating its user.
-	callers *callerCache
+	callers *identity.Cache[*caller]
 }
 
 // New returns a gateway over opts.Namespace. It asks the API server who its
@@ -100,7 +101,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.self = self
-	g.callers = newCallerCache(maxCallers)
+	g.callers = identity.NewCache[*caller](maxCallers)
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// Tools come and go with the catalog, after clients connect.
