@@ -78,7 +78,7 @@ Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
 			if err != nil {
 				return err
 			}
-			actions, err := ledger.listInPhases(cmd.Context(), namespace, []v1alpha1.Phase{v1alpha1.PhaseAwaitingApproval})
+			actions, err := ledger.ListInPhases(cmd.Context(), namespace, []v1alpha1.Phase{v1alpha1.PhaseAwaitingApproval})
 			if err != nil {
 				return err
 			}
@@ -95,7 +95,7 @@ Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
 	return cmd
 }
 
-func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolAction, now time.Time) (Approvals, error) {
+func buildApprovals(ctx context.Context, l *Ledger, actions []v1alpha1.ToolAction, now time.Time) (Approvals, error) {
 	approvals := Approvals{Items: []ApprovalItem{}}
 	tools := map[toolKey]*v1alpha1.ToolSpec{}
 	for i := range actions {
@@ -105,7 +105,7 @@ func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolActio
 			return Approvals{}, err
 		}
 		item := ApprovalItem{
-			Namespace: a.Namespace, Name: a.Name, Tool: toolName(a.Spec.ToolRef),
+			Namespace: a.Namespace, Name: a.Name, Tool: ToolName(a.Spec.ToolRef),
 			RequestedBy: a.Annotations[v1alpha1.RequestedByAnnotation],
 			Since:       a.CreationTimestamp, AgeSeconds: int64(now.Sub(a.CreationTimestamp.Time) / time.Second),
 			RequestDigest: a.Status.RequestDigest, Parameters: parameters,
@@ -123,7 +123,7 @@ func buildApprovals(ctx context.Context, l *ledger, actions []v1alpha1.ToolActio
 
 // consequentialParameters are the action's parameters that enter its
 // digest, as its tool names them; tools caches the tools read.
-func consequentialParameters(ctx context.Context, l *ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) (json.RawMessage, error) {
+func consequentialParameters(ctx context.Context, l *Ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) (json.RawMessage, error) {
 	parameters, err := toolcatalog.Parameters(a.Spec.Parameters)
 	if err != nil {
 		return nil, fmt.Errorf("ToolAction %q: %w", a.Name, err)
@@ -274,20 +274,13 @@ func (o decideOptions) validate() error {
 
 // approval is the object `approve` or `deny` creates about action.
 func (o decideOptions) approval(action *v1alpha1.ToolAction, now time.Time) *v1alpha1.ToolApproval {
-	a := &v1alpha1.ToolApproval{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolApproval"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: action.Namespace, Name: o.name},
-		Spec: v1alpha1.ToolApprovalSpec{
-			ActionName: action.Name, ActionUID: action.UID, RequestDigest: action.Status.RequestDigest,
-			Decision: o.decision, Reason: o.reason,
-		},
-	}
+	a := NewApproval(action, o.decision, o.reason)
 	if o.expiresIn > 0 {
 		expires := metav1.NewTime(now.Add(o.expiresIn).Truncate(time.Second))
 		a.Spec.ExpiresAt = &expires
 	}
-	if o.name == "" {
-		a.GenerateName = action.Name + "-approval-"
+	if o.name != "" {
+		a.GenerateName, a.Name = "", o.name
 	}
 	return a
 }
@@ -300,23 +293,13 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 	if err != nil {
 		return err
 	}
-	action, err := ledger.getAction(ctx, namespace, key)
-	if err != nil {
-		return fmt.Errorf("%w; nothing was created", err)
-	}
-	if phase := phaseOf(action); phase != v1alpha1.PhaseAwaitingApproval {
-		return fmt.Errorf("ToolAction %q is %s; only an action awaiting approval takes a decision; nothing was created", key, phase)
-	}
-	recorded := action.Status.RequestDigest
-	if opts.digest != "" && opts.digest != recorded {
-		return fmt.Errorf("ToolAction %q records request %s, not the %s you reviewed: review it again (kubectl toolledger approvals); nothing was created",
-			key, recorded, opts.digest)
-	}
-	parameters, err := consequentialParameters(ctx, ledger, map[toolKey]*v1alpha1.ToolSpec{}, action)
+	created, action, err := ledger.Decide(ctx, namespace, key, opts.digest, func(action *v1alpha1.ToolAction) *v1alpha1.ToolApproval {
+		return opts.approval(action, c.now())
+	})
 	if err != nil {
 		return err
 	}
-	created, err := ledger.createApproval(ctx, opts.approval(action, c.now()))
+	parameters, err := ledger.ConsequentialParameters(ctx, action)
 	if err != nil {
 		return err
 	}
@@ -337,7 +320,7 @@ func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha
 	fmt.Fprintf(w, "toolapproval.%s/%s created\n", v1alpha1.GroupVersion.Group, approval.Name)
 	fmt.Fprintf(w, "  action:       %s\n", approval.Spec.ActionName)
 	fmt.Fprintf(w, "  decision:     %s\n", approval.Spec.Decision)
-	fmt.Fprintf(w, "  tool:         %s\n", toolName(action.Spec.ToolRef))
+	fmt.Fprintf(w, "  tool:         %s\n", ToolName(action.Spec.ToolRef))
 	fmt.Fprintf(w, "  requested by: %s\n", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation]))
 	fmt.Fprintf(w, "  request:      %s\n", approval.Spec.RequestDigest)
 	fmt.Fprintf(w, "  parameters:   %s\n", parameters)

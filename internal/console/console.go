@@ -124,7 +124,7 @@ func (c *console) namespace() (string, error) {
 
 // connect returns the namespace of the request and a ledger client for the
 // API server that the kubeconfig and flags select.
-func (c *console) connect() (string, *ledger, error) {
+func (c *console) connect() (string, *Ledger, error) {
 	namespace, err := c.namespace()
 	if err != nil {
 		return "", nil, err
@@ -138,7 +138,7 @@ func (c *console) connect() (string, *ledger, error) {
 
 // connectList is connect for a list command: with all, the namespace is
 // "", every namespace.
-func (c *console) connectList(all bool) (string, *ledger, error) {
+func (c *console) connectList(all bool) (string, *Ledger, error) {
 	if all {
 		ledger, err := c.ledger()
 		return "", ledger, err
@@ -147,11 +147,11 @@ func (c *console) connectList(all bool) (string, *ledger, error) {
 }
 
 // ledger connects to the API server that the kubeconfig and flags select.
-func (c *console) ledger() (*ledger, error) {
+func (c *console) ledger() (*Ledger, error) {
 	cfg, err := c.config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cannot load the kubeconfig: %w", err)
 	}
 	cfg.WarningHandler = rest.NewWarningWriter(c.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
-	return newLedger(cfg)
+	return NewLedger(cfg, "kubectl-toolledger")
 }

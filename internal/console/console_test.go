@@ -108,7 +108,7 @@ func TestBuildQueueOrdersOldestFirst(t *testing.T) {
 	advanced := escalated
 	advanced.Status.Lookups = 3
 
-	queue := buildQueue(lastSightings([]v1alpha1.ToolAction{waiting, recentlyUnknown, escalated, advanced}), now)
+	queue := BuildQueue(lastSightings([]v1alpha1.ToolAction{waiting, recentlyUnknown, escalated, advanced}), now)
 
 	var names []string
 	for _, item := range queue.Items {
@@ -140,7 +140,7 @@ func TestBuildQueueOrdersOldestFirst(t *testing.T) {
 
 func TestBuildQueueEmptyIsAList(t *testing.T) {
 	var out bytes.Buffer
-	if err := printStructured(&out, outputJSON, buildQueue(nil, now)); err != nil {
+	if err := printStructured(&out, outputJSON, BuildQueue(nil, now)); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(strings.Fields(out.String()), ""); got != `{"items":[]}` {
@@ -211,8 +211,8 @@ func TestToolName(t *testing.T) {
 		{Kind: "Tool", Name: "charge"}:        "charge",
 		{Kind: "ClusterTool", Name: "charge"}: "ClusterTool/charge",
 	} {
-		if got := toolName(ref); got != want {
-			t.Errorf("toolName(%+v) = %q, want %q", ref, got, want)
+		if got := ToolName(ref); got != want {
+			t.Errorf("ToolName(%+v) = %q, want %q", ref, got, want)
 		}
 	}
 }

@@ -28,42 +28,45 @@ const (
 	listPageSize = 250
 )
 
-// ledger is the console's client for the toolledger API. It speaks REST to
-// the API server without discovery: the console uses a few resources of one
-// known group, so every command makes only the requests it needs, and its
-// errors are about those requests.
-type ledger struct {
+// Ledger is the console's client for the toolledger API, shared by the
+// kubectl plugin and the web console. It speaks REST to the API server
+// without discovery: the console uses a few resources of one known group,
+// so every command makes only the requests it needs, and its errors are
+// about those requests.
+type Ledger struct {
 	rest rest.Interface
 }
 
-func newLedger(cfg *rest.Config) (*ledger, error) {
+// NewLedger returns a Ledger of cfg, which names itself to the API server
+// as userAgent.
+func NewLedger(cfg *rest.Config, userAgent string) (*Ledger, error) {
 	cfg = rest.CopyConfig(cfg)
-	rest.AddUserAgent(cfg, "kubectl-toolledger")
+	rest.AddUserAgent(cfg, userAgent)
 	client, err := sdk.NewRESTClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot build a client for %s: %w", v1alpha1.GroupVersion, err)
 	}
-	return &ledger{rest: client}, nil
+	return &Ledger{rest: client}, nil
 }
 
 // getAction reads one ToolAction; a missing one is reported in plain words.
-func (l *ledger) getAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
+func (l *Ledger) getAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
 	return getObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
-// findAction reads one ToolAction; nil when there is none.
-func (l *ledger) findAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
+// FindAction reads one ToolAction; nil when there is none.
+func (l *Ledger) FindAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
 	return findObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
-// findTombstone reads the Tombstone of a key; nil when there is none.
-func (l *ledger) findTombstone(ctx context.Context, namespace, name string) (*v1alpha1.Tombstone, error) {
+// FindTombstone reads the Tombstone of a key; nil when there is none.
+func (l *Ledger) FindTombstone(ctx context.Context, namespace, name string) (*v1alpha1.Tombstone, error) {
 	return findObject[v1alpha1.Tombstone](ctx, l, resourceTombstones, "Tombstone", namespace, name)
 }
 
 // findToolSpec reads the spec of the tool a tombstone in namespace names;
 // nil when the tool does not exist.
-func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
+func (l *Ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
 	if ref.KindOrDefault() == v1alpha1.KindClusterTool {
 		tool, err := findObject[v1alpha1.ClusterTool](ctx, l, resourceClusterTools, v1alpha1.KindClusterTool, "", ref.Name)
 		if tool == nil {
@@ -78,15 +81,15 @@ func (l *ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha
 	return &tool.Spec, nil
 }
 
-// listInPhases lists the ToolActions of namespace ("" for all) in each of
+// ListInPhases lists the ToolActions of namespace ("" for all) in each of
 // phases, one list a phase, through the field selector status.phase.
 // Listed in lifecycle order, an action advancing while the lists are read
 // (Unknown to Escalated) is seen again in its newer phase rather than
 // missed, and kept as last seen (lastSightings).
-func (l *ledger) listInPhases(ctx context.Context, namespace string, phases []v1alpha1.Phase) ([]v1alpha1.ToolAction, error) {
+func (l *Ledger) ListInPhases(ctx context.Context, namespace string, phases []v1alpha1.Phase) ([]v1alpha1.ToolAction, error) {
 	var actions []v1alpha1.ToolAction
 	for _, phase := range phases {
-		listed, err := l.listActions(ctx, namespace, fields.OneTermEqualSelector("status.phase", string(phase)).String())
+		listed, err := l.ListActions(ctx, namespace, fields.OneTermEqualSelector("status.phase", string(phase)).String())
 		if err != nil {
 			return nil, err
 		}
@@ -112,9 +115,9 @@ func lastSightings(actions []v1alpha1.ToolAction) []v1alpha1.ToolAction {
 	return out
 }
 
-// listActions reads the ToolActions of a namespace ("" for all) that match
+// ListActions reads the ToolActions of a namespace ("" for all) that match
 // the field selector.
-func (l *ledger) listActions(ctx context.Context, namespace, fieldSelector string) ([]v1alpha1.ToolAction, error) {
+func (l *Ledger) ListActions(ctx context.Context, namespace, fieldSelector string) ([]v1alpha1.ToolAction, error) {
 	var items []v1alpha1.ToolAction
 	err := listPages(ctx, l, resourceActions, namespace, metav1.ListOptions{FieldSelector: fieldSelector},
 		func(page *v1alpha1.ToolActionList) { items = append(items, page.Items...) })
@@ -126,7 +129,7 @@ func (l *ledger) listActions(ctx context.Context, namespace, fieldSelector strin
 
 // listTombstones reads the Tombstones of a namespace ("" for all) that match
 // the label selector.
-func (l *ledger) listTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
+func (l *Ledger) listTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
 	var items []v1alpha1.Tombstone
 	err := listPages(ctx, l, resourceTombstones, namespace, metav1.ListOptions{LabelSelector: labelSelector},
 		func(page *v1alpha1.TombstoneList) { items = append(items, page.Items...) })
@@ -138,7 +141,7 @@ func (l *ledger) listTombstones(ctx context.Context, namespace, labelSelector st
 
 // listToolRetentions reads the keyRetention of every Tool of a namespace
 // ("" for all), by namespace and name.
-func (l *ledger) listToolRetentions(ctx context.Context, namespace string) (map[toolKey]*metav1.Duration, error) {
+func (l *Ledger) listToolRetentions(ctx context.Context, namespace string) (map[toolKey]*metav1.Duration, error) {
 	retentions := map[toolKey]*metav1.Duration{}
 	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) {
 		for i := range page.Items {
@@ -153,7 +156,7 @@ func (l *ledger) listToolRetentions(ctx context.Context, namespace string) (map[
 }
 
 // listClusterToolRetentions reads the keyRetention of every ClusterTool.
-func (l *ledger) listClusterToolRetentions(ctx context.Context) (map[toolKey]*metav1.Duration, error) {
+func (l *Ledger) listClusterToolRetentions(ctx context.Context) (map[toolKey]*metav1.Duration, error) {
 	retentions := map[toolKey]*metav1.Duration{}
 	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) {
 		for i := range page.Items {
@@ -174,7 +177,7 @@ func listPages[L any, PL interface {
 	*L
 	runtime.Object
 	GetContinue() string
-}](ctx context.Context, l *ledger, resource, namespace string, opts metav1.ListOptions, each func(PL)) error {
+}](ctx context.Context, l *Ledger, resource, namespace string, opts metav1.ListOptions, each func(PL)) error {
 	opts.Limit = listPageSize
 	for {
 		page := PL(new(L))
@@ -193,7 +196,7 @@ func listPages[L any, PL interface {
 	}
 }
 
-func (l *ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
+func (l *Ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
 	return getObject[v1alpha1.ToolResolution](ctx, l, resourceResolutions, "ToolResolution", namespace, name)
 }
 
@@ -202,7 +205,7 @@ func (l *ledger) getResolution(ctx context.Context, namespace, name string) (*v1
 func getObject[T any, PT interface {
 	*T
 	runtime.Object
-}](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
+}](ctx context.Context, l *Ledger, resource, kind, namespace, name string) (PT, error) {
 	object := PT(new(T))
 	if err := l.get(resource, namespace, name).Do(ctx).Into(object); err != nil {
 		return nil, describeGetError(err, kind, namespace, name)
@@ -212,7 +215,7 @@ func getObject[T any, PT interface {
 
 // get is the request for one object; a cluster-scoped one has no namespace,
 // which client-go refuses to be set empty.
-func (l *ledger) get(resource, namespace, name string) *rest.Request {
+func (l *Ledger) get(resource, namespace, name string) *rest.Request {
 	req := l.rest.Get().Resource(resource).Name(name)
 	if namespace != "" {
 		req = req.Namespace(namespace)
@@ -225,7 +228,7 @@ func (l *ledger) get(resource, namespace, name string) *rest.Request {
 func findObject[T any, PT interface {
 	*T
 	runtime.Object
-}](ctx context.Context, l *ledger, resource, kind, namespace, name string) (PT, error) {
+}](ctx context.Context, l *Ledger, resource, kind, namespace, name string) (PT, error) {
 	object := PT(new(T))
 	err := l.get(resource, namespace, name).Do(ctx).Into(object)
 	switch {
@@ -238,7 +241,7 @@ func findObject[T any, PT interface {
 	}
 }
 
-func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
+func (l *Ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
 	var created v1alpha1.ToolResolution
 	err := l.rest.Post().Namespace(resolution.Namespace).Resource(resourceResolutions).Body(resolution).Do(ctx).Into(&created)
 	if err != nil {
@@ -248,11 +251,11 @@ func (l *ledger) createResolution(ctx context.Context, resolution *v1alpha1.Tool
 	return &created, nil
 }
 
-func (l *ledger) getApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
+func (l *Ledger) getApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
 	return getObject[v1alpha1.ToolApproval](ctx, l, resourceApprovals, "ToolApproval", namespace, name)
 }
 
-func (l *ledger) createApproval(ctx context.Context, approval *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, error) {
+func (l *Ledger) createApproval(ctx context.Context, approval *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, error) {
 	var created v1alpha1.ToolApproval
 	err := l.rest.Post().Namespace(approval.Namespace).Resource(resourceApprovals).Body(approval).Do(ctx).Into(&created)
 	if err != nil {

@@ -15,10 +15,10 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// queuePhases are the phases in which an action waits for something other
+// QueuePhases are the phases in which an action waits for something other
 // than its executor's next step, in lifecycle order: accepted but not
 // claimed, outcome unknown and being looked up, escalated to a human.
-var queuePhases = []v1alpha1.Phase{v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated}
+var QueuePhases = []v1alpha1.Phase{v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated}
 
 // queueMessageWidth bounds the MESSAGE column of the table.
 const queueMessageWidth = 160
@@ -99,11 +99,11 @@ selectable fields, Kubernetes 1.31 or later).`,
 				return c.printList(format, queue, len(queue.Items) == 0, fmt.Sprintf("No unfinished ToolActions in %s.", scope(namespace)),
 					func(w io.Writer) error { return writeToolQueue(w, queue, allNamespaces) })
 			}
-			actions, err := ledger.listInPhases(cmd.Context(), namespace, queuePhases)
+			actions, err := ledger.ListInPhases(cmd.Context(), namespace, QueuePhases)
 			if err != nil {
 				return err
 			}
-			queue := buildQueue(actions, c.now())
+			queue := BuildQueue(actions, c.now())
 			return c.printList(format, queue, len(queue.Items) == 0, fmt.Sprintf("No ToolActions need attention in %s.", scope(namespace)),
 				func(w io.Writer) error { return writeQueue(w, queue, allNamespaces) })
 		},
@@ -114,8 +114,8 @@ selectable fields, Kubernetes 1.31 or later).`,
 	return cmd
 }
 
-// buildQueue summarises the actions, each listed once, oldest first.
-func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
+// BuildQueue summarises the actions, each listed once, oldest first.
+func BuildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
 	queue := Queue{Items: []QueueItem{}}
 	for i := range actions {
 		a := &actions[i]
@@ -127,7 +127,7 @@ func buildQueue(actions []v1alpha1.ToolAction, now time.Time) Queue {
 		queue.Items = append(queue.Items, QueueItem{
 			Namespace:  a.Namespace,
 			Name:       a.Name,
-			Tool:       toolName(a.Spec.ToolRef),
+			Tool:       ToolName(a.Spec.ToolRef),
 			Phase:      a.Status.Phase,
 			Since:      since,
 			AgeSeconds: int64(now.Sub(since.Time) / time.Second),

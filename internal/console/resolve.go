@@ -137,23 +137,9 @@ func nameProblem(name, kind string, limit int) string {
 
 // resolution is the object `resolve` creates.
 func (o resolveOptions) resolution(namespace, key string) *v1alpha1.ToolResolution {
-	r := &v1alpha1.ToolResolution{
-		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolResolution"},
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: namespace,
-			Name:      o.name,
-		},
-		Spec: v1alpha1.ToolResolutionSpec{
-			ActionName:  key,
-			Outcome:     v1alpha1.ResolutionOutcome(o.outcome),
-			ExternalRef: o.externalRef,
-			Reason:      o.reason,
-		},
-	}
-	if o.name == "" {
-		// The API server adds the random suffix and retries a name that is
-		// taken; it also shortens a prefix too long for it.
-		r.GenerateName = key + "-resolution-"
+	r := NewResolution(namespace, key, v1alpha1.ResolutionOutcome(o.outcome), o.externalRef, o.reason)
+	if o.name != "" {
+		r.GenerateName, r.Name = "", o.name
 	}
 	return r
 }
@@ -166,20 +152,7 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 	if err != nil {
 		return err
 	}
-	// The controller refuses a resolution for an action in any other phase,
-	// but the refused resolution would stay in the record (resolutions are
-	// immutable); checking first keeps the record free of mistakes. The
-	// phase may still change before the resolution arrives, which the
-	// controller then reports in the Applied condition.
-	action, err := ledger.getAction(ctx, namespace, key)
-	if err != nil {
-		return fmt.Errorf("%w; nothing was created", err)
-	}
-	if phase := phaseOf(action); phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
-		return fmt.Errorf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution; nothing was created", key, phase)
-	}
-
-	created, err := ledger.createResolution(ctx, opts.resolution(namespace, key))
+	created, err := ledger.Resolve(ctx, opts.resolution(namespace, key))
 	if err != nil {
 		return err
 	}
@@ -210,7 +183,7 @@ type appliedRecord interface {
 // until its Applied condition is set, for at most timeout, and then the
 // action's phase. kind and short (kubectl's short name) name the record.
 // A record that was not applied is an error.
-func report[T appliedRecord](ctx context.Context, c *console, l *ledger, created T, kind, short, key string, format output, wait bool,
+func report[T appliedRecord](ctx context.Context, c *console, l *Ledger, created T, kind, short, key string, format output, wait bool,
 	timeout time.Duration, read func(context.Context) (T, []metav1.Condition, error)) error {
 	if !wait {
 		if format != outputText {
@@ -245,7 +218,7 @@ func report[T appliedRecord](ctx context.Context, c *console, l *ledger, created
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, phaseOf(after))
+		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, PhaseOf(after))
 	}
 	return nil
 }

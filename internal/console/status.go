@@ -42,7 +42,7 @@ there is no ToolAction (without managedFields).`,
 				return err
 			}
 			ctx, key := cmd.Context(), args[0]
-			action, err := ledger.findAction(ctx, namespace, key)
+			action, err := ledger.FindAction(ctx, namespace, key)
 			if err != nil {
 				return err
 			}
@@ -50,10 +50,10 @@ there is no ToolAction (without managedFields).`,
 				if format != outputText {
 					return printStructured(c.streams.Out, format, forOutput(action, "ToolAction"))
 				}
-				tomb, tombErr := ledger.findTombstone(ctx, namespace, key)
+				tomb, tombErr := ledger.FindTombstone(ctx, namespace, key)
 				return writeStatus(c.streams.Out, action, tomb, tombErr, c.now())
 			}
-			tomb, err := ledger.findTombstone(ctx, namespace, key)
+			tomb, err := ledger.FindTombstone(ctx, namespace, key)
 			if err != nil {
 				return err
 			}
@@ -129,8 +129,8 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 
 	field("Name", action.Name)
 	field("Namespace", action.Namespace)
-	field("Tool", toolName(action.Spec.ToolRef))
-	field("Phase", string(phaseOf(action)))
+	field("Tool", ToolName(action.Spec.ToolRef))
+	field("Phase", string(PhaseOf(action)))
 	requestedBy := "<unstamped> (the identity admission policies are not installed)"
 	if user := action.Annotations[v1alpha1.RequestedByAnnotation]; user != "" {
 		requestedBy = user + " (verified: stamped by the API server)"
@@ -239,7 +239,7 @@ func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now t
 	field("Namespace", tomb.Namespace)
 	field("Record", "deleted; this is its Tombstone, which keeps the key")
 	field("Deleted", timestamp(r.DeletionTime)+" ("+age(now, r.DeletionTime)+" ago)")
-	field("Cause", describeCause(r.Cause))
+	field("Cause", DescribeCause(r.Cause))
 	if r.DeletedBy != "" {
 		field("Deleted by", r.DeletedBy)
 	}
@@ -255,7 +255,7 @@ func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now t
 	field("Error", errorText)
 	field("Attempts", strconv.Itoa(int(r.Attempts)))
 	field("Completed", timestamp(r.CompletionTime)+" ("+age(now, r.CompletionTime)+" ago)")
-	field("Tool", toolName(r.ToolRef))
+	field("Tool", ToolName(r.ToolRef))
 	class := string(r.IdempotencyClass)
 	if class == "" {
 		class = "<unknown>"
@@ -282,7 +282,7 @@ func outcomeOf(r *v1alpha1.TombstoneRecord) string {
 	return string(r.Phase) + " (" + string(r.ErrorClass) + ")"
 }
 
-func describeCause(cause string) string {
+func DescribeCause(cause string) string {
 	switch cause {
 	case v1alpha1.TombstoneCauseDeleted:
 		return cause + ": someone deleted the ToolAction (a user, a GitOps prune, the garbage collector)"
@@ -293,18 +293,18 @@ func describeCause(cause string) string {
 	}
 }
 
-// toolName names the tool an action refers to: its name, prefixed with its
+// ToolName names the tool an action refers to: its name, prefixed with its
 // kind ("ClusterTool/charge") when that is not the default, Tool.
-func toolName(ref v1alpha1.ToolReference) string {
+func ToolName(ref v1alpha1.ToolReference) string {
 	if ref.KindOrDefault() == v1alpha1.KindTool {
 		return ref.Name
 	}
 	return ref.Kind + "/" + ref.Name
 }
 
-// phaseOf names the phase of an action the controller has not seen yet as
+// PhaseOf names the phase of an action the controller has not seen yet as
 // Pending, as the controller itself does.
-func phaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
+func PhaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
 	if action.Status.Phase == "" {
 		return v1alpha1.PhasePending
 	}

@@ -85,7 +85,7 @@ func keyFreed(tomb *v1alpha1.Tombstone, tools toolCatalog) KeyFreed {
 }
 
 // toolOf reads the tool of one tombstone, for status.
-func (l *ledger) toolOf(ctx context.Context, tomb *v1alpha1.Tombstone) toolCatalog {
+func (l *Ledger) toolOf(ctx context.Context, tomb *v1alpha1.Tombstone) toolCatalog {
 	tools := newToolCatalog()
 	key := toolKeyOf(tomb)
 	spec, err := l.findToolSpec(ctx, tomb.Namespace, tomb.Record.ToolRef)
@@ -102,7 +102,7 @@ func (l *ledger) toolOf(ctx context.Context, tomb *v1alpha1.Tombstone) toolCatal
 // kind named, rather than one request per tombstone. A kind that cannot be
 // read (a namespace-bound role cannot list ClusterTools) leaves those
 // tombstones' keys unknown rather than failing the list.
-func (l *ledger) toolsOf(ctx context.Context, namespace string, tombs []v1alpha1.Tombstone) toolCatalog {
+func (l *Ledger) toolsOf(ctx context.Context, namespace string, tombs []v1alpha1.Tombstone) toolCatalog {
 	tools := newToolCatalog()
 	kinds := map[string]bool{}
 	for i := range tombs {
@@ -244,7 +244,7 @@ func buildTombstones(tombs []v1alpha1.Tombstone, tools toolCatalog) Tombstones {
 		list.Items = append(list.Items, TombstoneItem{
 			Namespace:      t.Namespace,
 			Name:           t.Name,
-			Tool:           toolName(t.Record.ToolRef),
+			Tool:           ToolName(t.Record.ToolRef),
 			Outcome:        t.Record.Phase,
 			ErrorClass:     t.Record.ErrorClass,
 			ExternalRef:    t.Record.ExternalRef,

@@ -50,8 +50,8 @@ type toolUse struct {
 
 // readToolQueue lists the unfinished actions of namespace ("" for all) and
 // the specs of the tools they use, each read once.
-func readToolQueue(ctx context.Context, l *ledger, namespace string) (ToolQueue, error) {
-	actions, err := l.listInPhases(ctx, namespace, toolQueuePhases)
+func readToolQueue(ctx context.Context, l *Ledger, namespace string) (ToolQueue, error) {
+	actions, err := l.ListInPhases(ctx, namespace, toolQueuePhases)
 	if err != nil {
 		return ToolQueue{}, err
 	}
@@ -88,7 +88,7 @@ func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.
 		use := useOf(a)
 		item, ok := items[use]
 		if !ok {
-			item = &ToolQueueItem{Namespace: use.namespace, Tool: toolName(use.ref), Limits: limits[use]}
+			item = &ToolQueueItem{Namespace: use.namespace, Tool: ToolName(use.ref), Limits: limits[use]}
 			items[use] = item
 		}
 		switch a.Status.Phase {

@@ -1,0 +1,95 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// The records a human creates for the controller to apply, with the checks
+// every front end (the kubectl plugin, the web console) makes first. Neither
+// ever edits a ToolAction.
+
+// NewApproval is a ToolApproval of decision about action, bound to that
+// object (its UID) and to the request digest it records, named
+// <action>-approval-<random suffix> by the API server.
+func NewApproval(action *v1alpha1.ToolAction, decision v1alpha1.ApprovalDecision, reason string) *v1alpha1.ToolApproval {
+	return &v1alpha1.ToolApproval{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolApproval"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: action.Namespace, GenerateName: action.Name + "-approval-"},
+		Spec: v1alpha1.ToolApprovalSpec{
+			ActionName: action.Name, ActionUID: action.UID, RequestDigest: action.Status.RequestDigest,
+			Decision: decision, Reason: reason,
+		},
+	}
+}
+
+// Decide creates the ToolApproval that build makes of the action key, as
+// read now, after checking that it awaits approval and, when reviewedDigest
+// is set, still records that request: nobody approves what they did not
+// see. It returns the approval created and the action it is about.
+func (l *Ledger) Decide(ctx context.Context, namespace, key, reviewedDigest string,
+	build func(*v1alpha1.ToolAction) *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, *v1alpha1.ToolAction, error) {
+	action, err := l.getAction(ctx, namespace, key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w; nothing was created", err)
+	}
+	if phase := PhaseOf(action); phase != v1alpha1.PhaseAwaitingApproval {
+		return nil, nil, fmt.Errorf("ToolAction %q is %s; only an action awaiting approval takes a decision; nothing was created", key, phase)
+	}
+	if recorded := action.Status.RequestDigest; reviewedDigest != "" && reviewedDigest != recorded {
+		return nil, nil, fmt.Errorf("ToolAction %q records request %s, not the %s you reviewed: review it again; nothing was created",
+			key, recorded, reviewedDigest)
+	}
+	created, err := l.createApproval(ctx, build(action))
+	if err != nil {
+		return nil, nil, err
+	}
+	return created, action, nil
+}
+
+// NewResolution is a ToolResolution of the action key, named
+// <key>-resolution-<random suffix> by the API server (which also retries a
+// name that is taken and shortens a prefix too long for it).
+func NewResolution(namespace, key string, outcome v1alpha1.ResolutionOutcome, externalRef, reason string) *v1alpha1.ToolResolution {
+	return &v1alpha1.ToolResolution{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolResolution"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: key + "-resolution-"},
+		Spec: v1alpha1.ToolResolutionSpec{
+			ActionName: key, Outcome: outcome, ExternalRef: externalRef, Reason: reason,
+		},
+	}
+}
+
+// Resolve creates resolution after checking that its action is Unknown or
+// Escalated. The controller refuses a resolution for an action in any other
+// phase, but the refused resolution would stay in the record (resolutions
+// are immutable); checking first keeps the record free of mistakes. The
+// phase may still change before the resolution arrives, which the
+// controller then reports in the Applied condition.
+func (l *Ledger) Resolve(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
+	key := resolution.Spec.ActionName
+	action, err := l.getAction(ctx, resolution.Namespace, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w; nothing was created", err)
+	}
+	if phase := PhaseOf(action); phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
+		return nil, fmt.Errorf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution; nothing was created", key, phase)
+	}
+	return l.createResolution(ctx, resolution)
+}
+
+// ConsequentialParameters are the action's parameters that enter its
+// digest, as its tool names them (all of them when the tool is gone).
+func (l *Ledger) ConsequentialParameters(ctx context.Context, action *v1alpha1.ToolAction) (json.RawMessage, error) {
+	return consequentialParameters(ctx, l, map[toolKey]*v1alpha1.ToolSpec{}, action)
+}
+
+// KeyFreed says when the tombstone's key is freed, reading its tool.
+func (l *Ledger) KeyFreed(ctx context.Context, tomb *v1alpha1.Tombstone) KeyFreed {
+	return keyFreed(tomb, l.toolOf(ctx, tomb))
+}
