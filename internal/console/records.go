@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -92,4 +94,76 @@ func (l *Ledger) ConsequentialParameters(ctx context.Context, action *v1alpha1.T
 // KeyFreed says when the tombstone's key is freed, reading its tool.
 func (l *Ledger) KeyFreed(ctx context.Context, tomb *v1alpha1.Tombstone) KeyFreed {
 	return keyFreed(tomb, l.toolOf(ctx, tomb))
+}
+
+// ListApprovals reads the ToolApprovals of the action key, the decisions
+// made about it whether applied or not.
+func (l *Ledger) ListApprovals(ctx context.Context, namespace, key string) ([]v1alpha1.ToolApproval, error) {
+	var items []v1alpha1.ToolApproval
+	err := listPages(ctx, l, resourceApprovals, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
+		func(page *v1alpha1.ToolApprovalList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the ToolApprovals of %q in %s: %w", key, scope(namespace), err)
+	}
+	return items, nil
+}
+
+// ListResolutions reads the ToolResolutions of the action key.
+func (l *Ledger) ListResolutions(ctx context.Context, namespace, key string) ([]v1alpha1.ToolResolution, error) {
+	var items []v1alpha1.ToolResolution
+	err := listPages(ctx, l, resourceResolutions, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
+		func(page *v1alpha1.ToolResolutionList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the ToolResolutions of %q in %s: %w", key, scope(namespace), err)
+	}
+	return items, nil
+}
+
+func actionNameSelector(key string) string {
+	return fields.OneTermEqualSelector("spec.actionName", key).String()
+}
+
+// ListTools reads the Tools of a namespace ("" for all).
+func (l *Ledger) ListTools(ctx context.Context, namespace string) ([]v1alpha1.Tool, error) {
+	var items []v1alpha1.Tool
+	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list Tools in %s: %w", scope(namespace), err)
+	}
+	return items, nil
+}
+
+// ListClusterTools reads the ClusterTools.
+func (l *Ledger) ListClusterTools(ctx context.Context) ([]v1alpha1.ClusterTool, error) {
+	var items []v1alpha1.ClusterTool
+	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) { items = append(items, page.Items...) })
+	if err != nil {
+		return nil, fmt.Errorf("cannot list ClusterTools: %w", err)
+	}
+	return items, nil
+}
+
+// WatchActions watches the ToolActions of a namespace ("" for all) that
+// match fieldSelector, from now on: it reads the collection's current
+// resourceVersion first, so that the watch does not replay what exists.
+func (l *Ledger) WatchActions(ctx context.Context, namespace, fieldSelector string) (watch.Interface, error) {
+	var list v1alpha1.ToolActionList
+	opts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: 1}
+	req := l.rest.Get().Resource(resourceActions).VersionedParams(&opts, metav1.ParameterCodec)
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	if err := req.Do(ctx).Into(&list); err != nil {
+		return nil, fmt.Errorf("cannot list ToolActions in %s: %w", scope(namespace), err)
+	}
+	opts = metav1.ListOptions{FieldSelector: fieldSelector, Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}
+	req = l.rest.Get().Resource(resourceActions).VersionedParams(&opts, metav1.ParameterCodec)
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	w, err := req.Watch(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot watch ToolActions in %s: %w", scope(namespace), err)
+	}
+	return w, nil
 }

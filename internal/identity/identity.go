@@ -126,12 +126,30 @@ func (c *Cache[T]) Add(id string, value T) T {
 		return e.Value.(*entry[T]).value
 	}
 	c.byID[id] = c.order.PushFront(&entry[T]{id: id, value: value})
+	c.trim()
+	return value
+}
+
+// Put keeps value for id, replacing any kept before.
+func (c *Cache[T]) Put(id string, value T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.byID[id]; ok {
+		e.Value.(*entry[T]).value = value
+		c.order.MoveToFront(e)
+		return
+	}
+	c.byID[id] = c.order.PushFront(&entry[T]{id: id, value: value})
+	c.trim()
+}
+
+// trim drops the least recently used values past the bound.
+func (c *Cache[T]) trim() {
 	for c.order.Len() > c.max {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)
 		delete(c.byID, oldest.Value.(*entry[T]).id)
 	}
-	return value
 }
 
 // Len is the number of values kept.

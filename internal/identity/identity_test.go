@@ -58,6 +58,10 @@ func TestCacheKeepsTheMostRecentlyUsed(t *testing.T) {
 	if _, ok := c.Get("b"); ok {
 		t.Error("b, the least recently used, was kept past the bound")
 	}
+	c.Put("c", 4)
+	if v, _ := c.Get("c"); v != 4 {
+		t.Errorf("after Put, c = %d, want 4", v)
+	}
 	if c.Len() != 2 {
 		t.Errorf("Len = %d, want 2", c.Len())
 	}

@@ -1,0 +1,148 @@
+package webconsole
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/console"
+)
+
+type toolsPage struct {
+	Namespace string
+	Tools     []toolRow
+	Error     string
+	// ClusterToolsError says why ClusterTools are not listed (a
+	// namespace-bound role cannot list them).
+	ClusterToolsError string
+}
+
+type toolRow struct {
+	Kind, Namespace, Name string
+	Operation, Version    string
+	Class                 v1alpha1.IdempotencyClass
+	Adapter               string
+	MaxInFlight, PerSec   int32
+	ApprovalRequired      bool
+	KeyRetention          string
+	Ready                 string
+	ReadyMessage          string
+}
+
+// toolsPage lists the catalog: each tool's class, adapter, limits, approval
+// and readiness.
+func (s *Server) toolsPage(w http.ResponseWriter, r *http.Request, u *user) {
+	page := toolsPage{Namespace: s.namespaceOf(r)}
+	status := http.StatusOK
+	if page.Error = validNamespace(page.Namespace); page.Error != "" {
+		s.render(w, http.StatusBadRequest, "tools", s.pageData(r, u, "Tools", page))
+		return
+	}
+	tools, err := u.ledger.ListTools(r.Context(), listScope(page.Namespace))
+	if err != nil {
+		status, page.Error = apiStatus(err), err.Error()
+	}
+	for i := range tools {
+		t := &tools[i]
+		page.Tools = append(page.Tools, toolRowOf(v1alpha1.KindTool, t.Namespace, t.Name, &t.Spec, &t.Status))
+	}
+	clusterTools, err := u.ledger.ListClusterTools(r.Context())
+	if err != nil {
+		page.ClusterToolsError = err.Error()
+	}
+	for i := range clusterTools {
+		t := &clusterTools[i]
+		page.Tools = append(page.Tools, toolRowOf(v1alpha1.KindClusterTool, "", t.Name, &t.Spec.ToolSpec, &t.Status))
+	}
+	s.render(w, status, "tools", s.pageData(r, u, "Tools", page))
+}
+
+func toolRowOf(kind, namespace, name string, spec *v1alpha1.ToolSpec, status *v1alpha1.ToolStatus) toolRow {
+	limits := spec.Limits.WithDefaults()
+	row := toolRow{Kind: kind, Namespace: namespace, Name: name, Operation: spec.Operation, Version: spec.Version,
+		Class: spec.IdempotencyClass, Adapter: v1alpha1.AdapterName(spec), MaxInFlight: limits.MaxInFlight, PerSec: limits.RequestsPerSecond,
+		ApprovalRequired: spec.ApprovalRequired, KeyRetention: "until an administrator frees it", Ready: "Unknown"}
+	if spec.KeyRetention != nil {
+		row.KeyRetention = spec.KeyRetention.Duration.String()
+	}
+	if c := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionToolReady); c != nil {
+		row.Ready, row.ReadyMessage = string(c.Status), c.Message
+		if c.Reason != "" {
+			row.Ready += " (" + c.Reason + ")"
+		}
+	}
+	return row
+}
+
+type dashboardPage struct {
+	Namespace string
+	Phases    []v1alpha1.Phase
+	Rows      []countRow
+	Totals    countRow
+	Error     string
+}
+
+// countRow counts one tool's actions by phase, in the order of Phases.
+type countRow struct {
+	Namespace string
+	Tool      string
+	Counts    []int
+	Total     int
+}
+
+// dashboardPhases are the columns of the dashboard, in lifecycle order.
+var dashboardPhases = []v1alpha1.Phase{
+	v1alpha1.PhasePending, v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseExecuting,
+	v1alpha1.PhaseRetryScheduled, v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed,
+}
+
+// dashboardPage counts the actions of the namespace by tool and phase.
+func (s *Server) dashboardPage(w http.ResponseWriter, r *http.Request, u *user) {
+	page := dashboardPage{Namespace: s.namespaceOf(r), Phases: dashboardPhases}
+	if page.Error = validNamespace(page.Namespace); page.Error != "" {
+		s.render(w, http.StatusBadRequest, "dashboard", s.pageData(r, u, "Dashboard", page))
+		return
+	}
+	actions, err := u.ledger.ListActions(r.Context(), listScope(page.Namespace), "")
+	if err != nil {
+		page.Error = err.Error()
+		s.render(w, apiStatus(err), "dashboard", s.pageData(r, u, "Dashboard", page))
+		return
+	}
+	page.Rows, page.Totals = countByTool(actions)
+	s.render(w, http.StatusOK, "dashboard", s.pageData(r, u, "Dashboard", page))
+}
+
+func countByTool(actions []v1alpha1.ToolAction) ([]countRow, countRow) {
+	index := map[string]int{}
+	var rows []countRow
+	totals := countRow{Tool: "all tools", Counts: make([]int, len(dashboardPhases))}
+	for i := range actions {
+		a := &actions[i]
+		tool := console.ToolName(a.Spec.ToolRef)
+		key := fmt.Sprintf("%s/%s", a.Namespace, tool)
+		at, seen := index[key]
+		if !seen {
+			at = len(rows)
+			index[key] = at
+			rows = append(rows, countRow{Namespace: a.Namespace, Tool: tool, Counts: make([]int, len(dashboardPhases))})
+		}
+		column := slices.Index(dashboardPhases, console.PhaseOf(a))
+		if column < 0 {
+			continue
+		}
+		rows[at].Counts[column]++
+		rows[at].Total++
+		totals.Counts[column]++
+		totals.Total++
+	}
+	slices.SortFunc(rows, func(a, b countRow) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Tool, b.Tool))
+	})
+	return rows, totals
+}

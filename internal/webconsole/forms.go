@@ -1,0 +1,162 @@
+package webconsole
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/console"
+)
+
+// maxReasonLength is the longest reason a ToolApproval or ToolResolution
+// records; maxExternalRefLength the longest external reference.
+const (
+	maxReasonLength      = 1024
+	maxExternalRefLength = 512
+	// maxFormBytes bounds a form's body.
+	maxFormBytes = 16 << 10
+)
+
+var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// notices are what a redirect after a form says on the action's page; the
+// page names only a notice of this list, so no text of the URL is shown.
+var notices = map[string]string{
+	"approved": "Approval recorded: the controller applies it and dispatches the action under its key.",
+	"denied":   "Denial recorded: the controller fails the action with class Denied; it is never dispatched.",
+	"resolved": "Resolution recorded: the controller applies it to the action and appends it to the history.",
+}
+
+func noticeOf(r *http.Request) string { return notices[r.URL.Query().Get("done")] }
+
+// readForm parses a bounded form and checks its token, or answers the
+// request itself and returns false.
+func (s *Server) readForm(w http.ResponseWriter, r *http.Request, u *user) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "cannot read the form: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	if !s.csrf.valid(r.PostForm.Get(csrfField), u.id) {
+		s.refuseForm(w, r, u)
+		return false
+	}
+	return true
+}
+
+// decide records an approval or a denial of the request digest the page
+// showed: the digest travels in the form, and nothing is created unless
+// the action still records it.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user) {
+	if !s.readForm(w, r, u) {
+		return
+	}
+	decision := v1alpha1.ApprovalDecision(r.PostForm.Get("decision"))
+	digest, reason := r.PostForm.Get("digest"), strings.TrimSpace(r.PostForm.Get("reason"))
+	var problems []string
+	if decision != v1alpha1.Approved && decision != v1alpha1.Denied {
+		problems = append(problems, fmt.Sprintf("the decision must be Approved or Denied, not %q", decision))
+	}
+	if !digestPattern.MatchString(digest) {
+		problems = append(problems, "the form names no request digest: reload the page and review the request")
+	}
+	problems = append(problems, reasonProblems(reason)...)
+	if len(problems) > 0 {
+		s.formFailed(w, r, u, http.StatusBadRequest, "Nothing was created: "+strings.Join(problems, "; ")+".")
+		return
+	}
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	created, _, err := u.ledger.Decide(r.Context(), ns, name, digest, func(action *v1alpha1.ToolAction) *v1alpha1.ToolApproval {
+		return console.NewApproval(action, decision, reason)
+	})
+	if err != nil {
+		s.formFailed(w, r, u, formStatus(err), err.Error())
+		return
+	}
+	s.opts.Logger.Info("Recorded a decision", "namespace", ns, "action", name, "toolApproval", created.Name,
+		"decision", decision, "user", u.info.Username)
+	s.formDone(w, r, map[v1alpha1.ApprovalDecision]string{v1alpha1.Approved: "approved", v1alpha1.Denied: "denied"}[decision])
+}
+
+// resolve records what a person established about an Unknown or Escalated
+// action, with one of the outcomes the ledger allows.
+func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
+	if !s.readForm(w, r, u) {
+		return
+	}
+	outcome := v1alpha1.ResolutionOutcome(r.PostForm.Get("outcome"))
+	externalRef, reason := strings.TrimSpace(r.PostForm.Get("externalRef")), strings.TrimSpace(r.PostForm.Get("reason"))
+	var problems []string
+	switch outcome {
+	case v1alpha1.ResolvedSucceeded:
+		if externalRef == "" {
+			problems = append(problems, "a Succeeded outcome needs the external reference, the downstream's identifier of the effect")
+		}
+	case v1alpha1.ResolvedFailed, v1alpha1.ResolvedRetrySafe:
+		if externalRef != "" {
+			problems = append(problems, fmt.Sprintf("an external reference goes only with Succeeded; a %s outcome records no effect downstream", outcome))
+		}
+	default:
+		problems = append(problems, fmt.Sprintf("the outcome must be Succeeded, Failed or RetrySafe, not %q", outcome))
+	}
+	if len(externalRef) > maxExternalRefLength {
+		problems = append(problems, fmt.Sprintf("the external reference is %d bytes long; at most %d are allowed", len(externalRef), maxExternalRefLength))
+	}
+	problems = append(problems, reasonProblems(reason)...)
+	if len(problems) > 0 {
+		s.formFailed(w, r, u, http.StatusBadRequest, "Nothing was created: "+strings.Join(problems, "; ")+".")
+		return
+	}
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	created, err := u.ledger.Resolve(r.Context(), console.NewResolution(ns, name, outcome, externalRef, reason))
+	if err != nil {
+		s.formFailed(w, r, u, formStatus(err), err.Error())
+		return
+	}
+	s.opts.Logger.Info("Recorded a resolution", "namespace", ns, "action", name, "toolResolution", created.Name,
+		"outcome", outcome, "user", u.info.Username)
+	s.formDone(w, r, "resolved")
+}
+
+func reasonProblems(reason string) []string {
+	switch {
+	case reason == "":
+		return []string{"a reason is required: say why, for the record"}
+	case len(reason) > maxReasonLength:
+		return []string{fmt.Sprintf("the reason is %d bytes long; at most %d are recorded", len(reason), maxReasonLength)}
+	}
+	return nil
+}
+
+// formStatus is the HTTP status of a form the ledger refused: the API
+// server's refusal of the user, or a record that changed since the page
+// was shown.
+func formStatus(err error) int {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsForbidden(err):
+		return http.StatusForbidden
+	case errors.As(err, &status):
+		return apiStatus(err)
+	default:
+		return http.StatusConflict
+	}
+}
+
+// formFailed shows the action again, with why the form did nothing.
+func (s *Server) formFailed(w http.ResponseWriter, r *http.Request, u *user, status int, message string) {
+	s.showAction(w, r, u, status, actionPage{Error: message})
+}
+
+// formDone sends the browser back to the action's page (POST, redirect,
+// GET), which says what was recorded.
+func (s *Server) formDone(w http.ResponseWriter, r *http.Request, notice string) {
+	target := "/actions/" + url.PathEscape(r.PathValue("namespace")) + "/" + url.PathEscape(r.PathValue("name")) + "?done=" + notice
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}

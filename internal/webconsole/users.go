@@ -1,0 +1,231 @@
+package webconsole
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/identity"
+)
+
+// userAgent names the console to the API server.
+const userAgent = "toolledger-console"
+
+// tokenCookie holds the bearer token of a user who signed in with the form
+// rather than through a proxy that sends the Authorization header.
+const tokenCookie = "toolledger_token"
+
+// reviewTTL is how long a token's review is trusted before the API server
+// is asked again: a revoked token stops working within it.
+const reviewTTL = time.Minute
+
+// user is who a request acts as, with the clients that act as them.
+type user struct {
+	info   authenticationv1.UserInfo
+	id     string
+	ledger *console.Ledger
+	access authorizationclient.SelfSubjectAccessReviewInterface
+}
+
+func newUser(cfg *rest.Config, info authenticationv1.UserInfo) (*user, error) {
+	id, err := identity.ID(info)
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	rest.AddUserAgent(cfg, userAgent)
+	ledger, err := console.NewLedger(cfg, userAgent)
+	if err != nil {
+		return nil, err
+	}
+	authz, err := authorizationclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create an authorization client: %w", err)
+	}
+	return &user{info: info, id: id, ledger: ledger, access: authz.SelfSubjectAccessReviews()}, nil
+}
+
+// mayCreate asks the API server whether the user may create resource (of
+// toolledger's group) in namespace. A failed review answers no: a button
+// is hidden, and the API server would decide anyway.
+func (u *user) mayCreate(ctx context.Context, resource, namespace string) bool {
+	review, err := u.access.Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: "create", Group: v1alpha1.GroupVersion.Group, Resource: resource,
+		},
+	}}, metav1.CreateOptions{})
+	return err == nil && review.Status.Allowed
+}
+
+// signedIn runs page as the request's user, or sends the browser to sign
+// in (cluster mode, no token) or refuses the request (a token that the API
+// server does not authenticate).
+func (s *Server) signedIn(page func(http.ResponseWriter, *http.Request, *user)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.self != nil {
+			page(w, r, s.self)
+			return
+		}
+		token := bearerToken(r)
+		if token == "" {
+			if r.Method == http.MethodGet && r.URL.Path != eventsPath {
+				http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "sign in first: send a bearer token for the console's audience", http.StatusUnauthorized)
+			return
+		}
+		u, err := s.userOf(r.Context(), token)
+		if err != nil {
+			s.opts.Logger.Info("Refused a token", "reason", err.Error())
+			status := http.StatusUnauthorized
+			if !errors.Is(err, identity.ErrUnauthenticated) {
+				status = http.StatusBadGateway
+			}
+			s.render(w, status, "error", s.pageData(r, nil, "Not signed in", errorPage{Message: "The token was not accepted: " + err.Error()}))
+			return
+		}
+		page(w, r, u)
+	})
+}
+
+// bearerToken is the request's token: the Authorization header's (from a
+// proxy, or any HTTP client), else the sign-in cookie's.
+func bearerToken(r *http.Request) string {
+	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(token)
+	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// userOf authenticates token (reviews are trusted for reviewTTL) and
+// returns its user, with clients that impersonate them.
+func (s *Server) userOf(ctx context.Context, token string) (*user, error) {
+	sum := sha256.Sum256([]byte(token))
+	key := hex.EncodeToString(sum[:])
+	info, ok := s.reviews.get(key, s.opts.Now())
+	if !ok {
+		var err error
+		if info, err = identity.Review(ctx, s.kube, s.opts.Audience, token); err != nil {
+			return nil, err
+		}
+		s.reviews.add(key, info, s.opts.Now().Add(reviewTTL))
+	}
+	id, err := identity.ID(info)
+	if err != nil {
+		return nil, err
+	}
+	if u, ok := s.users.Get(id); ok {
+		return u, nil
+	}
+	u, err := newUser(identity.Impersonating(s.opts.Config, info), info)
+	if err != nil {
+		return nil, err
+	}
+	return s.users.Add(id, u), nil
+}
+
+// reviewCache keeps recent token reviews by the token's hash (never the
+// token itself), so that every page does not cost a TokenReview.
+type reviewCache struct {
+	entries *identity.Cache[review]
+}
+
+type review struct {
+	user    authenticationv1.UserInfo
+	expires time.Time
+}
+
+func newReviewCache() *reviewCache { return &reviewCache{entries: identity.NewCache[review](maxUsers)} }
+
+func (c *reviewCache) get(key string, now time.Time) (authenticationv1.UserInfo, bool) {
+	r, ok := c.entries.Get(key)
+	if !ok || !now.Before(r.expires) {
+		return authenticationv1.UserInfo{}, false
+	}
+	return r.user, true
+}
+
+func (c *reviewCache) add(key string, user authenticationv1.UserInfo, expires time.Time) {
+	c.entries.Put(key, review{user: user, expires: expires})
+}
+
+func (s *Server) signInPage(w http.ResponseWriter, r *http.Request) {
+	s.render(w, http.StatusOK, "sign-in", s.pageData(r, nil, "Sign in", signInPage{Audience: s.opts.Audience, CSRF: s.csrf.token(signInSubject)}))
+}
+
+// signInSubject is what the sign-in form's token is bound to: nobody is
+// signed in yet.
+const signInSubject = "sign-in"
+
+// signIn checks the pasted token with the API server and keeps it in a
+// cookie that scripts cannot read and that is sent only to the console,
+// over HTTPS (browsers treat http://localhost and 127.0.0.1 as secure).
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
+	if !s.csrf.valid(r.PostFormValue(csrfField), signInSubject) {
+		s.refuseForm(w, r, nil)
+		return
+	}
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	if _, err := s.userOf(r.Context(), token); err != nil || token == "" {
+		message := "Paste a token issued for the audience " + s.opts.Audience + "."
+		if err != nil {
+			message = "The API server did not accept the token: " + err.Error()
+		}
+		s.render(w, http.StatusUnauthorized, "sign-in", s.pageData(r, nil, "Sign in",
+			signInPage{Audience: s.opts.Audience, CSRF: s.csrf.token(signInSubject), Error: message}))
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/queue", http.StatusSeeOther)
+}
+
+func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
+}
+
+// loopbackHostOnly refuses, in the local mode, requests whose Host is not a
+// loopback address or localhost: a page of another site cannot reach the
+// console through a name it controls (DNS rebinding).
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsLoopbackHost(r.Host) {
+			http.Error(w, "the local console answers requests for localhost or a loopback address only", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopbackHost reports whether hostport names this machine: localhost or
+// a loopback IP address.
+func IsLoopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	addr, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && addr.IsLoopback()
+}
