@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 
-# Builds the toolledger manager (cmd/manager) and the MCP gateway
-# (cmd/toolledger-mcp, the chart's mcpGateway runs it as /toolledger-mcp) into
-# static binaries and ships them on distroless: no shell, no package manager,
+# Builds the toolledger manager (cmd/manager), the MCP gateway
+# (cmd/toolledger-mcp, the chart's mcpGateway runs it as /toolledger-mcp) and
+# the web console (cmd/toolledger-console, the chart's console runs it as
+# /toolledger-console) into static binaries and ships them on distroless: no shell, no package manager,
 # a non-root user.
 #
 #   docker build -t ghcr.io/toolledger/toolledger:dev .
@@ -27,7 +28,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
     go build -trimpath -ldflags="-s -w" -o /manager ./cmd/manager && \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /toolledger-mcp ./cmd/toolledger-mcp
+    go build -trimpath -ldflags="-s -w" -o /toolledger-mcp ./cmd/toolledger-mcp && \
+    CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags="-s -w" -o /toolledger-console ./cmd/toolledger-console
 
 FROM gcr.io/distroless/static:nonroot
 LABEL org.opencontainers.image.source="https://github.com/toolledger/toolledger" \
@@ -35,6 +38,7 @@ LABEL org.opencontainers.image.source="https://github.com/toolledger/toolledger"
 WORKDIR /
 COPY --from=builder /manager /manager
 COPY --from=builder /toolledger-mcp /toolledger-mcp
+COPY --from=builder /toolledger-console /toolledger-console
 # Numeric, so that the pod's runAsNonRoot check can verify it without /etc/passwd.
 USER 65532:65532
 ENTRYPOINT ["/manager"]

@@ -61,8 +61,22 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use).
+test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) chromium vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use; installs chromium).
 	go test ./... -race -count=1 -timeout 20m
+
+# The web console's browser tests drive Debian's chromium (headless). It is a
+# system package: installed with apt-get (as root, else through sudo) when
+# missing, with a font for its pages.
+.PHONY: chromium
+chromium: ## Install Debian's chromium for the web console's browser tests, when it is missing.
+	@command -v chromium >/dev/null || { \
+		echo ">> installing Debian's chromium for the web console's browser tests"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; }
+
+.PHONY: screenshots
+screenshots: controlplane chromium ## Take the web console's screenshots of docs/images with the browser tests.
+	TOOLLEDGER_SCREENSHOTS=$(CURDIR)/docs/images go test ./internal/webconsole/ -count=1 -ginkgo.focus "approver approve"
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
 ifeq ($(USE_EXISTING_CLUSTER),true)
@@ -78,11 +92,12 @@ run: $(RUN_DEPS) ## Start a local control plane, the demo downstream and the ope
 ##@ Build
 
 .PHONY: build
-build: ## Build the operator, the local runner, the demo downstream and the MCP gateway into bin/.
+build: ## Build the operator, the local runner, the demo downstream, the MCP gateway and the web console into bin/.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/toolledger-dev ./cmd/toolledger-dev
 	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
 	go build -o $(BIN)/toolledger-mcp ./cmd/toolledger-mcp
+	go build -o $(BIN)/toolledger-console ./cmd/toolledger-console
 
 .PHONY: controlplane
 controlplane: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build kube-apiserver, etcd and kubectl from source into bin/ (first time: minutes).
@@ -231,6 +246,16 @@ chart-lint: $(HELM) chart-rbac chart-admission chart-observability ## Lint the H
 		&& grep -q 'app.kubernetes.io/component: mcp-gateway$$' <<<"$$out" && grep -q '^  namespace: shop$$' <<<"$$out" \
 		&& ! $(HELM) template toolledger $(CHART_DIR) --set mcpGateway.enabled=true --set mcpGateway.namespace=shop >/dev/null 2>&1 \
 		|| { echo "chart-lint: mcpGateway must render only when enabled, with its namespace and resourceURL required" >&2; exit 1; }
+	@# The web console renders only when enabled, with its audience, its pods' own component label and a kept CSRF key.
+	out="$$($(HELM) template toolledger $(CHART_DIR))"; ! grep -q 'toolledger-console' <<<"$$out" \
+		&& out="$$($(HELM) template toolledger $(CHART_DIR) --set console.enabled=true --set console.namespace=shop --set console.tlsSecret=console-tls)" \
+		&& grep -q -- '- --audience=toolledger-console$$' <<<"$$out" && grep -q -- '- --namespace=shop$$' <<<"$$out" \
+		&& grep -q -- '- --tls-cert-file=/etc/toolledger-console/tls/tls.crt$$' <<<"$$out" && grep -q 'scheme: HTTPS$$' <<<"$$out" \
+		&& grep -q 'app.kubernetes.io/component: console$$' <<<"$$out" && grep -q 'helm.sh/resource-policy: keep$$' <<<"$$out" \
+		&& out="$$($(HELM) template toolledger $(CHART_DIR) --set console.enabled=true --set console.csrfSecret=mine)" \
+		&& ! grep -q '^kind: Secret$$' <<<"$$out" && grep -q 'secretName: mine$$' <<<"$$out" && ! grep -q -- '--tls-cert-file' <<<"$$out" \
+		&& ! $(HELM) template toolledger $(CHART_DIR) --set console.enabled=true --set console.audience= >/dev/null 2>&1 \
+		|| { echo "chart-lint: console must render only when enabled, with its audience required, its own pod label, TLS when asked and a kept CSRF key unless one is given" >&2; exit 1; }
 
 .PHONY: lint-dockerfile
 lint-dockerfile: $(DOCKERFILELINT) ## Lint the Dockerfile with dockerfilelint (installed from npm into bin/).

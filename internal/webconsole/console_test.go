@@ -102,20 +102,36 @@ func signIn(tab context.Context, p person) {
 	Expect(textOf(tab, "#user")).To(Equal(p.name))
 }
 
-// textOf reads the text of the element selector matches, waiting for it.
+// openLive opens a live page and waits until it has read the ledger once
+// its event stream is open (body[data-synced]), so that it is not replaced
+// under the spec's hands.
+func openLive(tab context.Context, target string, wait chromedp.Action[chromedp.Void]) {
+	GinkgoHelper()
+	Expect(chromedp.Do(tab, chromedp.Navigate(target), wait, chromedp.WaitVisible(chromedp.CSS("body[data-synced]")))).To(Succeed())
+}
+
+// textOf reads the text of the element selector matches, waiting for it;
+// a live page may replace the element while it is read, so it reads again.
 func textOf(tab context.Context, selector string) string {
 	GinkgoHelper()
-	text, err := chromedp.Run(tab, chromedp.Text(chromedp.CSS(selector)))
-	Expect(err).NotTo(HaveOccurred())
+	var text string
+	Eventually(func() (err error) {
+		text, err = chromedp.Run(tab, chromedp.Text(chromedp.CSS(selector)))
+		return err
+	}).Should(Succeed())
 	return text
 }
 
 // count counts the elements selector matches now, without waiting.
 func count(tab context.Context, selector string) int {
 	GinkgoHelper()
-	nodes, err := chromedp.Run(tab, chromedp.Nodes(chromedp.CSSAll(selector), chromedp.AtLeast(0)))
-	Expect(err).NotTo(HaveOccurred())
-	return len(nodes)
+	var n int
+	Eventually(func() error {
+		nodes, err := chromedp.Run(tab, chromedp.Nodes(chromedp.CSSAll(selector), chromedp.AtLeast(0)))
+		n = len(nodes)
+		return err
+	}).Should(Succeed())
+	return n
 }
 
 func screenshot(tab context.Context, name string) {
@@ -158,12 +174,13 @@ var _ = Describe("The web console in a browser", func() {
 		tab := newUserBrowser()
 		signIn(tab, approver)
 		By("opening the queue: both waiting actions, oldest first")
-		Expect(chromedp.Do(tab, chromedp.Navigate(consoleURL+"/queue?namespace="+ns), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="refund-1043"]`)))).To(Succeed())
+		openLive(tab, consoleURL+"/queue?namespace="+ns, chromedp.WaitVisible(chromedp.CSS(`tr[data-key="refund-1043"]`)))
 		Expect(textOf(tab, `tr[data-key="refund-1042"]`)).To(ContainSubstring("AwaitingApproval"))
 		screenshot(tab, "console-queue.png")
 
 		By("opening the waiting action: the digest and the consequential parameters it approves")
-		Expect(chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-key="refund-1042"] a`)), chromedp.WaitVisible(chromedp.ID("approve")))).To(Succeed())
+		Expect(chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-key="refund-1042"] a`)), chromedp.WaitVisible(chromedp.ID("approve")),
+			chromedp.WaitVisible(chromedp.CSS("body[data-synced]")))).To(Succeed())
 		Expect(textOf(tab, "#digest")).To(Equal(waiting.Status.RequestDigest))
 		Expect(textOf(tab, "#parameters")).To(And(ContainSubstring("/amount"), ContainSubstring("4200"), ContainSubstring(`"c-1042"`)))
 		Expect(textOf(tab, "#requested-by")).To(ContainSubstring(requester.name + " verified"))
@@ -202,7 +219,7 @@ var _ = Describe("The web console in a browser", func() {
 		tab := newUserBrowser()
 		signIn(tab, requester)
 		actionURL := consoleURL + "/actions/" + ns + "/refund-2001"
-		Expect(chromedp.Do(tab, chromedp.Navigate(actionURL), chromedp.WaitVisible(chromedp.ID("phase")))).To(Succeed())
+		openLive(tab, actionURL, chromedp.WaitVisible(chromedp.ID("phase")))
 		Expect(textOf(tab, "#phase")).To(Equal("AwaitingApproval"))
 		Expect(count(tab, "#approve")).To(Equal(0), "no approve button for a user the API server would refuse")
 		Expect(count(tab, "#deny")).To(Equal(0))
@@ -247,9 +264,9 @@ var _ = Describe("The web console in a browser", func() {
 
 		tab := newUserBrowser()
 		signIn(tab, resolver)
-		Expect(chromedp.Do(tab, chromedp.Navigate(consoleURL+"/queue?namespace="+ns+"&phase=Escalated"),
-			chromedp.WaitVisible(chromedp.CSS(`tr[data-key="transfer-77"]`)))).To(Succeed())
-		Expect(chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-key="transfer-77"] a`)), chromedp.WaitVisible(chromedp.ID("resolve-submit")))).To(Succeed())
+		openLive(tab, consoleURL+"/queue?namespace="+ns+"&phase=Escalated", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="transfer-77"]`)))
+		Expect(chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-key="transfer-77"] a`)), chromedp.WaitVisible(chromedp.ID("resolve-submit")),
+			chromedp.WaitVisible(chromedp.CSS("body[data-synced]")))).To(Succeed())
 		Expect(count(tab, "#approve")).To(Equal(0))
 
 		By("a Succeeded outcome without a reference is refused with the reason, and nothing is created")
@@ -297,7 +314,7 @@ var _ = Describe("The web console in a browser", func() {
 
 		tab := newUserBrowser()
 		signIn(tab, requester)
-		Expect(chromedp.Do(tab, chromedp.Navigate(consoleURL+"/actions/"+ns+"/notify-1"), chromedp.WaitVisible(chromedp.ID("action-error")))).To(Succeed())
+		openLive(tab, consoleURL+"/actions/"+ns+"/notify-1", chromedp.WaitVisible(chromedp.ID("action-error")))
 		title, err := chromedp.Run(tab, chromedp.Title())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(textOf(tab, "#action-error")).To(ContainSubstring(`<script>document.title="owned"</script>`))

@@ -38,12 +38,13 @@ const (
 // renders in the chart, under the release's name, with the same rules and
 // aggregated into the same built-in roles, and the chart renders no other.
 //
-// The MCP gateway's role renders with the gateway (mcpGateway.enabled), and
+// The MCP gateway's and the web console's roles render with them
+// (mcpGateway.enabled, console.enabled); the gateway's
 // narrows its namespaces rule to the served namespace, which config/rbac
 // cannot know.
 func TestChartClusterRolesMatchConfig(t *testing.T) {
 	chart := clusterRoles(t, helmTemplate(t, "--set", "mcpGateway.enabled=true", "--set", "mcpGateway.namespace=shop",
-		"--set", "mcpGateway.resourceURL=https://mcp.example.com/mcp"))
+		"--set", "mcpGateway.resourceURL=https://mcp.example.com/mcp", "--set", "console.enabled=true"))
 	if gateway, found := chart[chartPrefix+"mcp-gateway"]; found {
 		narrowed := 0
 		for i, rule := range gateway.Rules {

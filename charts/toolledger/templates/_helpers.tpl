@@ -57,6 +57,15 @@ app.kubernetes.io/component: mcp-gateway
 {{- end }}
 
 {{/*
+Labels that select the web console's pods: a component of their own.
+*/}}
+{{- define "toolledger.consoleSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "toolledger.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: console
+{{- end }}
+
+{{/*
 Name of the manager's ServiceAccount.
 */}}
 {{- define "toolledger.serviceAccountName" -}}

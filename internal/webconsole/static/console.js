@@ -11,6 +11,7 @@
   var source = new EventSource(live.getAttribute("data-events"));
   var busy = false;
   var again = false;
+  var syncs = 0;
 
   // edited reports whether someone has begun to fill in a form of the
   // page: such a page is never replaced under their hands.
@@ -60,7 +61,10 @@
         if (again) {
           again = false;
           reload();
+          return;
         }
+        // Says the page shows the ledger as of its stream's latest event.
+        document.body.setAttribute("data-synced", String(++syncs));
       });
   }
 
