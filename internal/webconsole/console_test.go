@@ -81,12 +81,17 @@ func tenantWithIdentity() string {
 // stamps p as its requester.
 func (p person) request(ns, key, tool string, amount int, customer string) {
 	GinkgoHelper()
+	Expect(p.kube.Create(context.Background(), charge(ns, key, tool, amount, customer))).To(Succeed())
+}
+
+// charge is the ToolAction key of a charge tool, in euros.
+func charge(ns, key, tool string, amount int, customer string) *v1alpha1.ToolAction {
 	action := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key}}
 	action.Spec.ToolRef = v1alpha1.ToolReference{Name: tool}
 	action.Spec.Parameters = map[string]apiextensionsv1.JSON{
 		"amount": {Raw: []byte(strconv.Itoa(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(strconv.Quote(customer))},
 	}
-	Expect(p.kube.Create(context.Background(), action)).To(Succeed())
+	return action
 }
 
 // signIn signs tab in as p through the sign-in form.

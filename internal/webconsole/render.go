@@ -136,8 +136,13 @@ func flattenParameters(raw json.RawMessage) ([]parameterRow, error) {
 				walk(fmt.Sprintf("%s/%d", path, i), e)
 			}
 		default:
-			encoded, _ := json.Marshal(t) // a decoded scalar encodes
-			rows = append(rows, parameterRow{Path: path, Value: string(encoded)})
+			// The page escapes the value; JSON need not, so that an
+			// approver reads "<" rather than "\u003c".
+			var encoded bytes.Buffer
+			enc := json.NewEncoder(&encoded)
+			enc.SetEscapeHTML(false)
+			_ = enc.Encode(t) // a decoded scalar encodes
+			rows = append(rows, parameterRow{Path: path, Value: strings.TrimSuffix(encoded.String(), "\n")})
 		}
 	}
 	walk("", v)
