@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -34,6 +35,8 @@ type flags struct {
 	csrfKeyFile string
 	certFile    string
 	keyFile     string
+	as          string
+	asGroups    []string
 }
 
 func main() {
@@ -44,6 +47,11 @@ func main() {
 	flag.StringVar(&f.csrfKeyFile, "csrf-key-file", "", "File whose content signs the forms' tokens; replicas behind one Service need the same. A random key when empty.")
 	flag.StringVar(&f.certFile, "tls-cert-file", "", "Serve HTTPS with this certificate (and --tls-key-file).")
 	flag.StringVar(&f.keyFile, "tls-key-file", "", "The private key of --tls-cert-file.")
+	flag.StringVar(&f.as, "as", "", "Local mode: act as this user (impersonated by the kubeconfig's user, as kubectl --as does).")
+	flag.Func("as-group", "Local mode, with --as: a group to act as (repeatable).", func(g string) error {
+		f.asGroups = append(f.asGroups, g)
+		return nil
+	})
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -59,12 +67,18 @@ func run(f flags, log logr.Logger) error {
 	if f.audience == "" && !webconsole.IsLoopbackHost(f.listen) {
 		return fmt.Errorf("--listen %s: the local mode acts as the kubeconfig's user for whoever connects, so it listens on a loopback address only (127.0.0.1:PORT); use --audience to serve others", f.listen)
 	}
+	if f.as != "" && f.audience != "" || len(f.asGroups) > 0 && f.as == "" {
+		return errors.New("--as is for the local mode (without --audience), and --as-group needs --as")
+	}
 	if (f.certFile == "") != (f.keyFile == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("cannot find a kubeconfig or in-cluster configuration: %w", err)
+	}
+	if f.as != "" {
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: f.as, Groups: f.asGroups}
 	}
 	namespace := f.namespace
 	if namespace == "" && f.audience == "" {
@@ -113,6 +127,9 @@ func run(f flags, log logr.Logger) error {
 		scheme = "https"
 	}
 	mode := "local, as the kubeconfig's user"
+	if f.as != "" {
+		mode = "local, as " + f.as
+	}
 	if f.audience != "" {
 		mode = "bearer tokens of audience " + f.audience
 	}

@@ -125,6 +125,21 @@ type actionPage struct {
 	Error  string
 	// Problems are notes about parts that could not be read.
 	Problems []string
+	// Unlisted are the kinds of records the user's roles do not let them
+	// list, which the page therefore does not show.
+	Unlisted []string
+}
+
+// noteUnlisted notes why the records of kind are not shown: a role that
+// may not list them (a requester's, say) is no problem, only a fact.
+func (p *actionPage) noteUnlisted(kind string, err error) {
+	switch {
+	case err == nil:
+	case apierrors.IsForbidden(err):
+		p.Unlisted = append(p.Unlisted, kind)
+	default:
+		p.Problems = append(p.Problems, kind+": "+err.Error())
+	}
 }
 
 // recordRow is a ToolApproval or ToolResolution about the action.
@@ -175,16 +190,12 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	} else if page.Parameters, err = flattenParameters(parameters); err != nil {
 		page.Problems = append(page.Problems, "Parameters: "+err.Error())
 	}
-	if approvals, err := u.ledger.ListApprovals(ctx, ns, name); err != nil {
-		page.Problems = append(page.Problems, "Approvals: "+err.Error())
-	} else {
-		page.Approvals = approvalRows(approvals)
-	}
-	if resolutions, err := u.ledger.ListResolutions(ctx, ns, name); err != nil {
-		page.Problems = append(page.Problems, "Resolutions: "+err.Error())
-	} else {
-		page.Resolutions = resolutionRows(resolutions)
-	}
+	approvals, err := u.ledger.ListApprovals(ctx, ns, name)
+	page.noteUnlisted("ToolApprovals", err)
+	page.Approvals = approvalRows(approvals)
+	resolutions, err := u.ledger.ListResolutions(ctx, ns, name)
+	page.noteUnlisted("ToolResolutions", err)
+	page.Resolutions = resolutionRows(resolutions)
 	switch page.Phase {
 	case v1alpha1.PhaseAwaitingApproval:
 		page.CanDecide = u.mayCreate(ctx, "toolapprovals", ns)
