@@ -282,6 +282,7 @@ func outcomeOf(r *v1alpha1.TombstoneRecord) string {
 	return string(r.Phase) + " (" + string(r.ErrorClass) + ")"
 }
 
+// DescribeCause says in words why a tombstone's record was deleted.
 func DescribeCause(cause string) string {
 	switch cause {
 	case v1alpha1.TombstoneCauseDeleted:

@@ -298,7 +298,7 @@ var _ = Describe("The web console in a browser", func() {
 		Expect(textOf(tab, "#external-ref")).To(ContainSubstring(charged.ID))
 		Expect(textOf(tab, "#records")).To(And(ContainSubstring(resolver.name), ContainSubstring("charge found in the provider's dashboard")))
 		Expect(downstream.Effects(ns + "/transfer-77")).To(Equal(1))
-		Expect(downstream.Requests(ns + "/transfer-77")).To(Equal(1), "resolved, never sent again")
+		Expect(downstream.Requests(ns+"/transfer-77")).To(Equal(1), "resolved, never sent again")
 	})
 
 	It("shows a downstream's markup as text, under a strict Content-Security-Policy", func() {
@@ -350,12 +350,16 @@ var _ = Describe("The web console's sign-in", func() {
 
 		By("a page sends the browser to sign in; the event stream refuses")
 		noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := noRedirects.Get(consoleURL + "/queue")
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, consoleURL+"/queue", nil)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err := noRedirects.Do(req)
 		Expect(err).NotTo(HaveOccurred())
 		resp.Body.Close()
 		Expect(resp.StatusCode).To(Equal(http.StatusSeeOther))
 		Expect(resp.Header.Get("Location")).To(Equal("/sign-in"))
-		resp, err = http.Get(consoleURL + "/events")
+		req, err = http.NewRequestWithContext(context.Background(), http.MethodGet, consoleURL+"/events", nil)
+		Expect(err).NotTo(HaveOccurred())
+		resp, err = http.DefaultClient.Do(req)
 		Expect(err).NotTo(HaveOccurred())
 		resp.Body.Close()
 		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
@@ -372,7 +376,7 @@ var _ = Describe("The web console's sign-in", func() {
 })
 
 func authorized(method, target, bearer string, body io.Reader) (*http.Response, error) {
-	req, err := http.NewRequest(method, target, body)
+	req, err := http.NewRequestWithContext(context.Background(), method, target, body)
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +387,7 @@ func authorized(method, target, bearer string, body io.Reader) (*http.Response, 
 // post sends form as a browser would, from origin when set.
 func post(target, bearer, origin string, form url.Values) (int, string) {
 	GinkgoHelper()
-	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, target, strings.NewReader(form.Encode()))
 	Expect(err).NotTo(HaveOccurred())
 	req.Header.Set("Authorization", "Bearer "+bearer)
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")

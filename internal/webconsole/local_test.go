@@ -23,7 +23,7 @@ import (
 // unless host is set.
 func get(target, host string) (int, string) {
 	GinkgoHelper()
-	req, err := http.NewRequest(http.MethodGet, target, nil)
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, target, nil)
 	Expect(err).NotTo(HaveOccurred())
 	if host != "" {
 		req.Host = host
