@@ -13,11 +13,9 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
@@ -25,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/toolledger/toolledger/internal/serve"
 	"github.com/toolledger/toolledger/internal/webconsole"
 )
 
@@ -111,18 +110,7 @@ func run(f flags, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", f.listen, err)
 	}
-	// Requests see ctx end, so that event streams close at shutdown
-	// instead of holding it up.
-	server := &http.Server{Handler: console, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	served := make(chan error, 1)
 	scheme := "http"
-	go func() {
-		if f.certFile != "" {
-			served <- server.ServeTLS(listener, f.certFile, f.keyFile)
-			return
-		}
-		served <- server.Serve(listener)
-	}()
 	if f.certFile != "" {
 		scheme = "https"
 	}
@@ -134,15 +122,5 @@ func run(f flags, log logr.Logger) error {
 		mode = "bearer tokens of audience " + f.audience
 	}
 	log.Info("Serving the console", "url", scheme+"://"+listener.Addr().String()+"/", "auth", mode, "namespace", namespace)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving HTTP: %w", err)
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := server.Shutdown(shutdown); err != nil {
-		return fmt.Errorf("shutting down: %w", err)
-	}
-	return nil
+	return serve.Serve(ctx, listener, console, f.certFile, f.keyFile)
 }

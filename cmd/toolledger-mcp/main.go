@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/internal/mcpgateway"
+	"github.com/toolledger/toolledger/internal/serve"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -75,7 +75,7 @@ func run(f flags, log logr.Logger) error {
 	if f.localOnly && f.http == "" {
 		return errors.New("--local-only needs --http")
 	}
-	if f.localOnly && !mcpgateway.IsLoopback(f.http) {
+	if f.localOnly && !serve.IsLoopback(f.http) {
 		return fmt.Errorf("--http %s: %w", f.http, mcpgateway.ErrNotLoopback)
 	}
 	cfg, err := ctrl.GetConfig()
@@ -120,25 +120,10 @@ func serveHTTP(ctx context.Context, gateway *mcpgateway.Gateway, f flags, log lo
 		_ = listener.Close()
 		return err
 	}
-	// Requests see ctx end, so that long-lived subscription streams close
-	// at shutdown instead of holding it up.
-	server := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	served := make(chan error, 1)
-	go func() { served <- server.Serve(listener) }()
 	mode := "bearer tokens of audience " + cmp.Or(opts.Audience, opts.ResourceURL)
 	if opts.LocalOnly {
 		mode = "local-only, no tokens"
 	}
 	log.Info("Serving Streamable HTTP", "url", "http://"+listener.Addr().String()+mcpgateway.MCPPath, "resource", opts.ResourceURL, "auth", mode)
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving HTTP: %w", err)
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := server.Shutdown(shutdown); err != nil {
-		return fmt.Errorf("shutting down: %w", err)
-	}
-	return nil
+	return serve.Serve(ctx, listener, handler, "", "")
 }

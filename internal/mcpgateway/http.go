@@ -4,14 +4,14 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"github.com/toolledger/toolledger/internal/serve"
 )
 
 // Paths the HTTP handler serves.
@@ -90,24 +90,12 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 // only caller may be the user who started the gateway.
 func loopbackOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !IsLoopback(r.RemoteAddr) {
+		if !serve.IsLoopback(r.RemoteAddr) {
 			http.Error(w, "the local-only gateway serves loopback clients only", http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// IsLoopback reports whether hostport (or a bare host) is a loopback IP
-// address; names, "localhost" included, are not, since they may resolve
-// elsewhere.
-func IsLoopback(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host = hostport
-	}
-	addr, err := netip.ParseAddr(host)
-	return err == nil && addr.IsLoopback()
 }
 
 // ErrNotLoopback refuses a local-only listener on an address other

@@ -327,18 +327,14 @@ var _ = Describe("The web console in a browser", func() {
 		Expect(count(tab, "#action-error img")).To(Equal(0))
 		Expect(title).To(Equal("notify-1 · toolledger"))
 
-		resp, err := authorized(http.MethodGet, consoleURL+"/actions/"+ns+"/notify-1", requester.consoleToken, nil)
-		Expect(err).NotTo(HaveOccurred())
-		defer resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusOK))
-		Expect(resp.Header.Get("Content-Security-Policy")).To(Equal("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+		status, header, page := send(newRequest(http.MethodGet, consoleURL+"/actions/"+ns+"/notify-1", requester.consoleToken, nil))
+		Expect(status).To(Equal(http.StatusOK))
+		Expect(header.Get("Content-Security-Policy")).To(Equal("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 			"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"))
-		Expect(resp.Header.Get("X-Content-Type-Options")).To(Equal("nosniff"))
-		page, err := io.ReadAll(resp.Body)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(string(page)).NotTo(ContainSubstring("<script>document"))
-		Expect(string(page)).To(ContainSubstring("&lt;script&gt;document.title="))
-		Expect(string(page)).NotTo(ContainSubstring(requester.consoleToken), "no token in a page")
+		Expect(header.Get("X-Content-Type-Options")).To(Equal("nosniff"))
+		Expect(page).NotTo(ContainSubstring("<script>document"))
+		Expect(page).To(ContainSubstring("&lt;script&gt;document.title="))
+		Expect(page).NotTo(ContainSubstring(requester.consoleToken), "no token in a page")
 	})
 })
 
@@ -349,56 +345,51 @@ var _ = Describe("The web console's sign-in", func() {
 		Expect(k8s.Create(context.Background(), sa)).To(Succeed())
 
 		By("a page sends the browser to sign in; the event stream refuses")
-		noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, consoleURL+"/queue", nil)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err := noRedirects.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusSeeOther))
-		Expect(resp.Header.Get("Location")).To(Equal("/sign-in"))
-		req, err = http.NewRequestWithContext(context.Background(), http.MethodGet, consoleURL+"/events", nil)
-		Expect(err).NotTo(HaveOccurred())
-		resp, err = http.DefaultClient.Do(req)
-		Expect(err).NotTo(HaveOccurred())
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
+		status, header, _ := send(newRequest(http.MethodGet, consoleURL+"/queue", "", nil))
+		Expect(status).To(Equal(http.StatusSeeOther))
+		Expect(header.Get("Location")).To(Equal("/sign-in"))
+		status, _, _ = send(newRequest(http.MethodGet, consoleURL+"/events", "", nil))
+		Expect(status).To(Equal(http.StatusUnauthorized))
 
 		By("a token for the API server's audience is not one for the console")
-
-		resp, err = authorized(http.MethodGet, consoleURL+"/queue", token(sa, nil), nil)
-		Expect(err).NotTo(HaveOccurred())
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
-		Expect(string(body)).To(ContainSubstring("The token was not accepted"))
+		status, _, page := send(newRequest(http.MethodGet, consoleURL+"/queue", token(sa, nil), nil))
+		Expect(status).To(Equal(http.StatusUnauthorized))
+		Expect(page).To(ContainSubstring("The token was not accepted"))
 	})
 })
 
-func authorized(method, target, bearer string, body io.Reader) (*http.Response, error) {
+// newRequest is a request with the bearer token, when set.
+func newRequest(method, target, bearer string, body io.Reader) *http.Request {
+	GinkgoHelper()
 	req, err := http.NewRequestWithContext(context.Background(), method, target, body)
-	if err != nil {
-		return nil, err
+	Expect(err).NotTo(HaveOccurred())
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	req.Header.Set("Authorization", "Bearer "+bearer)
-	return http.DefaultClient.Do(req)
+	return req
+}
+
+// send sends req, following no redirect, and reads the answer whole.
+func send(req *http.Request) (status int, header http.Header, body string) {
+	GinkgoHelper()
+	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirects.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	read, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	return resp.StatusCode, resp.Header, string(read)
 }
 
 // post sends form as a browser would, from origin when set.
 func post(target, bearer, origin string, form url.Values) (int, string) {
 	GinkgoHelper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, target, strings.NewReader(form.Encode()))
-	Expect(err).NotTo(HaveOccurred())
-	req.Header.Set("Authorization", "Bearer "+bearer)
+	req := newRequest(http.MethodPost, target, bearer, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if origin != "" {
 		req.Header.Set("Origin", origin)
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	Expect(err).NotTo(HaveOccurred())
-	return resp.StatusCode, string(body)
+	status, _, body := send(req)
+	return status, body
 }

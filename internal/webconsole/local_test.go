@@ -2,7 +2,6 @@ package webconsole_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -23,17 +22,12 @@ import (
 // unless host is set.
 func get(target, host string) (int, string) {
 	GinkgoHelper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, target, nil)
-	Expect(err).NotTo(HaveOccurred())
+	req := newRequest(http.MethodGet, target, "", nil)
 	if host != "" {
 		req.Host = host
 	}
-	resp, err := http.DefaultClient.Do(req)
-	Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	Expect(err).NotTo(HaveOccurred())
-	return resp.StatusCode, string(body)
+	status, _, body := send(req)
+	return status, body
 }
 
 var _ = Describe("The web console in the local mode", func() {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/console"
 	"github.com/toolledger/toolledger/internal/identity"
+	"github.com/toolledger/toolledger/internal/serve"
 )
 
 // userAgent names the console to the API server.
@@ -223,9 +223,5 @@ func IsLoopbackHost(hostport string) bool {
 	if err != nil {
 		host = hostport
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	addr, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && addr.IsLoopback()
+	return strings.EqualFold(host, "localhost") || serve.IsLoopback(strings.Trim(host, "[]"))
 }
