@@ -10,7 +10,8 @@ import (
 )
 
 func TestServeAnswersUntilTheContextEnds(t *testing.T) {
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	listener, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
