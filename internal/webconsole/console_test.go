@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -355,6 +356,29 @@ var _ = Describe("The web console's sign-in", func() {
 		status, _, page := send(newRequest(http.MethodGet, consoleURL+"/queue", token(sa, nil), nil))
 		Expect(status).To(Equal(http.StatusUnauthorized))
 		Expect(page).To(ContainSubstring("The token was not accepted"))
+
+		By("a sign-in cookie whose token no longer works is cleared, and the browser sent to sign in")
+		req := newRequest(http.MethodGet, consoleURL+"/queue", "", nil)
+		req.AddCookie(&http.Cookie{Name: "toolledger_token", Value: token(sa, nil)})
+		status, header, _ = send(req)
+		Expect(status).To(Equal(http.StatusSeeOther))
+		Expect(header.Get("Location")).To(Equal("/sign-in"))
+		Expect(header.Get("Set-Cookie")).To(HavePrefix("toolledger_token=; Path=/; Max-Age=0; HttpOnly; Secure; SameSite=Lax"))
+
+		By("an empty sign-in form asks for a token, and sends no review")
+		_, _, form := send(newRequest(http.MethodGet, consoleURL+"/sign-in", "", nil))
+		csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(form)
+		Expect(csrf).To(HaveLen(2))
+		status, page = post(consoleURL+"/sign-in", "", "", url.Values{"csrf": {csrf[1]}, "token": {"  "}})
+		Expect(status).To(Equal(http.StatusUnauthorized))
+		Expect(page).To(ContainSubstring(`id="error">Paste a token issued for the audience toolledger-console.</p>`))
+		status, _ = post(consoleURL+"/sign-in", "", "", url.Values{"token": {"x"}})
+		Expect(status).To(Equal(http.StatusForbidden), "a sign-in without the form's token")
+
+		By("signing out needs the form's token while the token still works")
+		person := newPerson(ns, "viewer", "toolledger-viewer")
+		status, _ = post(consoleURL+"/sign-out", person.consoleToken, "", url.Values{"csrf": {"1.forged"}})
+		Expect(status).To(Equal(http.StatusForbidden))
 	})
 })
 

@@ -52,6 +52,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, u *user) {
 	}
 	defer watcher.Stop()
 	w.Header().Set("Content-Type", "text/event-stream")
+	// Proxies that buffer answers (nginx) would hold the events back.
+	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	fmt.Fprint(w, "retry: 2000\n\n")
 	flusher.Flush()

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -35,12 +36,26 @@ var notices = map[string]string{
 
 func noticeOf(r *http.Request) string { return notices[r.URL.Query().Get("done")] }
 
+// parseForm reads a form's body, at most maxFormBytes of it, or answers
+// the request itself and returns false.
+func (s *Server) parseForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		status := http.StatusBadRequest
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		http.Error(w, "cannot read the form: "+err.Error(), status)
+		return false
+	}
+	return true
+}
+
 // readForm parses a bounded form and checks its token, or answers the
 // request itself and returns false.
 func (s *Server) readForm(w http.ResponseWriter, r *http.Request, u *user) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, "cannot read the form: "+err.Error(), http.StatusBadRequest)
+	if !s.parseForm(w, r) {
 		return false
 	}
 	if !s.csrf.valid(r.PostForm.Get(csrfField), u.id) {
@@ -105,8 +120,8 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 	default:
 		problems = append(problems, fmt.Sprintf("the outcome must be Succeeded, Failed or RetrySafe, not %q", outcome))
 	}
-	if len(externalRef) > maxExternalRefLength {
-		problems = append(problems, fmt.Sprintf("the external reference is %d bytes long; at most %d are allowed", len(externalRef), maxExternalRefLength))
+	if n := utf8.RuneCountInString(externalRef); n > maxExternalRefLength {
+		problems = append(problems, fmt.Sprintf("the external reference is %d characters long; at most %d are allowed", n, maxExternalRefLength))
 	}
 	problems = append(problems, reasonProblems(reason)...)
 	if len(problems) > 0 {
@@ -124,12 +139,14 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 	s.formDone(w, r, "resolved")
 }
 
+// reasonProblems checks a reason as the API does: its maxLength counts
+// characters, as the form's maxlength does.
 func reasonProblems(reason string) []string {
-	switch {
+	switch n := utf8.RuneCountInString(reason); {
 	case reason == "":
 		return []string{"a reason is required: say why, for the record"}
-	case len(reason) > maxReasonLength:
-		return []string{fmt.Sprintf("the reason is %d bytes long; at most %d are recorded", len(reason), maxReasonLength)}
+	case n > maxReasonLength:
+		return []string{fmt.Sprintf("the reason is %d characters long; at most %d are recorded", n, maxReasonLength)}
 	}
 	return nil
 }
@@ -149,9 +166,12 @@ func formStatus(err error) int {
 	}
 }
 
-// formFailed shows the action again, with why the form did nothing.
+// formFailed shows the action again, with why the form did nothing and
+// what was typed into it.
 func (s *Server) formFailed(w http.ResponseWriter, r *http.Request, u *user, status int, message string) {
-	s.showAction(w, r, u, status, actionPage{Error: message})
+	s.showAction(w, r, u, status, actionPage{Error: message, Typed: typedForm{
+		Reason: r.PostForm.Get("reason"), Outcome: r.PostForm.Get("outcome"), ExternalRef: r.PostForm.Get("externalRef"),
+	}})
 }
 
 // formDone sends the browser back to the action's page (POST, redirect,

@@ -125,9 +125,19 @@ type actionPage struct {
 	Error  string
 	// Problems are notes about parts that could not be read.
 	Problems []string
+	// ParametersUnread says the parameters could not be read: the page
+	// then offers no decision, since it cannot show what it would approve.
+	ParametersUnread bool
+	// Typed is what a refused form held, to fill it in again.
+	Typed typedForm
 	// Unlisted are the kinds of records the user's roles do not let them
 	// list, which the page therefore does not show.
 	Unlisted []string
+}
+
+// typedForm is what a person typed into a form of the page.
+type typedForm struct {
+	Reason, Outcome, ExternalRef string
 }
 
 // noteUnlisted notes why the records of kind are not shown: a role that
@@ -184,10 +194,17 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	page.Age = humanAge(s.opts.Now(), action.CreationTimestamp)
 	page.Conditions = action.Status.Conditions
 	page.Outcomes = []v1alpha1.ResolutionOutcome{v1alpha1.ResolvedSucceeded, v1alpha1.ResolvedFailed, v1alpha1.ResolvedRetrySafe}
-	page.Events = eventsPath + string(queryOf("namespace", ns, "name", name))
-	if parameters, err := u.ledger.ConsequentialParameters(ctx, action); err != nil {
-		page.Problems = append(page.Problems, "Parameters: "+err.Error())
-	} else if page.Parameters, err = flattenParameters(parameters); err != nil {
+	// A form's refusal answers the POST: reading its URL again would not
+	// show it, so that page stays as served.
+	if page.Error == "" {
+		page.Events = eventsPath + string(queryOf("namespace", ns, "name", name))
+	}
+	parameters, err := u.ledger.ConsequentialParameters(ctx, action)
+	if err == nil {
+		page.Parameters, err = flattenParameters(parameters)
+	}
+	if err != nil {
+		page.ParametersUnread = true
 		page.Problems = append(page.Problems, "Parameters: "+err.Error())
 	}
 	approvals, err := u.ledger.ListApprovals(ctx, ns, name)
@@ -198,7 +215,7 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	page.Resolutions = resolutionRows(resolutions)
 	switch page.Phase {
 	case v1alpha1.PhaseAwaitingApproval:
-		page.CanDecide = u.mayCreate(ctx, "toolapprovals", ns)
+		page.CanDecide = !page.ParametersUnread && u.mayCreate(ctx, "toolapprovals", ns)
 	case v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated:
 		page.CanResolve = u.mayCreate(ctx, "toolresolutions", ns)
 	}
@@ -279,13 +296,21 @@ func applied(conditions []metav1.Condition) (status, message string) {
 	return string(c.Status) + " (" + c.Reason + ")", c.Message
 }
 
-// apiStatus is the HTTP status of a page whose read failed with err.
+// apiStatus is the HTTP status of a page or form whose request to the API
+// server failed with err: the API server's verdict on the user's request,
+// or a failure of the API server itself.
 func apiStatus(err error) int {
 	switch {
 	case apierrors.IsForbidden(err):
 		return http.StatusForbidden
 	case apierrors.IsNotFound(err):
 		return http.StatusNotFound
+	case apierrors.IsInvalid(err):
+		return http.StatusUnprocessableEntity
+	case apierrors.IsBadRequest(err):
+		return http.StatusBadRequest
+	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err):
+		return http.StatusConflict
 	default:
 		return http.StatusBadGateway
 	}

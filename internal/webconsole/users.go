@@ -91,17 +91,27 @@ func (s *Server) signedIn(page func(http.ResponseWriter, *http.Request, *user)) 
 			return
 		}
 		u, err := s.userOf(r.Context(), token)
-		if err != nil {
+		switch {
+		case err == nil:
+			page(w, r, u)
+		case errors.Is(err, identity.ErrUnauthenticated) && r.Method == http.MethodGet && r.URL.Path != eventsPath && fromCookie(r):
+			// The signed-in token expired or was revoked: sign in again.
+			clearTokenCookie(w)
+			http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
+		default:
 			s.opts.Logger.Info("Refused a token", "reason", err.Error())
 			status := http.StatusUnauthorized
 			if !errors.Is(err, identity.ErrUnauthenticated) {
 				status = http.StatusBadGateway
 			}
 			s.render(w, status, "error", s.pageData(r, nil, "Not signed in", errorPage{Message: "The token was not accepted: " + err.Error()}))
-			return
 		}
-		page(w, r, u)
 	})
+}
+
+// fromCookie reports whether the request's token is the sign-in cookie's.
+func fromCookie(r *http.Request) bool {
+	return r.Header.Get("Authorization") == ""
 }
 
 // bearerToken is the request's token: the Authorization header's (from a
@@ -179,28 +189,49 @@ const signInSubject = "sign-in"
 // signIn checks the pasted token with the API server and keeps it in a
 // cookie that scripts cannot read and that is sent only to the console,
 // over HTTPS (browsers treat http://localhost and 127.0.0.1 as secure).
+//
+// SameSite is Lax, so that a link to an action from a chat or a mail opens
+// signed in; every POST is guarded by the origin check and the form token.
 func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
-	if !s.csrf.valid(r.PostFormValue(csrfField), signInSubject) {
+	if !s.parseForm(w, r) {
+		return
+	}
+	if !s.csrf.valid(r.PostForm.Get(csrfField), signInSubject) {
 		s.refuseForm(w, r, nil)
 		return
 	}
-	token := strings.TrimSpace(r.PostFormValue("token"))
-	if _, err := s.userOf(r.Context(), token); err != nil || token == "" {
-		message := "Paste a token issued for the audience " + s.opts.Audience + "."
-		if err != nil {
-			message = "The API server did not accept the token: " + err.Error()
+	token := strings.TrimSpace(r.PostForm.Get("token"))
+	message := "Paste a token issued for the audience " + s.opts.Audience + "."
+	if token != "" {
+		_, err := s.userOf(r.Context(), token)
+		if err == nil {
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+			http.Redirect(w, r, "/queue", http.StatusSeeOther)
+			return
 		}
-		s.render(w, http.StatusUnauthorized, "sign-in", s.pageData(r, nil, "Sign in",
-			signInPage{Audience: s.opts.Audience, CSRF: s.csrf.token(signInSubject), Error: message}))
-		return
+		message = "The API server did not accept the token: " + err.Error()
 	}
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "/queue", http.StatusSeeOther)
+	s.render(w, http.StatusUnauthorized, "sign-in", s.pageData(r, nil, "Sign in",
+		signInPage{Audience: s.opts.Audience, CSRF: s.csrf.token(signInSubject), Error: message}))
 }
 
+// signOut deletes the sign-in cookie. The form's token is checked while the
+// cookie still names a user; one whose token no longer works is cleared
+// without.
 func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	if !s.parseForm(w, r) {
+		return
+	}
+	if u, err := s.userOf(r.Context(), bearerToken(r)); err == nil && !s.csrf.valid(r.PostForm.Get(csrfField), u.id) {
+		s.refuseForm(w, r, u)
+		return
+	}
+	clearTokenCookie(w)
 	http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
+}
+
+func clearTokenCookie(w http.ResponseWriter) {
+	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
 }
 
 // loopbackHostOnly refuses, in the local mode, requests whose Host is not a

@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   var live = document.getElementById("live");
-  if (!live || !window.EventSource || !window.fetch) {
+  if (!live || !live.getAttribute("data-events") || !window.EventSource || !window.fetch) {
     return;
   }
   var source = new EventSource(live.getAttribute("data-events"));
@@ -50,7 +50,13 @@
       .then(function (response) { return response.text(); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
-        if (fresh && !edited()) {
+        if (!fresh) {
+          // No longer a live page (the action was deleted: its tombstone
+          // shows now): show it whole.
+          window.location.reload();
+          return;
+        }
+        if (!edited()) {
           live.replaceWith(fresh);
           live = fresh;
         }
