@@ -181,11 +181,7 @@ func listPages[L any, PL interface {
 	opts.Limit = listPageSize
 	for {
 		page := PL(new(L))
-		req := l.rest.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec)
-		if namespace != "" {
-			req = req.Namespace(namespace)
-		}
-		if err := req.Do(ctx).Into(page); err != nil {
+		if err := l.collection(resource, namespace, &opts).Do(ctx).Into(page); err != nil {
 			return err
 		}
 		each(page)
@@ -194,6 +190,17 @@ func listPages[L any, PL interface {
 		}
 		opts.Continue = page.GetContinue()
 	}
+}
+
+// collection is a list or watch request of a resource in a namespace ("" for
+// all, and for a cluster-scoped resource), which client-go refuses to be set
+// empty.
+func (l *Ledger) collection(resource, namespace string, opts *metav1.ListOptions) *rest.Request {
+	req := l.rest.Get().Resource(resource).VersionedParams(opts, metav1.ParameterCodec)
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	return req
 }
 
 func (l *Ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {

@@ -148,20 +148,12 @@ func (l *Ledger) ListClusterTools(ctx context.Context) ([]v1alpha1.ClusterTool, 
 // resourceVersion first, so that the watch does not replay what exists.
 func (l *Ledger) WatchActions(ctx context.Context, namespace, fieldSelector string) (watch.Interface, error) {
 	var list v1alpha1.ToolActionList
-	opts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: 1}
-	req := l.rest.Get().Resource(resourceActions).VersionedParams(&opts, metav1.ParameterCodec)
-	if namespace != "" {
-		req = req.Namespace(namespace)
-	}
-	if err := req.Do(ctx).Into(&list); err != nil {
+	listOpts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: 1}
+	if err := l.collection(resourceActions, namespace, &listOpts).Do(ctx).Into(&list); err != nil {
 		return nil, fmt.Errorf("cannot list ToolActions in %s: %w", scope(namespace), err)
 	}
-	opts = metav1.ListOptions{FieldSelector: fieldSelector, Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}
-	req = l.rest.Get().Resource(resourceActions).VersionedParams(&opts, metav1.ParameterCodec)
-	if namespace != "" {
-		req = req.Namespace(namespace)
-	}
-	w, err := req.Watch(ctx)
+	watchOpts := metav1.ListOptions{FieldSelector: fieldSelector, Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}
+	w, err := l.collection(resourceActions, namespace, &watchOpts).Watch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cannot watch ToolActions in %s: %w", scope(namespace), err)
 	}

@@ -205,7 +205,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 	if token != "" {
 		_, err := s.userOf(r.Context(), token)
 		if err == nil {
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+			setTokenCookie(w, token)
 			http.Redirect(w, r, "/queue", http.StatusSeeOther)
 			return
 		}
@@ -230,9 +230,17 @@ func (s *Server) signOut(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
 }
 
-func clearTokenCookie(w http.ResponseWriter) {
-	http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
+// setTokenCookie keeps token in the sign-in cookie, with the one set of
+// flags the cookie ever has.
+func setTokenCookie(w http.ResponseWriter, token string) {
+	c := &http.Cookie{Name: tokenCookie, Value: token, Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode}
+	if token == "" {
+		c.MaxAge = -1
+	}
+	http.SetCookie(w, c)
 }
+
+func clearTokenCookie(w http.ResponseWriter) { setTokenCookie(w, "") }
 
 // loopbackHostOnly refuses, in the local mode, requests whose Host is not a
 // loopback address or localhost: a page of another site cannot reach the
