@@ -49,7 +49,7 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 			return r.commit(ctx, action, tool.tool, *answered)
 		}
 	}
-	gated, err := r.gate(ctx, action, tool.tool, requestDigest)
+	target, gated, err := r.gate(ctx, action, tool.tool, requestDigest)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}
@@ -70,7 +70,7 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 			return ctrl.Result{}, nil
 		}
 	}
-	d, err := r.claim(ctx, action, tool, conn, reason, requestDigest, parameters)
+	d, err := r.claim(ctx, action, tool, conn, reason, requestDigest, target, parameters)
 	if err != nil || d == nil {
 		if held == nil {
 			s.release()
@@ -88,35 +88,27 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 }
 
 // gate holds an action that may not be dispatched yet: a compensation whose
-// original has not succeeded, or a tool that requires an approval. It
-// returns the transition that records the hold, or an error (an
-// *invalidError rejects the action).
-func (r *ToolActionReconciler) gate(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (*transition, error) {
+// original has not succeeded, or one that needs an approval of its request
+// and target (rules.approvalGate). It returns what the tool names now, and
+// the transition that records the hold, or an error (an *invalidError
+// rejects the action).
+func (r *ToolActionReconciler) gate(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (v1alpha1.TargetRecord, *transition, error) {
 	if action.Spec.Compensates != "" {
 		err := r.checkCompensationTarget(ctx, action)
 		var pending *pendingError
 		if errors.As(err, &pending) {
 			held := r.rules().waiting(requestDigest, ReasonCompensationPending, pending.message)
-			return &held, nil
+			return v1alpha1.TargetRecord{}, &held, nil
 		}
 		if err != nil {
-			return nil, err
+			return v1alpha1.TargetRecord{}, nil, err
 		}
 	}
-	if tool.Spec.ApprovalRequired && !approvedFor(action, requestDigest) {
-		// The ToolApproval controller applies a matching approval.
-		held := r.rules().awaitingApproval(action, requestDigest)
-		return &held, nil
+	target, err := targetOf(action, tool)
+	if err != nil {
+		return target, nil, fmt.Errorf("cannot digest the target of tool %q: %w", tool.Name, err)
 	}
-	return nil, nil
-}
-
-// approvedFor reports whether the action carries an approval of the
-// request it is about to send. Once approved, it is for every attempt and
-// lookup under the key.
-func approvedFor(action *v1alpha1.ToolAction, requestDigest string) bool {
-	a := action.Status.Approval
-	return a != nil && a.Decision == v1alpha1.Approved && a.RequestDigest == requestDigest
+	return target, r.rules().approvalGate(action, target, requestDigest), nil
 }
 
 // rejectIfInvalid records a final failure found before anything was
@@ -163,13 +155,14 @@ type dispatch struct {
 // executor (or a newer version of the record) won, and nothing is
 // dispatched (nil is returned).
 func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, conn adapter.Connection,
-	reason, requestDigest string, parameters json.RawMessage) (*dispatch, error) {
+	reason, requestDigest string, target v1alpha1.TargetRecord, parameters json.RawMessage) (*dispatch, error) {
 	now := r.Clock.Now()
 	next := action.DeepCopy()
 	attempt := next.Status.Attempts + 1
 	next.Status.Attempts = attempt
 	next.Status.RequestDigest = requestDigest
 	next.Status.IdempotencyKey = v1alpha1.IdempotencyKey(action.Namespace, action.Name)
+	next.Status.Target = &target
 	next.Status.Claim = &v1alpha1.ExecutorClaim{
 		Executor:    r.Executor,
 		Attempt:     attempt,
@@ -224,10 +217,24 @@ func approverOf(action *v1alpha1.ToolAction) string {
 	return ""
 }
 
-// dispatch sends a claimed attempt and commits its outcome.
+// dispatch sends a claimed attempt and commits its outcome. The attempt
+// is sent only within its claim's lease, less the clock margin: past it,
+// another replica may take the claim for lapsed and look the key up before
+// this request arrives, so it is not sent (a definite non-attempt).
 func (r *ToolActionReconciler) dispatch(ctx context.Context, d *dispatch) (ctrl.Result, error) {
+	budget := r.rules().sendBudget(d.claimed.Status.Claim, d.conn.Capabilities, r.LeaseMargin)
+	if budget <= 0 {
+		err := &adapter.RetryableError{Reason: ReasonLeaseSpent, Err: fmt.Errorf(
+			"the claim's lease ends at %s, less the %s clock margin, before the request could be sent; it was not sent",
+			d.claimed.Status.Claim.LeaseExpiry.UTC().Format(time.RFC3339), r.LeaseMargin)}
+		log.FromContext(ctx).Info("Attempt not sent", "error", err.Error())
+		observeCall(d.claimed, d.tool.tool, operationAttempt, attemptResult(err), 0)
+		return r.commit(ctx, d.claimed, d.tool.tool, r.rules().afterDispatch(d.claimed, d.tool, adapter.Outcome{}, err))
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
 	start := time.Now()
-	outcome, err := d.conn.Execute(ctx, d.request)
+	outcome, err := d.conn.Execute(sendCtx, d.request)
 	took, result := time.Since(start), attemptResult(err)
 	observeCall(d.claimed, d.tool.tool, operationAttempt, result, took)
 	logger := log.FromContext(ctx).WithValues("result", result, "duration", took.Round(time.Millisecond))

@@ -291,7 +291,7 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 	case errors.As(dispatchErr, &retryable) && attempt < maxAttempts(tool.tool):
 		delay := backoff(tool.tool, attempt, retryable.RetryAfter, p.random)
 		return p.retryScheduled(claimed, delay, retryable)
-	case errors.As(dispatchErr, &retryable) && hadUnknownOutcome(claimed):
+	case errors.As(dispatchErr, &retryable) && unsettledUnknown(claimed):
 		// An earlier attempt may have applied (and a 409 may mean it is
 		// still being applied): "failed" would be a guess.
 		return p.spentAfterUnknown(claimed, tool.tool, retryable.Error())
@@ -305,6 +305,54 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 		reason, message = ambiguous.Reason, ambiguous.Error()
 	}
 	return p.dispatchUnknown(claimed, tool.caps, reason, message+"; the request may have applied, so it is not re-sent blindly")
+}
+
+// approvalGate holds an action that needs an approval it does not carry:
+// its tool requires one now, or required one when the action was accepted
+// (the requirement is sticky: editing the tool does not release an action
+// held for approval), and no approval of this request and of the target
+// its tool names now was applied. nil lets it be dispatched.
+func (p rules) approvalGate(a *v1alpha1.ToolAction, target v1alpha1.TargetRecord, requestDigest string) *transition {
+	if !target.ApprovalRequired {
+		return nil
+	}
+	var held transition
+	switch approval := a.Status.Approval; {
+	case approval == nil || approval.Decision != v1alpha1.Approved || approval.RequestDigest != requestDigest:
+		// The ToolApproval controller applies a matching approval.
+		held = p.awaitingApproval(a, requestDigest, target)
+	case approval.TargetDigest != target.Digest:
+		held = p.targetChanged(a, requestDigest, target)
+	default:
+		return nil
+	}
+	return &held
+}
+
+// targetOf is what the tool names now, for the action: its approval
+// requirement, sticky once recorded, and its target's digest.
+func targetOf(a *v1alpha1.ToolAction, tool *v1alpha1.Tool) (v1alpha1.TargetRecord, error) {
+	digest, err := targetDigest(&tool.Spec)
+	if err != nil {
+		return v1alpha1.TargetRecord{}, err
+	}
+	recorded := a.Status.Target
+	return v1alpha1.TargetRecord{
+		ApprovalRequired: tool.Spec.ApprovalRequired || (recorded != nil && recorded.ApprovalRequired),
+		Digest:           digest,
+	}, nil
+}
+
+// sendBudget is how long a claimed attempt may still take: until its
+// lease ends less margin, on this executor's clock, and at most the
+// attempt timeout. Zero or less means the attempt must not be sent: another
+// replica, whose clock may run up to margin ahead, may already take the
+// lease for lapsed and look the key up, and would find nothing yet.
+func (p rules) sendBudget(claim *v1alpha1.ExecutorClaim, caps adapter.Capabilities, margin time.Duration) time.Duration {
+	if claim == nil {
+		return 0
+	}
+	return min(claim.LeaseExpiry.Add(-margin).Sub(p.now), attemptTimeout(caps))
 }
 
 // until is how long until t; zero when t is unset or past.

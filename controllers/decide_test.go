@@ -80,6 +80,26 @@ func wasUnknown(a *v1alpha1.ToolAction) {
 	a.Status.History = append(a.Status.History, v1alpha1.Transition{From: v1alpha1.PhaseExecuting, To: v1alpha1.PhaseUnknown})
 }
 
+// provedAbsent: a lookup proved the key absent and the next attempt was claimed.
+func provedAbsent(a *v1alpha1.ToolAction) {
+	a.Status.History = append(a.Status.History, v1alpha1.Transition{From: v1alpha1.PhaseUnknown, To: v1alpha1.PhaseExecuting, Reason: ReasonAbsentByLookup})
+}
+
+// failedRetryably: an attempt definitely did not apply and the next was claimed.
+func failedRetryably(a *v1alpha1.ToolAction) {
+	a.Status.History = append(a.Status.History,
+		v1alpha1.Transition{From: v1alpha1.PhaseExecuting, To: v1alpha1.PhaseRetryScheduled, Reason: ReasonRetryScheduled},
+		v1alpha1.Transition{From: v1alpha1.PhaseRetryScheduled, To: v1alpha1.PhaseExecuting, Reason: ReasonExecuting})
+}
+
+// resolvedRetrySafe: a resolver found the unknown attempt did not apply.
+func resolvedRetrySafe(a *v1alpha1.ToolAction) {
+	a.Status.History = append(a.Status.History, v1alpha1.Transition{From: v1alpha1.PhaseEscalated, To: v1alpha1.PhaseRetryScheduled, Reason: ReasonResolved})
+}
+
+// historyDropped: older transitions fell off the bounded history.
+func historyDropped(a *v1alpha1.ToolAction) { a.Status.DroppedTransitions = 4 }
+
 // withTool is a resolved tool of the class: at most 3 attempts, 1s initial
 // backoff, a 10-minute unknown deadline, and an adapter with a lookup and a
 // 5s attempt timeout unless caps says otherwise.
@@ -288,6 +308,22 @@ func TestAfterDispatch(t *testing.T) {
 			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"retries spent after an unknown outcome: escalated, not failed", executing(3, wasUnknown), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("in progress")},
 			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+		{"retries spent after an unknown outcome that a lookup proved absent: failed, the 503s say the rest", executing(3, wasUnknown, provedAbsent, failedRetryably),
+			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
+		{"retries spent after an unknown outcome a resolver found safe to retry: failed", executing(3, wasUnknown, resolvedRetrySafe, failedRetryably),
+			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
+		{"retries spent after an absence proved, then another unknown outcome: escalated", executing(3, wasUnknown, provedAbsent, wasUnknown),
+			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+		{"retries spent, older history dropped and nothing kept settles it: escalated", executing(3, historyDropped, failedRetryably),
+			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
+			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+		{"the claim's lease spent before the send: not sent, retried", executing(1), adapter.Outcome{},
+			&adapter.RetryableError{Reason: ReasonLeaseSpent, Err: errors.New("not sent")},
+			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: ReasonLeaseSpent, NextAttempt: time.Second,
+				Requeue: time.Second, Events: []string{"Warning/" + ReasonLeaseSpent}, Reapplies: true}},
 		{"response lost after success: Unknown, first lookup after one attempt timeout", executing(1), adapter.Outcome{},
 			&adapter.AmbiguousError{Reason: "Timeout", Err: errors.New("no answer")}, result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: "Timeout", NextAttempt: 5 * time.Second, Requeue: 5 * time.Second, Events: []string{"Warning/Timeout"}, Reapplies: true}},
@@ -495,6 +531,146 @@ func TestLongAnswersStayWithinTheAPILimits(t *testing.T) {
 	for _, h := range next.Status.History {
 		if len(h.Message) > maxHistoryMessage {
 			t.Errorf("history message has %d bytes", len(h.Message))
+		}
+	}
+}
+
+// An approval is bound to the request and to the target its tool named,
+// and a tool's approval requirement is sticky for the actions it held.
+func TestApprovalGate(t *testing.T) {
+	const request, target, elsewhere = "sha256:request", "sha256:target", "sha256:elsewhere"
+	approved := func(requestDigest, targetDigest string) actionOption {
+		return func(a *v1alpha1.ToolAction) {
+			a.Status.Approval = &v1alpha1.ApprovalRecord{Name: "a-1", Decision: v1alpha1.Approved, DecidedBy: "bob",
+				RequestDigest: requestDigest, TargetDigest: targetDigest}
+		}
+	}
+	heldFor := func(required bool) actionOption {
+		return func(a *v1alpha1.ToolAction) {
+			a.Status.Target = &v1alpha1.TargetRecord{ApprovalRequired: required, Digest: target}
+		}
+	}
+	tool := func(required bool) *v1alpha1.Tool {
+		tl := withTool(v1alpha1.KeyProtected).tool
+		tl.Spec.ApprovalRequired = required
+		return tl
+	}
+	type gate struct {
+		Held             bool
+		Reason           string
+		Phase            v1alpha1.Phase
+		ApprovalKept     bool
+		ApprovalRequired bool
+	}
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		tool   *v1alpha1.Tool
+		digest string
+		want   gate
+	}{
+		{"no approval required", newAction(v1alpha1.PhaseAccepted), tool(false), target, gate{}},
+		{"required and none applied: held", newAction(v1alpha1.PhaseAccepted), tool(true), target,
+			gate{Held: true, Reason: ReasonAwaitingApproval, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+		{"approved for this request and target: dispatched", newAction(v1alpha1.PhaseAccepted, heldFor(true), approved(request, target)), tool(true), target, gate{}},
+		{"the Tool is edited while an action awaits approval: it stays held (sticky requirement)",
+			newAction(v1alpha1.PhaseAwaitingApproval, heldFor(true)), tool(false), target,
+			gate{Held: true, Reason: ReasonAwaitingApproval, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+		{"approved, then the tool stops requiring approvals: dispatched to the approved target",
+			newAction(v1alpha1.PhaseAccepted, heldFor(true), approved(request, target)), tool(false), target, gate{}},
+		{"approved, then the Tool's target changes: held for a new approval",
+			newAction(v1alpha1.PhaseAccepted, heldFor(true), approved(request, target)), tool(true), elsewhere,
+			gate{Held: true, Reason: ReasonTargetChanged, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+		{"approved, then the target changes and approvals are switched off: still held",
+			newAction(v1alpha1.PhaseAccepted, heldFor(true), approved(request, target)), tool(false), elsewhere,
+			gate{Held: true, Reason: ReasonTargetChanged, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+		{"approved before targets were recorded: held for a new approval",
+			newAction(v1alpha1.PhaseAccepted, heldFor(true), approved(request, "")), tool(true), target,
+			gate{Held: true, Reason: ReasonTargetChanged, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+		{"approved for another request: held", newAction(v1alpha1.PhaseAccepted, heldFor(true), approved("sha256:other", target)), tool(true), target,
+			gate{Held: true, Reason: ReasonAwaitingApproval, Phase: v1alpha1.PhaseAwaitingApproval, ApprovalRequired: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			current, err := targetOf(tt.action, tt.tool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			current.Digest = tt.digest
+			held := atT0().approvalGate(tt.action, current, request)
+			got := gate{}
+			if held != nil {
+				next := tt.action.DeepCopy()
+				held.apply(next)
+				got = gate{Held: true, Reason: next.Status.Conditions[len(next.Status.Conditions)-1].Reason, Phase: next.Status.Phase,
+					ApprovalKept: next.Status.Approval != nil, ApprovalRequired: next.Status.Target.ApprovalRequired}
+				if approved := conditionReason(next, v1alpha1.ConditionApproved); approved != got.Reason {
+					t.Errorf("Approved condition's reason = %q, want %q", approved, got.Reason)
+				}
+				if next.Status.Target.Digest != tt.digest {
+					t.Errorf("recorded target %q, want the tool's current %q", next.Status.Target.Digest, tt.digest)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("approvalGate (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func conditionReason(a *v1alpha1.ToolAction, conditionType string) string {
+	for _, c := range a.Status.Conditions {
+		if c.Type == conditionType {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// The target digest covers where and how an action is sent, nothing else.
+func TestTargetDigestCoversTheAdapter(t *testing.T) {
+	base := withTool(v1alpha1.KeyProtected).tool.Spec
+	base.HTTP = &v1alpha1.HTTPAdapter{URL: "https://payments.example/charges"}
+	digestOf := func(spec v1alpha1.ToolSpec) string {
+		d, err := targetDigest(&spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	same := base
+	same.Retry.MaxAttempts = 9
+	same.ApprovalRequired = true
+	if digestOf(base) != digestOf(same) {
+		t.Error("the digest changed with the retry policy or the approval requirement, which are not the target")
+	}
+	moved := base
+	moved.HTTP = &v1alpha1.HTTPAdapter{URL: "https://elsewhere.example/charges"}
+	if digestOf(base) == digestOf(moved) {
+		t.Error("the digest did not change with the URL")
+	}
+}
+
+// An attempt is sent only within its lease less the clock margin, and for
+// at most the attempt timeout.
+func TestSendBudget(t *testing.T) {
+	caps := adapter.Capabilities{AttemptTimeout: 5 * time.Second}
+	claim := func(left time.Duration) *v1alpha1.ExecutorClaim {
+		return &v1alpha1.ExecutorClaim{Executor: "executor-a", Attempt: 1, LeaseExpiry: metaTime(t0.Add(left))}
+	}
+	for _, tt := range []struct {
+		name  string
+		claim *v1alpha1.ExecutorClaim
+		want  time.Duration
+	}{
+		{"just claimed: the whole attempt timeout", claim(35 * time.Second), 5 * time.Second},
+		{"paused since the claim: what is left of the lease less the margin", claim(8 * time.Second), 3 * time.Second},
+		{"within the margin: not sent", claim(4 * time.Second), -time.Second},
+		{"past the lease (a long pause): not sent", claim(-time.Minute), -65 * time.Second},
+		{"no claim: not sent", nil, 0},
+	} {
+		if got := atT0().sendBudget(tt.claim, caps, 5*time.Second); got != tt.want {
+			t.Errorf("%s: budget %s, want %s", tt.name, got, tt.want)
 		}
 	}
 }

@@ -90,6 +90,7 @@ var _ = Describe("Unknown outcomes", func() {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "order-dark-checked"},
 			Spec: v1alpha1.ToolResolutionSpec{
 				ActionName:  "order-dark",
+				Attempt:     1,
 				Outcome:     v1alpha1.ResolvedSucceeded,
 				ExternalRef: charged.ID,
 				Reason:      "found the charge in the provider's dashboard",
@@ -131,7 +132,7 @@ var _ = Describe("Unknown outcomes", func() {
 		env.WaitForPhase(ns, "order-known", v1alpha1.PhaseSucceeded)
 		resolution := &v1alpha1.ToolResolution{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "too-late"},
-			Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-known", Outcome: v1alpha1.ResolvedFailed, Reason: "mistake"},
+			Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-known", Attempt: 1, Outcome: v1alpha1.ResolvedFailed, Reason: "mistake"},
 		}
 		Expect(k8s.Create(ctx, resolution)).To(Succeed())
 		Eventually(func(g Gomega) {
@@ -354,7 +355,7 @@ var _ = Describe("Who may resolve", func() {
 		resolution := func(name string) *v1alpha1.ToolResolution {
 			return &v1alpha1.ToolResolution{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-				Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-rbac", Outcome: v1alpha1.ResolvedFailed, Reason: "checked"},
+				Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-rbac", Attempt: 1, Outcome: v1alpha1.ResolvedFailed, Reason: "checked"},
 			}
 		}
 

@@ -102,7 +102,7 @@ var _ = Describe("Observability", func() {
 		Expect(ok).To(BeTrue())
 		Expect(k8s.Create(ctx, &v1alpha1.ToolResolution{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "o-4-found"},
-			Spec: v1alpha1.ToolResolutionSpec{ActionName: "o-4", Outcome: v1alpha1.ResolvedSucceeded,
+			Spec: v1alpha1.ToolResolutionSpec{ActionName: "o-4", Attempt: 1, Outcome: v1alpha1.ResolvedSucceeded,
 				ExternalRef: charged.ID, Reason: "found in the provider's dashboard"},
 		})).To(Succeed())
 		env.WaitForPhase(ns, "o-4", v1alpha1.PhaseSucceeded)

@@ -181,6 +181,7 @@ var _ = Describe("Persona roles", Ordered, func() {
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sms-1001-checked"},
 			Spec: v1alpha1.ToolResolutionSpec{
 				ActionName:  "sms-1001",
+				Attempt:     1,
 				Outcome:     v1alpha1.ResolvedSucceeded,
 				ExternalRef: sent.ID,
 				Reason:      "the provider's log shows the message sent",

@@ -5,6 +5,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/adapter"
+	"github.com/toolledger/toolledger/pkg/digest"
 )
 
 // Defaults for Tools stored before the API server applied the CRD defaults.
@@ -57,4 +58,15 @@ func backoff(tool *v1alpha1.Tool, attempts int32, retryAfter time.Duration, rand
 	delay -= time.Duration(random() * float64(delay) / 2)
 	delay = max(delay, retryAfter)
 	return min(delay, ceiling)
+}
+
+// targetDigest covers where and how a tool sends its actions: the member of
+// its adapter union (an HTTP tool's URL, headers, lookup and body; a
+// kubernetesApply tool's template and ServiceAccount), so that an approval
+// is bound to the target the approver saw.
+func targetDigest(spec *v1alpha1.ToolSpec) (string, error) {
+	return digest.Of(struct {
+		HTTP            *v1alpha1.HTTPAdapter            `json:"http,omitempty"`
+		KubernetesApply *v1alpha1.KubernetesApplyAdapter `json:"kubernetesApply,omitempty"`
+	}{spec.HTTP, spec.KubernetesApply})
 }

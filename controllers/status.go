@@ -17,26 +17,32 @@ import (
 // Condition, event and history reasons that the controller itself decides;
 // adapter reasons (HTTP503, Timeout, ...) are recorded as the adapter names them.
 const (
-	ReasonAccepted              = "Accepted"
-	ReasonExecuting             = "Executing"
-	ReasonSucceeded             = "Succeeded"
-	ReasonFoundByLookup         = "FoundByLookup"
-	ReasonAbsentByLookup        = "AbsentByLookup"
-	ReasonLookupWindowClosed    = "LookupWindowClosed"
-	ReasonReplayedByDownstream  = "ReplayedByDownstream"
-	ReasonLookupFailed          = "LookupFailed"
-	ReasonRetryScheduled        = "RetryScheduled"
-	ReasonRedispatch            = "RedispatchUnderSameKey"
-	ReasonOutcomeUnknown        = "OutcomeUnknown"
-	ReasonEscalated             = "Escalated"
-	ReasonLeaseExpired          = "LeaseExpired"
-	ReasonUnclassifiedError     = "UnclassifiedError"
-	ReasonToolNotFound          = "ToolNotFound"
-	ReasonToolNotReady          = "ToolNotReady"
-	ReasonToolNotAdmitted       = "ToolNotAdmitted"
-	ReasonAwaitingApproval      = "AwaitingApproval"
-	ReasonApproved              = "Approved"
-	ReasonApprovalDenied        = "ApprovalDenied"
+	ReasonAccepted             = "Accepted"
+	ReasonExecuting            = "Executing"
+	ReasonSucceeded            = "Succeeded"
+	ReasonFoundByLookup        = "FoundByLookup"
+	ReasonAbsentByLookup       = "AbsentByLookup"
+	ReasonLookupWindowClosed   = "LookupWindowClosed"
+	ReasonReplayedByDownstream = "ReplayedByDownstream"
+	ReasonLookupFailed         = "LookupFailed"
+	ReasonRetryScheduled       = "RetryScheduled"
+	ReasonRedispatch           = "RedispatchUnderSameKey"
+	ReasonOutcomeUnknown       = "OutcomeUnknown"
+	ReasonEscalated            = "Escalated"
+	ReasonLeaseExpired         = "LeaseExpired"
+	ReasonUnclassifiedError    = "UnclassifiedError"
+	ReasonToolNotFound         = "ToolNotFound"
+	ReasonToolNotReady         = "ToolNotReady"
+	ReasonToolNotAdmitted      = "ToolNotAdmitted"
+	ReasonAwaitingApproval     = "AwaitingApproval"
+	ReasonApproved             = "Approved"
+	ReasonApprovalDenied       = "ApprovalDenied"
+	// ReasonTargetChanged: the tool's adapter configuration changed since
+	// the action's approval; it waits for a new one.
+	ReasonTargetChanged = "TargetChanged"
+	// ReasonLeaseSpent: the claim's lease ran out before the attempt was
+	// sent, so it was not sent.
+	ReasonLeaseSpent            = "LeaseSpentBeforeSend"
 	ReasonInvalidToolContract   = "InvalidToolContract"
 	ReasonInvalidParameters     = "InvalidParameters"
 	ReasonRequestDigestMismatch = "RequestDigestMismatch"
@@ -118,10 +124,14 @@ func setWaiting(a *v1alpha1.ToolAction, now time.Time, requestDigest, reason, me
 }
 
 // setAwaitingApproval holds an accepted action until an approval of its
-// digest is applied.
-func setAwaitingApproval(a *v1alpha1.ToolAction, now time.Time, requestDigest, message string) {
-	hold(a, now, v1alpha1.PhaseAwaitingApproval, requestDigest, ReasonAwaitingApproval, message)
-	set(a, now, v1alpha1.ConditionApproved, metav1.ConditionUnknown, ReasonAwaitingApproval, message)
+// digest and target is applied. reason is AwaitingApproval, or
+// TargetChanged when an earlier approval no longer holds (it is kept in the
+// history, and no longer in status.approval).
+func setAwaitingApproval(a *v1alpha1.ToolAction, now time.Time, requestDigest string, target v1alpha1.TargetRecord, reason, message string) {
+	a.Status.Target = &target
+	a.Status.Approval = nil
+	hold(a, now, v1alpha1.PhaseAwaitingApproval, requestDigest, reason, message)
+	set(a, now, v1alpha1.ConditionApproved, metav1.ConditionUnknown, reason, message)
 }
 
 func hold(a *v1alpha1.ToolAction, now time.Time, phase v1alpha1.Phase, requestDigest, reason, message string) {

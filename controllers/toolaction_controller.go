@@ -64,6 +64,10 @@ type ToolActionReconciler struct {
 	// LeaseGrace is added to the tool's timeout to give the claim's lease: the
 	// time an executor has to dispatch an attempt and record its outcome.
 	LeaseGrace time.Duration
+	// LeaseMargin is how much earlier than its lease's end an executor
+	// stops sending an attempt: the bound on how far the replicas' clocks
+	// may disagree. It is less than LeaseGrace.
+	LeaseMargin time.Duration
 	// MaxConcurrentReconciles is the number of actions handled in parallel.
 	MaxConcurrentReconciles int
 	// OperatorNamespace holds the Secrets of ClusterTools.

@@ -23,6 +23,9 @@ const (
 	ReasonApplied        = "Applied"
 	ReasonActionNotFound = "ActionNotFound"
 	ReasonNotResolvable  = "NotResolvable"
+	// ReasonStaleAttempt: the resolution judged an earlier attempt than
+	// the one the action is at; the later attempt may have applied.
+	ReasonStaleAttempt = "StaleAttempt"
 )
 
 // ToolResolutionReconciler applies a human's finding to an Unknown or
@@ -69,6 +72,9 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		}
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 	}
+	if refused := bindingRefusal(&resolution, &action); refused != nil {
+		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, refused.reason, refused.message)
+	}
 	phase := action.Status.Phase
 	if phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, ReasonNotResolvable,
@@ -88,6 +94,23 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
+}
+
+// bindingRefusal says why a resolution is not about the action as it is
+// now: another object under the name, or another attempt than the one the
+// resolver judged. nil when it is.
+func bindingRefusal(resolution *v1alpha1.ToolResolution, action *v1alpha1.ToolAction) *refused {
+	if uid := resolution.Spec.ActionUID; uid != "" && uid != action.UID {
+		return &refused{reason: ReasonActionReplaced, message: fmt.Sprintf(
+			"the resolution is about ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s) and needs a resolution of its own",
+			action.Name, uid, action.UID)}
+	}
+	if judged, now := resolution.Spec.Attempt, action.Status.Attempts; judged != now {
+		return &refused{reason: ReasonStaleAttempt, message: fmt.Sprintf(
+			"the resolution judged attempt %d of ToolAction %q, which is at attempt %d (%s) now: a finding about an earlier attempt is never applied to a later one, which may have applied; judge attempt %d and create another resolution",
+			judged, action.Name, now, phaseOrPending(action.Status.Phase), now)}
+	}
+	return nil
 }
 
 // follow hands an action the resolution finished to the ToolAction

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -90,13 +91,31 @@ func (p rules) waiting(requestDigest, reason, message string) transition {
 	}
 }
 
-// awaitingApproval holds an action whose tool requires an approval.
-func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string) transition {
+// awaitingApproval holds an action whose tool requires an approval, or
+// required one when the action was accepted.
+func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string, target v1alpha1.TargetRecord) transition {
 	message := fmt.Sprintf("tool %q requires an approval of request %s before it is dispatched (a ToolApproval of this key and digest)",
 		a.Spec.ToolRef.Name, requestDigest)
 	return transition{
-		apply:  func(a *v1alpha1.ToolAction) { setAwaitingApproval(a, p.now, requestDigest, message) },
+		apply: func(a *v1alpha1.ToolAction) {
+			setAwaitingApproval(a, p.now, requestDigest, target, ReasonAwaitingApproval, message)
+		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, verb: "Approve", message: message}},
+	}
+}
+
+// targetChanged holds an approved action whose tool now names another
+// target than the one it was approved for: nobody approved sending it there.
+func (p rules) targetChanged(a *v1alpha1.ToolAction, requestDigest string, target v1alpha1.TargetRecord) transition {
+	approval := a.Status.Approval
+	message := fmt.Sprintf("tool %q changed its target (adapter configuration %s, approved for %s) since request %s was approved by %s (ToolApproval %s); "+
+		"it is not dispatched to a target nobody approved: a new ToolApproval is needed",
+		a.Spec.ToolRef.Name, target.Digest, cmp.Or(approval.TargetDigest, "no recorded target"), requestDigest, approval.DecidedBy, approval.Name)
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			setAwaitingApproval(a, p.now, requestDigest, target, ReasonTargetChanged, message)
+		},
+		events: []report{warning(ReasonTargetChanged, "Approve", message)},
 	}
 }
 
@@ -114,6 +133,9 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 		approval.Spec.RequestDigest, decisionVerb(approval.Spec.Decision), approver, approval.Name, approval.Spec.Reason)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
+			if a.Status.Target != nil {
+				record.TargetDigest = a.Status.Target.Digest
+			}
 			if approval.Spec.Decision == v1alpha1.Denied {
 				setDenied(a, p.now, p.by, record, message)
 				return
@@ -289,12 +311,23 @@ func (p rules) compensatedBy(compensation *v1alpha1.ToolAction) transition {
 	}
 }
 
-// hadUnknownOutcome reports whether an earlier attempt of the action ended
-// with an unknown outcome: it may have applied, whatever later attempts say.
-func hadUnknownOutcome(action *v1alpha1.ToolAction) bool {
-	return slices.ContainsFunc(action.Status.History, func(t v1alpha1.Transition) bool {
-		return t.To == v1alpha1.PhaseUnknown
-	})
+// unsettledUnknown reports whether an earlier attempt of the action ended
+// with an unknown outcome that nothing settled since: it may have applied,
+// whatever later attempts say. A lookup that proved the key absent
+// (AbsentByLookup), or a resolver who found it safe to retry, settles every
+// unknown outcome before it. When older history was dropped and nothing in
+// the kept history settles it, an unknown outcome is assumed.
+func unsettledUnknown(action *v1alpha1.ToolAction) bool {
+	history := action.Status.History
+	for i := len(history) - 1; i >= 0; i-- {
+		switch t := history[i]; {
+		case t.Reason == ReasonAbsentByLookup, t.Reason == ReasonResolved && t.To == v1alpha1.PhaseRetryScheduled:
+			return false
+		case t.To == v1alpha1.PhaseUnknown:
+			return true
+		}
+	}
+	return action.Status.DroppedTransitions > 0
 }
 
 func idempotencyKey(a *v1alpha1.ToolAction) string {

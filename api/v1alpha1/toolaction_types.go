@@ -314,6 +314,16 @@ type ToolActionStatus struct {
 	// +optional
 	Approval *ApprovalRecord `json:"approval,omitempty"`
 
+	// target is what the tool named when the action was accepted, and
+	// again whenever it was held for approval: whether the tool required an
+	// approval, and a digest of its adapter's configuration (URL, template,
+	// headers, ServiceAccount, ...). Once an approval was required it stays
+	// required for the action, whatever the tool says later; an approved
+	// action is dispatched only while its tool names the target it was
+	// approved for.
+	// +optional
+	Target *TargetRecord `json:"target,omitempty"`
+
 	// compensatedBy lists the Succeeded ToolActions that compensate this
 	// one, 16 at most: a further compensation is refused before dispatch.
 	// +optional
@@ -332,6 +342,20 @@ type ToolActionStatus struct {
 	// droppedTransitions counts the oldest history entries dropped to keep the record bounded.
 	// +optional
 	DroppedTransitions int32 `json:"droppedTransitions,omitempty"`
+}
+
+// TargetRecord is what an action's tool named when the action was accepted.
+type TargetRecord struct {
+	// approvalRequired is true when the tool required an approval: it stays
+	// true for the action even if the tool stops requiring one.
+	// +optional
+	ApprovalRequired bool `json:"approvalRequired,omitempty"`
+
+	// digest is "sha256:" and 64 hex digits over the canonical JSON of the
+	// tool's adapter configuration (spec.http, spec.kubernetesApply, ...).
+	// +required
+	// +kubebuilder:validation:MaxLength=71
+	Digest string `json:"digest"`
 }
 
 // MaxHistory bounds status.history.

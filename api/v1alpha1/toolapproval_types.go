@@ -173,6 +173,13 @@ type ApprovalRecord struct {
 	// +required
 	RequestDigest string `json:"requestDigest"`
 
+	// targetDigest is the digest of the tool's adapter configuration the
+	// action recorded (status.target.digest) when the decision was applied:
+	// an approved action is not dispatched to another target.
+	// +optional
+	// +kubebuilder:validation:MaxLength=71
+	TargetDigest string `json:"targetDigest,omitempty"`
+
 	// time is when the decision was applied.
 	// +required
 	Time metav1.Time `json:"time"`

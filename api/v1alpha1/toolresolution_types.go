@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // ResolutionOutcome is what a human established about an action's outcome.
@@ -25,6 +26,24 @@ type ToolResolutionSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	ActionName string `json:"actionName"`
 
+	// actionUID, when set, binds the finding to one ToolAction object, the
+	// one the resolver looked at: a ToolAction deleted and created again
+	// under the same name is refused (ActionReplaced). kubectl toolledger
+	// resolve and the web console set it.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=36
+	ActionUID types.UID `json:"actionUID,omitempty"`
+
+	// attempt is the attempt the finding is about: the action's
+	// status.attempts when the resolver looked. A resolution is applied only
+	// while the action is still at that attempt; one about an earlier
+	// attempt is refused (StaleAttempt), so that evidence about attempt 1
+	// never re-sends an attempt 2 that may have applied.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Attempt int32 `json:"attempt"`
+
 	// outcome is what the operator established downstream.
 	// +required
 	Outcome ResolutionOutcome `json:"outcome"`
@@ -44,7 +63,9 @@ type ToolResolutionSpec struct {
 // Condition type of a ToolResolution.
 const (
 	// ConditionApplied is True once the resolution was applied to its action,
-	// False when it cannot be (the action is not Unknown or Escalated).
+	// False when it cannot be: the action is not Unknown or Escalated, is at
+	// another attempt (StaleAttempt) or is another object (ActionReplaced).
+	// A resolution that was not applied never is: create another.
 	ConditionApplied = "Applied"
 )
 
@@ -66,6 +87,7 @@ type ToolResolutionStatus struct {
 // +kubebuilder:resource:shortName=tres,categories=toolledger
 // +kubebuilder:selectablefield:JSONPath=`.spec.actionName`
 // +kubebuilder:printcolumn:name="Action",type=string,JSONPath=`.spec.actionName`
+// +kubebuilder:printcolumn:name="Attempt",type=integer,JSONPath=`.spec.attempt`
 // +kubebuilder:printcolumn:name="Outcome",type=string,JSONPath=`.spec.outcome`
 // +kubebuilder:printcolumn:name="Applied",type=string,JSONPath=`.status.conditions[?(@.type=="Applied")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

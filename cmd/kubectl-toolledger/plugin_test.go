@@ -160,17 +160,23 @@ var _ = Describe("kubectl toolledger queue and resolve", func() {
 		By("refusing an invalid resolution before anything is created")
 		charged, ok := downstream.Charge(ns + "/order-older")
 		Expect(ok).To(BeTrue())
-		r = in(ns, "resolve", "order-older", "--outcome", "Succeeded", "--external-ref", charged.ID)
+		r = in(ns, "resolve", "order-older", "--attempt", "1", "--outcome", "Succeeded", "--external-ref", charged.ID)
 		Expect(r.code).To(Equal(1))
 		Expect(r.stderr).To(ContainSubstring("--reason is required"))
-		r = in(ns, "resolve", "order-older", "--outcome", "Succeeded", "--reason", "found it")
+		r = in(ns, "resolve", "order-older", "--attempt", "1", "--outcome", "Succeeded", "--reason", "found it")
 		Expect(r.code).To(Equal(1))
 		Expect(r.stderr).To(ContainSubstring("--outcome Succeeded needs --external-ref"))
 		Expect(r.stderr).To(ContainSubstring("nothing was created"))
+		r = in(ns, "resolve", "order-older", "--outcome", "Failed", "--reason", "no charge")
+		Expect(r.code).To(Equal(1))
+		Expect(r.stderr).To(ContainSubstring("--attempt is required: the attempt you judged, as 'kubectl toolledger status KEY' shows it"))
+		r = in(ns, "resolve", "order-older", "--attempt", "2", "--outcome", "RetrySafe", "--reason", "judged on a page of another attempt")
+		Expect(r.code).To(Equal(1))
+		Expect(r.stderr).To(ContainSubstring(`ToolAction "order-older" is at attempt 1 (Escalated), not the attempt 2 you judged: a later attempt may have applied; review it again; nothing was created`))
 		Expect(resolutions(ns)).To(BeEmpty())
 
 		By("closing the older action with a resolution")
-		r = in(ns, "resolve", "order-older", "--outcome", "Succeeded", "--external-ref", charged.ID,
+		r = in(ns, "resolve", "order-older", "--attempt", "1", "--outcome", "Succeeded", "--external-ref", charged.ID,
 			"--reason", "found the charge in the provider's dashboard", "--wait", "--timeout", "20s")
 		Expect(r.code).To(Equal(0), r.stderr)
 		created := resolutions(ns)
@@ -198,14 +204,14 @@ var _ = Describe("kubectl toolledger queue and resolve", func() {
 		Expect(r.stdout).To(ContainSubstring("order-newer"))
 
 		By("refusing a resolution for an action that is no longer in doubt")
-		r = in(ns, "resolve", "order-older", "--outcome", "Failed", "--reason", "second thoughts", "-o", "json")
+		r = in(ns, "resolve", "order-older", "--attempt", "1", "--outcome", "Failed", "--reason", "second thoughts", "-o", "json")
 		Expect(r.code).To(Equal(1))
 		Expect(r.stdout).To(BeEmpty())
 		Expect(r.stderr).To(ContainSubstring(`ToolAction "order-older" is Succeeded; only Unknown or Escalated actions take a resolution; nothing was created`))
 		Expect(resolutions(ns)).To(HaveLen(1))
 
 		By("printing the resolution as JSON when asked")
-		r = in(ns, "resolve", "order-newer", "--outcome", "Failed", "--reason", "provider has no record", "--name", "order-newer-checked", "--wait", "-o", "json")
+		r = in(ns, "resolve", "order-newer", "--attempt", "1", "--outcome", "Failed", "--reason", "provider has no record", "--name", "order-newer-checked", "--wait", "-o", "json")
 		Expect(r.code).To(Equal(0), r.stderr)
 		var resolution v1alpha1.ToolResolution
 		Expect(json.Unmarshal([]byte(r.stdout), &resolution)).To(Succeed())

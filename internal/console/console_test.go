@@ -35,21 +35,22 @@ func TestResolveOptionsValidate(t *testing.T) {
 		opts resolveOptions
 		want []string // substrings of the error; none means valid
 	}{
-		{name: "succeeded", opts: resolveOptions{outcome: "Succeeded", externalRef: "ch_1", reason: "seen in the dashboard"}},
-		{name: "failed", opts: resolveOptions{outcome: "Failed", reason: "provider has no record"}},
-		{name: "retry safe with a name and a wait", opts: resolveOptions{outcome: "RetrySafe", reason: "r", name: "order-1-checked", wait: true, timeout: time.Second}},
-		{name: "no reason", opts: resolveOptions{outcome: "Failed"}, want: []string{"--reason is required"}},
-		{name: "blank reason", opts: resolveOptions{outcome: "Failed", reason: "  "}, want: []string{"--reason is required"}},
-		{name: "succeeded without a reference", opts: resolveOptions{outcome: "Succeeded", reason: "r"}, want: []string{"--outcome Succeeded needs --external-ref"}},
-		{name: "reference on a failure", opts: resolveOptions{outcome: "Failed", reason: "r", externalRef: "ch_1"}, want: []string{"--external-ref goes only with --outcome Succeeded"}},
-		{name: "no outcome", opts: resolveOptions{reason: "r"}, want: []string{"--outcome is required"}},
-		{name: "unknown outcome", opts: resolveOptions{outcome: "succeeded", reason: "r"}, want: []string{`not "succeeded"`}},
-		{name: "every problem at once", opts: resolveOptions{outcome: "Succeeded"}, want: []string{"--external-ref", "--reason is required", "nothing was created"}},
-		{name: "reason too long", opts: resolveOptions{outcome: "Failed", reason: strings.Repeat("x", maxReasonLength+1)}, want: []string{"--reason is 1025 bytes long"}},
-		{name: "reference too long", opts: resolveOptions{outcome: "Succeeded", reason: "r", externalRef: strings.Repeat("x", maxExternalRefLength+1)}, want: []string{"--external-ref is 513 bytes long"}},
-		{name: "bad name", opts: resolveOptions{outcome: "Failed", reason: "r", name: "Not_A_Name"}, want: []string{`--name "Not_A_Name" cannot name a ToolResolution`}},
-		{name: "no time to wait", opts: resolveOptions{outcome: "Failed", reason: "r", wait: true}, want: []string{"--timeout must be positive"}},
-		{name: "name too long for the history", opts: resolveOptions{outcome: "Failed", reason: "r", name: strings.Repeat("a", 239)},
+		{name: "succeeded", opts: resolveOptions{attempt: 1, outcome: "Succeeded", externalRef: "ch_1", reason: "seen in the dashboard"}},
+		{name: "failed", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "provider has no record"}},
+		{name: "retry safe with a name and a wait", opts: resolveOptions{attempt: 1, outcome: "RetrySafe", reason: "r", name: "order-1-checked", wait: true, timeout: time.Second}},
+		{name: "no reason", opts: resolveOptions{attempt: 1, outcome: "Failed"}, want: []string{"--reason is required"}},
+		{name: "blank reason", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "  "}, want: []string{"--reason is required"}},
+		{name: "succeeded without a reference", opts: resolveOptions{attempt: 1, outcome: "Succeeded", reason: "r"}, want: []string{"--outcome Succeeded needs --external-ref"}},
+		{name: "reference on a failure", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "r", externalRef: "ch_1"}, want: []string{"--external-ref goes only with --outcome Succeeded"}},
+		{name: "no outcome", opts: resolveOptions{attempt: 1, reason: "r"}, want: []string{"--outcome is required"}},
+		{name: "unknown outcome", opts: resolveOptions{attempt: 1, outcome: "succeeded", reason: "r"}, want: []string{`not "succeeded"`}},
+		{name: "every problem at once", opts: resolveOptions{attempt: 1, outcome: "Succeeded"}, want: []string{"--external-ref", "--reason is required", "nothing was created"}},
+		{name: "reason too long", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: strings.Repeat("x", maxReasonLength+1)}, want: []string{"--reason is 1025 bytes long"}},
+		{name: "reference too long", opts: resolveOptions{attempt: 1, outcome: "Succeeded", reason: "r", externalRef: strings.Repeat("x", maxExternalRefLength+1)}, want: []string{"--external-ref is 513 bytes long"}},
+		{name: "bad name", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "r", name: "Not_A_Name"}, want: []string{`--name "Not_A_Name" cannot name a ToolResolution`}},
+		{name: "no time to wait", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "r", wait: true}, want: []string{"--timeout must be positive"}},
+		{name: "no attempt", opts: resolveOptions{outcome: "Failed", reason: "r"}, want: []string{"--attempt is required: the attempt you judged"}},
+		{name: "name too long for the history", opts: resolveOptions{attempt: 1, outcome: "Failed", reason: "r", name: strings.Repeat("a", 239)},
 			want: []string{"--name is 239 characters long; a ToolResolution's name has at most 238"}},
 	}
 	for _, tt := range tests {
@@ -262,8 +263,8 @@ func TestInvalidInvocationsExitOne(t *testing.T) {
 		{name: "unknown command", args: []string{"cancel", "order-1"}, want: `unknown command "cancel" for "kubectl toolledger"`},
 		{name: "approve without reason", args: []string{"approve", "order-1"}, want: "--reason is required"},
 		{name: "deny with a malformed digest", args: []string{"deny", "order-1", "--reason", "r", "--digest", "sha256:abc"}, want: `--digest "sha256:abc" is not a request digest`},
-		{name: "resolve without reason", args: []string{"resolve", "order-1", "--outcome", "Failed"}, want: "--reason is required"},
-		{name: "resolve Succeeded without reference", args: []string{"resolve", "order-1", "--outcome", "Succeeded", "--reason", "r"}, want: "--outcome Succeeded needs --external-ref"},
+		{name: "resolve without reason", args: []string{"resolve", "order-1", "--attempt", "1", "--outcome", "Failed"}, want: "--reason is required"},
+		{name: "resolve Succeeded without reference", args: []string{"resolve", "order-1", "--attempt", "1", "--outcome", "Succeeded", "--reason", "r"}, want: "--outcome Succeeded needs --external-ref"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,12 +354,12 @@ func TestResolveWaitReportsNotApplied(t *testing.T) {
 		t: t,
 		action: v1alpha1.ToolAction{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1"},
-			Status:     v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseEscalated},
+			Status:     v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseEscalated, Attempts: 1},
 		},
 		applied: &metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionFalse, Reason: "NotResolvable",
 			Message: `ToolAction "order-1" is Succeeded; only Unknown or Escalated actions take a resolution`},
 	}
-	code, stdout, stderr := runAgainst(t, api, "resolve", "order-1", "--outcome", "RetrySafe", "--reason", "no charge downstream", "--wait", "--timeout", "5s")
+	code, stdout, stderr := runAgainst(t, api, "resolve", "order-1", "--attempt", "1", "--outcome", "RetrySafe", "--reason", "no charge downstream", "--wait", "--timeout", "5s")
 	if code != ExitError {
 		t.Errorf("exit code %d, want %d", code, ExitError)
 	}
@@ -380,10 +381,10 @@ func TestResolveRefusesASettledAction(t *testing.T) {
 		t: t,
 		action: v1alpha1.ToolAction{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1"},
-			Status:     v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseSucceeded},
+			Status:     v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseSucceeded, Attempts: 1},
 		},
 	}
-	code, stdout, stderr := runAgainst(t, api, "resolve", "order-1", "--outcome", "Failed", "--reason", "r")
+	code, stdout, stderr := runAgainst(t, api, "resolve", "order-1", "--attempt", "1", "--outcome", "Failed", "--reason", "r")
 	if code != ExitError || stdout != "" {
 		t.Errorf("exit code %d, stdout %q; want 1 and nothing", code, stdout)
 	}

@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -54,35 +55,54 @@ func (l *Ledger) Decide(ctx context.Context, namespace, key, reviewedDigest stri
 	return created, action, nil
 }
 
-// NewResolution is a ToolResolution of the action key, named
-// <key>-resolution-<random suffix> by the API server (which also retries a
-// name that is taken and shortens a prefix too long for it).
-func NewResolution(namespace, key string, outcome v1alpha1.ResolutionOutcome, externalRef, reason string) *v1alpha1.ToolResolution {
+// Judged is what a resolver looked at: the action's attempt, and the
+// object (its UID) when the front end showed it.
+type Judged struct {
+	UID     types.UID
+	Attempt int32
+}
+
+// NewResolution is a ToolResolution of the action key about the attempt
+// judged, named <key>-resolution-<random suffix> by the API server (which
+// also retries a name that is taken and shortens a prefix too long for it).
+func NewResolution(namespace, key string, judged Judged, outcome v1alpha1.ResolutionOutcome, externalRef, reason string) *v1alpha1.ToolResolution {
 	return &v1alpha1.ToolResolution{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolResolution"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: key + "-resolution-"},
 		Spec: v1alpha1.ToolResolutionSpec{
-			ActionName: key, Outcome: outcome, ExternalRef: externalRef, Reason: reason,
+			ActionName: key, ActionUID: judged.UID, Attempt: judged.Attempt, Outcome: outcome, ExternalRef: externalRef, Reason: reason,
 		},
 	}
 }
 
 // Resolve creates resolution after checking that its action is Unknown or
-// Escalated. The controller refuses a resolution for an action in any other
-// phase, but the refused resolution would stay in the record (resolutions
-// are immutable); checking first keeps the record free of mistakes. The
-// phase may still change before the resolution arrives, which the
-// controller then reports in the Applied condition.
+// Escalated, and still the object and at the attempt the resolver judged;
+// a resolution without a UID is bound to the object read now. The
+// controller refuses a resolution that does not hold, but the refused
+// resolution would stay in the record (resolutions are immutable); checking
+// first keeps the record free of mistakes. The action may still change
+// before the resolution arrives, which the controller then reports in the
+// Applied condition (StaleAttempt, ActionReplaced, NotResolvable).
 func (l *Ledger) Resolve(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
 	key := resolution.Spec.ActionName
 	action, err := l.getAction(ctx, resolution.Namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w; nothing was created", err)
 	}
+	if uid := resolution.Spec.ActionUID; uid != "" && uid != action.UID {
+		return nil, fmt.Errorf("ToolAction %q was deleted and created again since you looked (UID %s, not %s): judge the new one; nothing was created",
+			key, action.UID, uid)
+	}
+	if judged, now := resolution.Spec.Attempt, action.Status.Attempts; judged != now {
+		return nil, fmt.Errorf("ToolAction %q is at attempt %d (%s), not the attempt %d you judged: a later attempt may have applied; review it again; nothing was created",
+			key, now, PhaseOf(action), judged)
+	}
 	if phase := PhaseOf(action); phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
 		return nil, fmt.Errorf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution; nothing was created", key, phase)
 	}
-	return l.createResolution(ctx, resolution)
+	bound := resolution.DeepCopy()
+	bound.Spec.ActionUID = action.UID
+	return l.createResolution(ctx, bound)
 }
 
 // ConsequentialParameters are the action's parameters that enter its

@@ -32,6 +32,7 @@ const resolutionPollInterval = 250 * time.Millisecond
 
 // resolveOptions are the flags of `resolve`.
 type resolveOptions struct {
+	attempt     int32
 	outcome     string
 	reason      string
 	externalRef string
@@ -44,7 +45,7 @@ type resolveOptions struct {
 func newResolveCommand(c *console) *cobra.Command {
 	opts := resolveOptions{timeout: time.Minute}
 	cmd := &cobra.Command{
-		Use:   "resolve KEY --outcome Succeeded|Failed|RetrySafe --reason TEXT [--external-ref REF] [--name NAME] [--wait] [flags]",
+		Use:   "resolve KEY --attempt N --outcome Succeeded|Failed|RetrySafe --reason TEXT [--external-ref REF] [--name NAME] [--wait] [flags]",
 		Short: "Record what really happened to an Unknown or Escalated action",
 		Long: `Create a ToolResolution for the ToolAction named KEY: an operator's finding about
 an action whose outcome nobody could prove. The controller applies it to the
@@ -55,22 +56,26 @@ the action.
   --outcome Failed     the effect did not happen and must not be attempted again
   --outcome RetrySafe  the effect did not happen; attempt it again under the same key
 
-The action must exist and be Unknown or Escalated; otherwise nothing is
-created. The resolution is named <KEY>-resolution-<random suffix> unless --name
+--attempt is the attempt you judged, as 'kubectl toolledger status KEY'
+shows it: the resolution is applied only while the action is still at that
+attempt, so that what you found about one attempt never re-sends a later one
+that may have applied. The action must exist, be Unknown or Escalated and be
+at that attempt; otherwise nothing is created. The resolution is named <KEY>-resolution-<random suffix> unless --name
 is given (the API server shortens a long KEY in the generated name).
 
 With --wait the command waits for the resolution's Applied condition and exits
 1 when it is False or does not appear within --timeout. With -o json|yaml it
 prints the ToolResolution (as last read, when waiting).`,
-		Example: `  kubectl toolledger resolve order-1003-charge -n shop --outcome Succeeded \
+		Example: `  kubectl toolledger resolve order-1003-charge -n shop --attempt 1 --outcome Succeeded \
       --external-ref ch_0123456789abcdef01234567 --reason "charge found in the provider's dashboard" --wait
-  kubectl toolledger resolve order-1004-charge --outcome RetrySafe --reason "provider confirmed no charge exists"`,
+  kubectl toolledger resolve order-1004-charge --attempt 2 --outcome RetrySafe --reason "provider confirmed no charge exists"`,
 		Args: keyArg,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.resolve(cmd.Context(), args[0], opts)
 		},
 	}
 	flags := cmd.Flags()
+	flags.Int32Var(&opts.attempt, "attempt", 0, "The attempt you judged, as 'kubectl toolledger status KEY' shows it (required): nothing is applied if the action has moved on to another.")
 	flags.StringVar(&opts.outcome, "outcome", "", "What you established downstream: Succeeded, Failed or RetrySafe (required).")
 	flags.StringVar(&opts.reason, "reason", "", "How you know, for the record (required).")
 	flags.StringVar(&opts.externalRef, "external-ref", "", "The downstream's identifier of the effect (required with --outcome Succeeded, refused otherwise).")
@@ -85,6 +90,9 @@ prints the ToolResolution (as last read, when waiting).`,
 // problem at once.
 func (o resolveOptions) validate() error {
 	var problems []string
+	if o.attempt < 1 {
+		problems = append(problems, "--attempt is required: the attempt you judged, as 'kubectl toolledger status KEY' shows it")
+	}
 	switch v1alpha1.ResolutionOutcome(o.outcome) {
 	case v1alpha1.ResolvedSucceeded:
 		if strings.TrimSpace(o.externalRef) == "" {
@@ -137,7 +145,7 @@ func nameProblem(name, kind string, limit int) string {
 
 // resolution is the object `resolve` creates.
 func (o resolveOptions) resolution(namespace, key string) *v1alpha1.ToolResolution {
-	r := NewResolution(namespace, key, v1alpha1.ResolutionOutcome(o.outcome), o.externalRef, o.reason)
+	r := NewResolution(namespace, key, Judged{Attempt: o.attempt}, v1alpha1.ResolutionOutcome(o.outcome), o.externalRef, o.reason)
 	if o.name != "" {
 		r.GenerateName, r.Name = "", o.name
 	}
@@ -226,6 +234,7 @@ func report[T appliedRecord](ctx context.Context, c *console, l *Ledger, created
 func writeCreated(w io.Writer, r *v1alpha1.ToolResolution) {
 	fmt.Fprintf(w, "toolresolution.%s/%s created\n", v1alpha1.GroupVersion.Group, r.Name)
 	fmt.Fprintf(w, "  action:       %s\n", r.Spec.ActionName)
+	fmt.Fprintf(w, "  attempt:      %d\n", r.Spec.Attempt)
 	fmt.Fprintf(w, "  outcome:      %s\n", r.Spec.Outcome)
 	if r.Spec.ExternalRef != "" {
 		fmt.Fprintf(w, "  external ref: %s\n", cell(r.Spec.ExternalRef))

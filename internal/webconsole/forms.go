@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/console"
@@ -25,6 +27,9 @@ const (
 )
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// uidPattern is an object's UID as the API server writes it.
+var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // notices are what a redirect after a form says on the action's page; the
 // page names only a notice of this list, so no text of the URL is shown.
@@ -124,12 +129,16 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 		problems = append(problems, fmt.Sprintf("the external reference is %d characters long; at most %d are allowed", n, maxExternalRefLength))
 	}
 	problems = append(problems, reasonProblems(reason)...)
+	judged, problem := judgedAttempt(r.PostForm)
+	if problem != "" {
+		problems = append(problems, problem)
+	}
 	if len(problems) > 0 {
 		s.formFailed(w, r, u, http.StatusBadRequest, "Nothing was created: "+strings.Join(problems, "; ")+".")
 		return
 	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	created, err := u.ledger.Resolve(r.Context(), console.NewResolution(ns, name, outcome, externalRef, reason))
+	created, err := u.ledger.Resolve(r.Context(), console.NewResolution(ns, name, judged, outcome, externalRef, reason))
 	if err != nil {
 		s.formFailed(w, r, u, formStatus(err), err.Error())
 		return
@@ -137,6 +146,16 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 	s.opts.Logger.Info("Recorded a resolution", "namespace", ns, "action", name, "toolResolution", created.Name,
 		"outcome", outcome, "user", u.info.Username)
 	s.formDone(w, r, "resolved")
+}
+
+// judgedAttempt is the action the page showed, which the resolve form
+// carries: its UID and attempt. A finding is about that attempt only.
+func judgedAttempt(form url.Values) (console.Judged, string) {
+	attempt, err := strconv.ParseInt(form.Get("attempt"), 10, 32)
+	if err != nil || attempt < 1 || !uidPattern.MatchString(form.Get("uid")) {
+		return console.Judged{}, "the form names no attempt of the action: reload the page and judge the attempt it shows"
+	}
+	return console.Judged{UID: types.UID(form.Get("uid")), Attempt: int32(attempt)}, ""
 }
 
 // reasonProblems checks a reason as the API does: its maxLength counts

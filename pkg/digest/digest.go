@@ -59,3 +59,18 @@ func Compute(r Request) (string, error) {
 	sum := sha256.Sum256(canonical)
 	return Prefix + hex.EncodeToString(sum[:]), nil
 }
+
+// Of returns "sha256:" and the hex SHA-256 of the canonical JSON of v, for
+// digests of configuration rather than of a request (a Tool's target).
+func Of(v any) (string, error) {
+	encoded, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("cannot encode digest input: %w", err)
+	}
+	canonical, err := Canonicalize(encoded)
+	if err != nil {
+		return "", fmt.Errorf("cannot canonicalize digest input: %w", err)
+	}
+	sum := sha256.Sum256(canonical)
+	return Prefix + hex.EncodeToString(sum[:]), nil
+}

@@ -224,7 +224,7 @@ var _ = Describe("An adapter registered by a test", func() {
 
 		resolution := &v1alpha1.ToolResolution{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "w-4-checked"},
-			Spec: v1alpha1.ToolResolutionSpec{ActionName: "w-4", Outcome: v1alpha1.ResolvedSucceeded,
+			Spec: v1alpha1.ToolResolutionSpec{ActionName: "w-4", Attempt: 1, Outcome: v1alpha1.ResolvedSucceeded,
 				ExternalRef: "mem-1", Reason: "found in the store"},
 		}
 		Expect(k8s.Create(ctx, resolution)).To(Succeed())

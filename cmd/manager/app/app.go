@@ -74,6 +74,11 @@ type Options struct {
 	MaxDispatchesPerNamespace int
 	// LeaseGrace is added to a tool's timeout to give a claim's lease.
 	LeaseGrace time.Duration
+	// LeaseMargin is how long before a claim's lease ends its executor stops
+	// sending the attempt: the most the replicas' clocks may disagree. Less
+	// than LeaseGrace; DefaultLeaseMargin, or half of LeaseGrace when that
+	// is less, when zero.
+	LeaseMargin time.Duration
 	// NoSharding has every replica race for every action; by default
 	// replicas split the active actions by key (controllers.Shards). Leader
 	// election turns sharding off: the leader handles every action.
@@ -154,6 +159,10 @@ const DefaultMaxConcurrentDispatches = 128
 // DefaultMemberLeaseDuration is how long a member Lease lasts by default.
 const DefaultMemberLeaseDuration = 15 * time.Second
 
+// DefaultLeaseMargin is how long before a claim's lease ends its executor
+// stops sending: replicas' clocks, kept by NTP, agree far better.
+const DefaultLeaseMargin = 5 * time.Second
+
 // DefaultExecutorID is the pod name when set (POD_NAME, from the downward
 // API), else the host name; a random suffix keeps two processes on one host apart.
 func DefaultExecutorID() string {
@@ -178,6 +187,9 @@ func DefaultNamespace() string {
 // NewManager builds a manager with the toolledger controllers registered.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	opts = opts.withDefaults()
+	if opts.LeaseMargin >= opts.LeaseGrace {
+		return nil, fmt.Errorf("--lease-margin (%s) must be less than --lease-grace (%s): an attempt is sent only before its lease ends less the margin", opts.LeaseMargin, opts.LeaseGrace)
+	}
 	mgr, err := ctrl.NewManager(cfg, ManagerOptions(opts))
 	if err != nil {
 		return nil, fmt.Errorf("cannot create manager: %w", err)
@@ -209,6 +221,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.LeaseGrace <= 0 {
 		opts.LeaseGrace = 30 * time.Second
+	}
+	if opts.LeaseMargin <= 0 {
+		opts.LeaseMargin = min(DefaultLeaseMargin, opts.LeaseGrace/2)
 	}
 	if opts.MemberLeaseDuration <= 0 {
 		opts.MemberLeaseDuration = DefaultMemberLeaseDuration
@@ -372,6 +387,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
+		LeaseMargin:             opts.LeaseMargin,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		OperatorNamespace:       opts.Namespace,
 		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),

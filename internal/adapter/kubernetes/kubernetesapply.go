@@ -206,12 +206,13 @@ func (c *Connector) Connect(_ context.Context, tool *v1alpha1.Tool) (adapter.Con
 		fieldManager = "toolledger-" + tool.Name
 	}
 	e := &executor{
-		objects:      dynamic.New(singleShot{restClient}).Resource(mapping.Resource).Namespace(tool.Namespace),
-		resource:     mapping.Resource,
-		namespace:    tool.Namespace,
-		template:     t,
-		fieldManager: fieldManager,
-		timeout:      timeout(spec),
+		objects:       dynamic.New(singleShot{restClient}).Resource(mapping.Resource).Namespace(tool.Namespace),
+		resource:      mapping.Resource,
+		namespace:     tool.Namespace,
+		template:      t,
+		fieldManager:  fieldManager,
+		timeout:       timeout(spec),
+		absenceProves: absenceProves(tool.Spec.IdempotencyClass),
 	}
 	return adapter.Connection{Executor: e, Capabilities: c.Capabilities(tool)}, nil
 }
@@ -233,6 +234,21 @@ type executor struct {
 	template     *template
 	fieldManager string
 	timeout      time.Duration
+	// absenceProves: an object absent, or last applied under another key
+	// or none, proves that no attempt applied (see absenceProves).
+	absenceProves bool
+}
+
+// absenceProves reports whether the object's absence may answer a lookup
+// with "never applied" for a tool of class. Objects vanish because they
+// applied: a Job with ttlSecondsAfterFinished, garbage collection, another
+// controller replacing the object or its annotations. Only where applying
+// again cannot cause a second effect (desired state, or no effect at all)
+// may absence settle the outcome; otherwise it proves nothing, and the
+// lookup is inconclusive until the object shows the key or the tool's
+// unknownOutcomeDeadline hands the action to a human.
+func absenceProves(class v1alpha1.IdempotencyClass) bool {
+	return class == v1alpha1.NaturallyIdempotent || class == v1alpha1.ReadOnly
 }
 
 // Execute applies the object once, never forcing ownership: a field that
@@ -253,9 +269,10 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 }
 
 // Lookup reads the object from the API server, as the ServiceAccount. The
-// API server is strongly consistent, so an object that is absent or
-// carries another key proves that no attempt of the action applied since
-// it was last changed.
+// API server is strongly consistent, so an object that carries the key and
+// the digest proves that an attempt applied. An object that is absent, or
+// carries another key or none, proves that none did only for the classes
+// absenceProves admits; for the others it is inconclusive.
 func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
@@ -266,7 +283,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	ref := e.externalRef(obj.GetName())
 	current, err := e.objects.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return adapter.Outcome{}, fmt.Errorf("%s does not exist: %w", ref, adapter.ErrNotFound)
+		return adapter.Outcome{}, e.absent(ref + " does not exist")
 	}
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("cannot read %s: %w", ref, err)
@@ -274,14 +291,23 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	annotations := current.GetAnnotations()
 	switch key, ok := annotations[v1alpha1.IdempotencyKeyAnnotation]; {
 	case !ok:
-		return adapter.Outcome{}, fmt.Errorf("%s carries no idempotency key: %w", ref, adapter.ErrNotFound)
+		return adapter.Outcome{}, e.absent(ref + " carries no idempotency key")
 	case key != req.IdempotencyKey:
-		return adapter.Outcome{}, fmt.Errorf("%s was last applied under the key %q: %w", ref, key, adapter.ErrNotFound)
+		return adapter.Outcome{}, e.absent(fmt.Sprintf("%s was last applied under the key %q", ref, key))
 	}
 	if digest := annotations[v1alpha1.RequestDigestAnnotation]; digest != req.RequestDigest {
 		return adapter.Outcome{}, fmt.Errorf("%s carries the key but the request digest %q, not %q: it cannot be told whether this request applied", ref, digest, req.RequestDigest)
 	}
 	return e.outcome(current), nil
+}
+
+// absent is what an object without this attempt's key means: proof that
+// none applied where absenceProves, else an inconclusive answer.
+func (e *executor) absent(finding string) error {
+	if e.absenceProves {
+		return fmt.Errorf("%s: %w", finding, adapter.ErrNotFound)
+	}
+	return fmt.Errorf("%s, which proves nothing for a tool of this class: the object may have been applied and removed or changed since (a Job's ttlSecondsAfterFinished, garbage collection, another controller); it is not applied again unless a lookup finds the key", finding)
 }
 
 // object is the template filled with the request's parameters, in the

@@ -236,26 +236,57 @@ func TestExecuteRefusesParametersThatMakeNoObject(t *testing.T) {
 	}
 }
 
-func TestLookupProvesAbsence(t *testing.T) {
-	for _, c := range []struct {
-		name     string
-		answer   func(w http.ResponseWriter)
-		notFound bool
-		found    bool
+// An object without the key proves that no attempt applied only for a
+// tool whose repeat cannot cause a second effect: objects vanish because
+// they applied (a Job's TTL, garbage collection).
+func TestLookupProvesAbsenceOnlyWhereARepeatIsHarmless(t *testing.T) {
+	withoutKey := []struct {
+		name   string
+		answer func(w http.ResponseWriter)
 	}{
-		{"absent", func(w http.ResponseWriter) { status(w, 404, "NotFound", "not found") }, true, false},
+		{"absent", func(w http.ResponseWriter) { status(w, 404, "NotFound", "not found") }},
 		{"another key", func(w http.ResponseWriter) {
 			configMap(w, map[string]string{v1alpha1.IdempotencyKeyAnnotation: "shop/other", v1alpha1.RequestDigestAnnotation: "sha256:abc"})
-		}, true, false},
-		{"no key", func(w http.ResponseWriter) { configMap(w, nil) }, true, false},
+		}},
+		{"no key", func(w http.ResponseWriter) { configMap(w, nil) }},
+	}
+	for _, class := range []v1alpha1.IdempotencyClass{v1alpha1.NaturallyIdempotent, v1alpha1.ReadOnly,
+		v1alpha1.KeyProtected, v1alpha1.Compensatable, v1alpha1.NonRepeatable, ""} {
+		proves := class == v1alpha1.NaturallyIdempotent || class == v1alpha1.ReadOnly
+		for _, c := range withoutKey {
+			server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { c.answer(w) }))
+			tool := settingsTool()
+			tool.Spec.IdempotencyClass = class
+			_, err := connectTool(t, server.URL, tool).Lookup(context.Background(), request)
+			server.Close()
+			switch {
+			case err == nil:
+				t.Errorf("%s, class %q: found, want absent or inconclusive", c.name, class)
+			case proves && !errors.Is(err, adapter.ErrNotFound):
+				t.Errorf("%s, class %q: err = %v, want ErrNotFound", c.name, class, err)
+			case !proves && errors.Is(err, adapter.ErrNotFound):
+				t.Errorf("%s, class %q: err = %v, want inconclusive: absence proves nothing for this class", c.name, class, err)
+			case !proves && !strings.Contains(err.Error(), "proves nothing for a tool of this class"):
+				t.Errorf("%s, class %q: err = %v, want it to say why absence proves nothing", c.name, class, err)
+			}
+		}
+	}
+}
+
+func TestLookupFindsTheKeyAndDigest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		answer func(w http.ResponseWriter)
+		found  bool
+	}{
 		{"the key and digest", func(w http.ResponseWriter) {
 			configMap(w, map[string]string{v1alpha1.IdempotencyKeyAnnotation: request.IdempotencyKey, v1alpha1.RequestDigestAnnotation: request.RequestDigest})
-		}, false, true},
+		}, true},
 		{"the key, another digest", func(w http.ResponseWriter) {
 			configMap(w, map[string]string{v1alpha1.IdempotencyKeyAnnotation: request.IdempotencyKey, v1alpha1.RequestDigestAnnotation: "sha256:def"})
-		}, false, false},
-		{"forbidden", func(w http.ResponseWriter) { status(w, 403, "Forbidden", "forbidden") }, false, false},
-		{"internal error", func(w http.ResponseWriter) { status(w, 500, "InternalError", "etcd") }, false, false},
+		}, false},
+		{"forbidden", func(w http.ResponseWriter) { status(w, 403, "Forbidden", "forbidden") }, false},
+		{"internal error", func(w http.ResponseWriter) { status(w, 500, "InternalError", "etcd") }, false},
 	} {
 		var method string
 		out, err := connect(t, func(w http.ResponseWriter, r *http.Request) {
@@ -266,11 +297,9 @@ func TestLookupProvesAbsence(t *testing.T) {
 			t.Errorf("%s: lookup sent %s", c.name, method)
 		}
 		switch {
-		case c.notFound && !errors.Is(err, adapter.ErrNotFound):
-			t.Errorf("%s: err = %v, want ErrNotFound", c.name, err)
 		case c.found && (err != nil || out.ExternalRef != "configmaps/shop/settings"):
 			t.Errorf("%s: %+v, %v; want the ConfigMap", c.name, out, err)
-		case !c.notFound && !c.found && (err == nil || errors.Is(err, adapter.ErrNotFound)):
+		case !c.found && (err == nil || errors.Is(err, adapter.ErrNotFound)):
 			t.Errorf("%s: err = %v, want an inconclusive error", c.name, err)
 		}
 	}
