@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -98,7 +99,14 @@ func (p rules) awaitingApproval(a *v1alpha1.ToolAction, requestDigest string, ta
 		a.Spec.ToolRef.Name, requestDigest)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
-			setAwaitingApproval(a, p.now, requestDigest, target, ReasonAwaitingApproval, message)
+			reason, message := ReasonAwaitingApproval, message
+			// An action that lost its approval to a change of target says so
+			// until a new approval comes.
+			if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionApproved); a.Status.Phase == v1alpha1.PhaseAwaitingApproval &&
+				c != nil && c.Reason == ReasonTargetChanged {
+				reason, message = c.Reason, c.Message
+			}
+			setAwaitingApproval(a, p.now, requestDigest, target, reason, message)
 		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonAwaitingApproval, verb: "Approve", message: message}},
 	}
