@@ -383,7 +383,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	}
 	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, encoded.url, body)
 	if err != nil {
-		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: adapter.ShowURL(err, e.url)}
 	}
 	httpReq.GetBody = nil
 	e.setHeaders(httpReq, req.IdempotencyKey)
@@ -401,7 +401,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 		if refused := (*egress.RefusedError)(nil); errors.As(err, &refused) {
 			return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: ReasonEgressRefused, Err: refused}
 		}
-		return adapter.Outcome{}, adapter.TransportError(err, written(), ctx.Err())
+		return adapter.Outcome{}, adapter.TransportError(adapter.ShowURL(err, e.url), written(), ctx.Err())
 	}
 	defer func() { _ = resp.Body.Close() }()
 	respBody, readErr := readBody(resp.Body)

@@ -47,12 +47,12 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	}
 	httpReq, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
 	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", err)
+		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
 	e.setHeaders(httpReq, req.IdempotencyKey)
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", err)
+		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := readBody(resp.Body)
