@@ -38,6 +38,11 @@ func TestCapabilities(t *testing.T) {
 // is absent, elsewhere or not labelled.
 const notUsable = "Secret shop/stripe is not usable by Tools: only a Secret labelled toolledger.dev/tool-credential=true is"
 
+func reservedMessage(name string) string {
+	return "spec.http.headers: " + name + " is a header the adapter sets itself " +
+		"(the idempotency key's, Accept, Content-Type, traceparent and every Toolledger- header): a Tool may not set it"
+}
+
 func TestValidate(t *testing.T) {
 	auth := func(h *v1alpha1.HTTPAdapter) {
 		h.AuthHeader = &v1alpha1.SecretHeader{SecretKeyRef: v1alpha1.SecretKeySelector{Name: "stripe", Key: "token"}}
@@ -55,6 +60,26 @@ func TestValidate(t *testing.T) {
 		{name: "lookup without a host", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
 			h.Lookup = &v1alpha1.HTTPLookup{URL: "https:///{key}"}
 		}), wantReason: ReasonInvalidURL, wantMessage: `spec.http.lookup.url: "https:///{key}" is not an absolute http(s) URL`},
+		{name: "a header the adapter sets: an approver", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "X-Tenant", Value: "shop"}, {Name: "toolledger-approved-by", Value: "ceo"}}
+		}), wantReason: ReasonReservedHeader, wantMessage: reservedMessage("toolledger-approved-by")},
+		{name: "a header the adapter sets: provenance", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "TOOLLEDGER-PRINCIPALS", Value: "agent"}}
+		}), wantReason: ReasonReservedHeader, wantMessage: reservedMessage("TOOLLEDGER-PRINCIPALS")},
+		{name: "a header the adapter sets: traceparent", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "Traceparent", Value: "00-x"}}
+		}), wantReason: ReasonReservedHeader, wantMessage: reservedMessage("Traceparent")},
+		{name: "a header the adapter sets: the key's", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.IdempotencyKey.Header = "X-Request-Id"
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "x-request-id", Value: "static"}}
+		}), wantReason: ReasonReservedHeader, wantMessage: reservedMessage("x-request-id")},
+		{name: "a header the adapter sets: Content-Type", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "content-type", Value: "text/plain"}}
+		}), wantReason: ReasonReservedHeader, wantMessage: reservedMessage("content-type")},
+		{name: "the default key header is the Tool's when the key goes in the body", tool: newTool("http://127.0.0.1:1/charges", func(h *v1alpha1.HTTPAdapter) {
+			h.IdempotencyKey = v1alpha1.HTTPIdempotencyKey{In: v1alpha1.KeyInBodyField, BodyField: "idempotency_key"}
+			h.Headers = []v1alpha1.HTTPHeader{{Name: "Idempotency-Key", Value: "static"}}
+		})},
 		{name: "Secret missing", tool: newTool("http://127.0.0.1:1/charges", auth), wantReason: ReasonSecretNotUsable,
 			wantMessage: notUsable},
 		{name: "Secret not labelled", tool: newTool("http://127.0.0.1:1/charges", auth),

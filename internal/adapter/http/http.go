@@ -73,6 +73,9 @@ const (
 	// PrincipalsHeader carries the ones the caller claims.
 	RequestedByHeader = "Toolledger-Requested-By"
 	ApprovedByHeader  = "Toolledger-Approved-By"
+
+	// toolledgerHeaderPrefix begins every header above: the adapter's own.
+	toolledgerHeaderPrefix = "Toolledger-"
 )
 
 // Reasons of a Tool's Ready condition that the HTTP adapter decides.
@@ -87,6 +90,9 @@ const (
 	ReasonEgressRefused = "EgressRefused"
 	// ReasonInsecureCredentials: a credential would be sent over plain HTTP.
 	ReasonInsecureCredentials = "InsecureCredentials"
+	// ReasonReservedHeader: a static header names one the adapter sets
+	// itself, such as Toolledger-Approved-By.
+	ReasonReservedHeader = "ReservedHeader"
 )
 
 // Connector is the HTTP adapter, registered as "http": it builds executors
@@ -140,6 +146,9 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
+	if err := checkStaticHeaders(spec); err != nil {
+		return err
+	}
 	if err := c.checkEgress(spec); err != nil {
 		return err
 	}
@@ -152,6 +161,33 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 		return c.validateTLS(ctx, tool.Namespace, spec.TLS)
 	}
 	return nil
+}
+
+// checkStaticHeaders refuses a static header that the adapter sets itself:
+// a Tool must not speak for the action's identities (Toolledger-Approved-By
+// on an action nobody approved), its provenance, its key or its encoding.
+func checkStaticHeaders(spec *v1alpha1.HTTPAdapter) error {
+	key := keyEncodingOf(spec.IdempotencyKey)
+	for _, h := range spec.Headers {
+		if setByAdapter(h.Name, key) {
+			return &adapter.ConfigError{Reason: ReasonReservedHeader, Message: "spec.http.headers: " + h.Name +
+				" is a header the adapter sets itself (the idempotency key's, Accept, Content-Type, traceparent and every Toolledger- header): a Tool may not set it"}
+		}
+	}
+	return nil
+}
+
+// setByAdapter reports whether the adapter sets the header name itself on
+// some request: every Toolledger- header (identities and provenance),
+// traceparent, Accept, Content-Type and the key's header.
+func setByAdapter(name string, key keyEncoding) bool {
+	switch {
+	case len(name) >= len(toolledgerHeaderPrefix) && strings.EqualFold(name[:len(toolledgerHeaderPrefix)], toolledgerHeaderPrefix):
+		return true
+	case strings.EqualFold(name, adapter.TraceparentHeader), strings.EqualFold(name, "Accept"), strings.EqualFold(name, "Content-Type"):
+		return true
+	}
+	return key.in == v1alpha1.KeyInHeader && strings.EqualFold(name, key.header)
 }
 
 // checkEgress refuses a URL whose host is an address the egress policy
@@ -271,9 +307,14 @@ func timeout(spec *v1alpha1.HTTPAdapter) time.Duration {
 // Connect resolves the Tool's HTTP configuration and credentials.
 func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
 	spec := tool.Spec.HTTP
+	key := keyEncodingOf(spec.IdempotencyKey)
 	headers := nethttp.Header{}
 	for _, h := range spec.Headers {
-		headers.Set(h.Name, h.Value)
+		// Validate refuses such a header; should a Tool still hold one, the
+		// adapter's own value is sent, or none, never the Tool's.
+		if !setByAdapter(h.Name, key) {
+			headers.Set(h.Name, h.Value)
+		}
 	}
 	if auth := spec.AuthHeader; auth != nil {
 		if err := c.checkCredentialSchemes(spec); err != nil {
@@ -310,7 +351,7 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		method:   method,
 		url:      spec.URL,
 		encoding: encoding,
-		key:      keyEncodingOf(spec.IdempotencyKey),
+		key:      key,
 		headers:  headers,
 		timeout:  timeout(spec),
 		response: spec.Response,

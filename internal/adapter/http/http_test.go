@@ -327,18 +327,30 @@ func TestExecuteStaticHeaders(t *testing.T) {
 			{Name: "Idempotency-Key", Value: "static-key"},
 			{Name: "Content-Type", Value: "text/plain"},
 			{Name: "Accept", Value: "*/*"},
+			// Validate refuses these; an executor never sends them, even
+			// where the action has no value of its own.
+			{Name: "toolledger-approved-by", Value: "ceo"},
+			{Name: "Toolledger-Requested-By", Value: "ceo"},
+			{Name: "Toolledger-Run-Id", Value: "run-static"},
+			{Name: "Traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		}
 	}), nil)
-	if _, err := ex.Execute(t.Context(), request(`{"a":1}`)); err != nil {
+	req := request(`{"a":1}`)
+	req.RequestedBy = "alice"
+	if _, err := ex.Execute(t.Context(), req); err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
 	got := srv.only(t).Header
 	for name, want := range map[string][]string{
-		"X-Tenant":        {"shop"},
-		"Stripe-Version":  {"2024-06-20"},
-		"Idempotency-Key": {`"shop/order-1"`},
-		"Content-Type":    {"application/json"},
-		"Accept":          {"application/json"},
+		"X-Tenant":                {"shop"},
+		"Stripe-Version":          {"2024-06-20"},
+		"Idempotency-Key":         {`"shop/order-1"`},
+		"Content-Type":            {"application/json"},
+		"Accept":                  {"application/json"},
+		"Toolledger-Approved-By":  nil,
+		"Toolledger-Requested-By": {"alice"},
+		"Toolledger-Run-Id":       nil,
+		"Traceparent":             nil,
 	} {
 		if diff := cmp.Diff(want, got.Values(name)); diff != "" {
 			t.Errorf("header %s mismatch (-want +got):\n%s", name, diff)
