@@ -1425,7 +1425,7 @@ func stripeSecret() *corev1.Secret {
 func TestLookupFound(t *testing.T) {
 	t.Parallel()
 	execute := newServer(t, respond(500, ``))
-	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool(execute.URL, lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
 
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
@@ -1467,7 +1467,7 @@ func TestLookupFound(t *testing.T) {
 
 func TestLookupKeyInQuery(t *testing.T) {
 	t.Parallel()
-	lookup := newServer(t, respond(200, `{"id":"ch_1"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges?key={key}"), nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
@@ -1487,7 +1487,7 @@ func TestLookupKeyInQuery(t *testing.T) {
 
 func TestLookupFoundWithWarnings(t *testing.T) {
 	t.Parallel()
-	lookup := newServer(t, respond(200, `{"id":"ch_1","state":"done"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1","state":"done"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/{key}"), nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
