@@ -93,6 +93,9 @@ const (
 	// ReasonReservedHeader: a static header names one the adapter sets
 	// itself, such as Toolledger-Approved-By.
 	ReasonReservedHeader = "ReservedHeader"
+	// ReasonNonConsequentialPlaceholder: a URL placeholder names a
+	// parameter that does not enter the request digest.
+	ReasonNonConsequentialPlaceholder = "NonConsequentialPlaceholder"
 )
 
 // Connector is the HTTP adapter, registered as "http": it builds executors
@@ -146,6 +149,9 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
+	if err := checkPlaceholdersInDigest(tool); err != nil {
+		return err
+	}
 	if err := checkStaticHeaders(spec); err != nil {
 		return err
 	}
@@ -161,6 +167,36 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 		return c.validateTLS(ctx, tool.Namespace, spec.TLS)
 	}
 	return nil
+}
+
+// checkPlaceholdersInDigest refuses a URL placeholder whose parameter
+// does not enter the request digest: the parameter chooses where the
+// request goes (the payee of /customers/{customer}/charges), and an
+// approval binds the digest, so it must cover that parameter too.
+func checkPlaceholdersInDigest(tool *v1alpha1.Tool) error {
+	spec := tool.Spec.HTTP
+	urls := map[string]string{"spec.http.url": spec.URL}
+	if spec.Lookup != nil && spec.Lookup.URL != "" {
+		urls["spec.http.lookup.url"] = spec.Lookup.URL
+	}
+	for _, field := range slices.Sorted(maps.Keys(urls)) {
+		for _, name := range placeholders(urls[field]) {
+			if (field == "spec.http.lookup.url" && name == "key") || inDigest(name, tool.Spec.ConsequentialFields) {
+				continue
+			}
+			return &adapter.ConfigError{Reason: ReasonNonConsequentialPlaceholder, Message: fmt.Sprintf(
+				"%s: placeholder {%s} names the parameter %q, which is not one of spec.consequentialFields: it would be sent without entering the request digest, so an approval would not cover it; add \"/%s\" to spec.consequentialFields",
+				field, name, name, name)}
+		}
+	}
+	return nil
+}
+
+// inDigest reports whether the whole top-level parameter name enters the
+// request digest: every parameter does when the Tool names no
+// consequentialFields. A placeholder's name needs no JSON Pointer escape.
+func inDigest(name string, consequentialFields []string) bool {
+	return len(consequentialFields) == 0 || slices.Contains(consequentialFields, "/"+name)
 }
 
 // checkStaticHeaders refuses a static header that the adapter sets itself:
@@ -304,9 +340,15 @@ func timeout(spec *v1alpha1.HTTPAdapter) time.Duration {
 	return adapter.TimeoutOr(spec.Timeout, defaultTimeout)
 }
 
-// Connect resolves the Tool's HTTP configuration and credentials.
+// Connect resolves the Tool's HTTP configuration and credentials. It
+// refuses a Tool whose URL placeholders are not all in the request digest,
+// as Validate does: no action is sent with a parameter its approval did
+// not cover.
 func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
 	spec := tool.Spec.HTTP
+	if err := checkPlaceholdersInDigest(tool); err != nil {
+		return adapter.Connection{}, err
+	}
 	key := keyEncodingOf(spec.IdempotencyKey)
 	headers := nethttp.Header{}
 	for _, h := range spec.Headers {
