@@ -267,3 +267,54 @@ func timeline(status string) []string {
 	}
 	return out
 }
+
+var _ = Describe("kubectl toolledger approvals, status and approve", func() {
+	It("show every parameter an approver's decision sends, marking those outside the request digest", func() {
+		ns := env.NewTenant()
+		newTool(ns, v1alpha1.KeyProtected, testenv.WithApprovalRequired(), testenv.WithConsequentialFields("/amount"))
+		createAction(ns, "order-held")
+		waiting := env.WaitForPhase(ns, "order-held", v1alpha1.PhaseAwaitingApproval)
+
+		By("listing it: the parameters in the digest, and those sent beside them")
+		r := in(ns, "approvals")
+		Expect(r.code).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(MatchRegexp(`(?m)^NAME\s+AGE\s+TOOL\s+REQUESTED-BY\s+DIGEST\s+IN-DIGEST\s+NOT-IN-DIGEST$`))
+		Expect(r.stdout).To(MatchRegexp(`(?m)^order-held\s+\S+\s+charge\s+\S+\s+%s\s+/amount=1000\s+/currency="EUR"$`, waiting.Status.RequestDigest))
+
+		r = in(ns, "approvals", "-o", "json")
+		Expect(r.code).To(Equal(0), r.stderr)
+		var listed struct {
+			Items []struct {
+				Parameters []struct {
+					Path     string          `json:"path"`
+					Value    json.RawMessage `json:"value"`
+					InDigest bool            `json:"inDigest"`
+				} `json:"parameters"`
+			} `json:"items"`
+		}
+		Expect(json.Unmarshal([]byte(r.stdout), &listed)).To(Succeed())
+		Expect(listed.Items).To(HaveLen(1))
+		Expect(listed.Items[0].Parameters).To(HaveLen(2))
+		Expect(listed.Items[0].Parameters[0].Path).To(Equal("/amount"))
+		Expect(listed.Items[0].Parameters[0].InDigest).To(BeTrue())
+		Expect(listed.Items[0].Parameters[1].Path).To(Equal("/currency"))
+		Expect(string(listed.Items[0].Parameters[1].Value)).To(Equal(`"EUR"`))
+		Expect(listed.Items[0].Parameters[1].InDigest).To(BeFalse())
+
+		By("showing its record: one line a parameter")
+		r = in(ns, "status", "order-held")
+		Expect(r.code).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(MatchRegexp(`(?m)^  PARAMETER\s+IN-DIGEST\s+VALUE$`))
+		Expect(r.stdout).To(MatchRegexp(`(?m)^  /amount\s+yes\s+1000$`))
+		Expect(r.stdout).To(MatchRegexp(`(?m)^  /currency\s+no\s+"EUR"$`))
+
+		By("deciding about it: the decision repeats both")
+		r = in(ns, "approve", "order-held", "--digest", waiting.Status.RequestDigest, "--reason", "checked")
+		Expect(r.code).To(Equal(0), r.stderr)
+		Expect(r.stdout).To(ContainSubstring("  in digest:     /amount=1000\n"))
+		Expect(r.stdout).To(ContainSubstring("  not in digest: /currency=\"EUR\"\n"))
+		// This suite's API server stamps no approver, so the approval is
+		// not applied: nothing is sent.
+		Expect(downstream.Requests(ns + "/order-held")).To(Equal(0))
+	})
+})

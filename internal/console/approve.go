@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	toolcatalog "github.com/toolledger/toolledger/internal/catalog"
 )
 
 const (
@@ -48,9 +46,10 @@ type ApprovalItem struct {
 	AgeSeconds int64       `json:"ageSeconds"`
 	// RequestDigest is the digest an approval must name.
 	RequestDigest string `json:"requestDigest"`
-	// Parameters are the consequential parameters: those that enter the
-	// digest (all of them when the tool names no consequentialFields).
-	Parameters json.RawMessage `json:"parameters"`
+	// Parameters are every parameter sent downstream, each marked where it
+	// enters the digest (all of them do when the tool names no
+	// consequentialFields).
+	Parameters []Parameter `json:"parameters"`
 }
 
 func newApprovalsCommand(c *console) *cobra.Command {
@@ -64,8 +63,10 @@ func newApprovalsCommand(c *console) *cobra.Command {
 		Long: `List the ToolActions of tools that require approval and that wait for a decision
 (phase AwaitingApproval), oldest first, with what an approver decides about:
 the verified requester (toolledger.dev/requested-by, stamped by the API
-server), the request digest an approval must name, and the consequential
-parameters, those that enter the digest.
+server), the request digest an approval must name, and every parameter sent
+downstream: IN-DIGEST lists those that enter the digest, which an approval
+binds, NOT-IN-DIGEST the others. 'kubectl toolledger status KEY' lists them
+one per line.
 
 Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
 'deny'. -o json|yaml also prints the principals the caller claims
@@ -100,7 +101,7 @@ func buildApprovals(ctx context.Context, l *Ledger, actions []v1alpha1.ToolActio
 	tools := map[toolKey]*v1alpha1.ToolSpec{}
 	for i := range actions {
 		a := &actions[i]
-		parameters, err := consequentialParameters(ctx, l, tools, a)
+		parameters, err := actionParameters(ctx, l, tools, a)
 		if err != nil {
 			return Approvals{}, err
 		}
@@ -121,43 +122,29 @@ func buildApprovals(ctx context.Context, l *Ledger, actions []v1alpha1.ToolActio
 	return approvals, nil
 }
 
-// consequentialParameters are the action's parameters that enter its
-// digest, as its tool names them; tools caches the tools read.
-func consequentialParameters(ctx context.Context, l *Ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) (json.RawMessage, error) {
-	parameters, err := toolcatalog.Parameters(a.Spec.Parameters)
-	if err != nil {
-		return nil, fmt.Errorf("ToolAction %q: %w", a.Name, err)
-	}
-	key := toolKey{namespace: a.Namespace, kind: a.Spec.ToolRef.KindOrDefault(), name: a.Spec.ToolRef.Name}
-	if key.kind == v1alpha1.KindClusterTool {
-		key.namespace = ""
-	}
-	spec, seen := tools[key]
-	if !seen {
-		if spec, err = l.findToolSpec(ctx, a.Namespace, a.Spec.ToolRef); err != nil {
-			return nil, err
-		}
-		tools[key] = spec
-	}
-	if spec == nil {
-		return parameters, nil
-	}
-	consequential, err := toolcatalog.Consequential(parameters, spec.ConsequentialFields)
-	if err != nil {
-		return parameters, nil //nolint:nilerr // shown whole: the controller reports the invalid parameters
-	}
-	return consequential, nil
-}
-
 func writeApprovals(w io.Writer, approvals Approvals, withNamespace bool) error {
-	columns := []string{"NAME", "AGE", "TOOL", "REQUESTED-BY", "DIGEST", "PARAMETERS"}
+	columns := []string{"NAME", "AGE", "TOOL", "REQUESTED-BY", "DIGEST", "IN-DIGEST", "NOT-IN-DIGEST"}
 	return writeTable(w, "approvals", columns, withNamespace, len(approvals.Items), func(i int) (string, []string) {
 		item := approvals.Items[i]
 		return item.Namespace, []string{
 			item.Name, duration.HumanDuration(time.Duration(item.AgeSeconds) * time.Second), item.Tool,
-			cell(orUnstamped(item.RequestedBy)), item.RequestDigest, cell(shorten(string(item.Parameters), approvalParametersWidth)),
+			cell(orUnstamped(item.RequestedBy)), item.RequestDigest,
+			cell(shorten(joinParameters(item.Parameters, true), approvalParametersWidth)),
+			cell(shorten(joinParameters(item.Parameters, false), approvalParametersWidth)),
 		}
 	})
+}
+
+// joinParameters writes the parameters that enter the digest, or those
+// that do not, as path=value pairs; "" when there are none.
+func joinParameters(parameters []Parameter, inDigest bool) string {
+	var pairs []string
+	for _, p := range parameters {
+		if p.InDigest == inDigest {
+			pairs = append(pairs, p.Path+"="+string(p.Value))
+		}
+	}
+	return strings.Join(pairs, " ")
 }
 
 func orUnstamped(user string) string {
@@ -183,7 +170,7 @@ func newApproveCommand(c *console) *cobra.Command {
 	return newDecideCommand(c, v1alpha1.Approved, "approve", "Approve an action that awaits approval, for the request digest you reviewed",
 		`Create a ToolApproval with decision Approved for the ToolAction named KEY, bound
 to that object (spec.actionUID) and to the request digest you reviewed, as
-'kubectl toolledger approvals' lists it beside the consequential parameters:
+'kubectl toolledger approvals' lists it beside the parameters it covers:
 --digest is required, and nothing is created unless the action still records
 that request, so nobody approves what they did not see. The controller then
 dispatches the action, and retries or looks it up under its key with no
@@ -299,7 +286,7 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 	if err != nil {
 		return err
 	}
-	parameters, err := ledger.ConsequentialParameters(ctx, action)
+	parameters, err := ledger.Parameters(ctx, action)
 	if err != nil {
 		return err
 	}
@@ -316,16 +303,17 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 		})
 }
 
-func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters json.RawMessage) {
+func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters []Parameter) {
 	fmt.Fprintf(w, "toolapproval.%s/%s created\n", v1alpha1.GroupVersion.Group, approval.Name)
-	fmt.Fprintf(w, "  action:       %s\n", approval.Spec.ActionName)
-	fmt.Fprintf(w, "  decision:     %s\n", approval.Spec.Decision)
-	fmt.Fprintf(w, "  tool:         %s\n", ToolName(action.Spec.ToolRef))
-	fmt.Fprintf(w, "  requested by: %s\n", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation]))
-	fmt.Fprintf(w, "  request:      %s\n", approval.Spec.RequestDigest)
-	fmt.Fprintf(w, "  parameters:   %s\n", parameters)
+	fmt.Fprintf(w, "  action:        %s\n", approval.Spec.ActionName)
+	fmt.Fprintf(w, "  decision:      %s\n", approval.Spec.Decision)
+	fmt.Fprintf(w, "  tool:          %s\n", ToolName(action.Spec.ToolRef))
+	fmt.Fprintf(w, "  requested by:  %s\n", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation]))
+	fmt.Fprintf(w, "  request:       %s\n", approval.Spec.RequestDigest)
+	fmt.Fprintf(w, "  in digest:     %s\n", cell(joinParameters(parameters, true)))
+	fmt.Fprintf(w, "  not in digest: %s\n", cell(joinParameters(parameters, false)))
 	if exp := approval.Spec.ExpiresAt; exp != nil {
-		fmt.Fprintf(w, "  expires:      %s\n", timestamp(*exp))
+		fmt.Fprintf(w, "  expires:       %s\n", timestamp(*exp))
 	}
-	fmt.Fprintf(w, "  reason:       %s\n", approval.Spec.Reason)
+	fmt.Fprintf(w, "  reason:        %s\n", approval.Spec.Reason)
 }

@@ -174,7 +174,7 @@ func TestWriteStatus(t *testing.T) {
 		},
 	}
 	var out bytes.Buffer
-	if err := writeStatus(&out, action, nil, nil, now); err != nil {
+	if err := writeStatus(&out, action, statusFacts{}, now); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()
@@ -439,7 +439,7 @@ func TestWriteStatusEscapesDownstreamText(t *testing.T) {
 		},
 	}
 	var out bytes.Buffer
-	if err := writeStatus(&out, action, nil, nil, now); err != nil {
+	if err := writeStatus(&out, action, statusFacts{}, now); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,12 +102,6 @@ func (l *Ledger) Resolve(ctx context.Context, resolution *v1alpha1.ToolResolutio
 	bound := resolution.DeepCopy()
 	bound.Spec.ActionUID = action.UID
 	return l.createResolution(ctx, bound)
-}
-
-// ConsequentialParameters are the action's parameters that enter its
-// digest, as its tool names them (all of them when the tool is gone).
-func (l *Ledger) ConsequentialParameters(ctx context.Context, action *v1alpha1.ToolAction) (json.RawMessage, error) {
-	return consequentialParameters(ctx, l, map[toolKey]*v1alpha1.ToolSpec{}, action)
 }
 
 // KeyFreed says when the tombstone's key is freed, reading its tool.

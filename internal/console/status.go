@@ -15,6 +15,10 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
+// statusValueWidth bounds a parameter's value in status; -o json|yaml
+// carries the whole ToolAction.
+const statusValueWidth = 200
+
 func newStatusCommand(c *console) *cobra.Command {
 	var format output
 	cmd := &cobra.Command{
@@ -22,7 +26,8 @@ func newStatusCommand(c *console) *cobra.Command {
 		Short: "Show an action's ledger record and its history as a timeline, or its tombstone",
 		Long: `Show the ledger record of the ToolAction named KEY in the namespace: phase,
 conditions, attempts, the executor claim, the external reference, the request
-digest and idempotency key, the error, compensations, and the history as a
+digest and idempotency key, the error, compensations, every parameter (one
+line each, marked where it enters the request digest), and the history as a
 timeline, one line per transition, oldest first. When a Tombstone of the key
 exists too (the record was deleted and created again), one line names it.
 
@@ -50,8 +55,10 @@ there is no ToolAction (without managedFields).`,
 				if format != outputText {
 					return printStructured(c.streams.Out, format, forOutput(action, "ToolAction"))
 				}
-				tomb, tombErr := ledger.FindTombstone(ctx, namespace, key)
-				return writeStatus(c.streams.Out, action, tomb, tombErr, c.now())
+				var facts statusFacts
+				facts.parameters, facts.parametersErr = ledger.Parameters(ctx, action)
+				facts.tomb, facts.tombErr = ledger.FindTombstone(ctx, namespace, key)
+				return writeStatus(c.streams.Out, action, facts, c.now())
 			}
 			tomb, err := ledger.FindTombstone(ctx, namespace, key)
 			if err != nil {
@@ -83,25 +90,35 @@ func keyArg(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// statusFacts are what status reads beside the record: its parameters,
+// marked where they enter the digest, and the key's Tombstone, if any. An
+// error says why one could not be read; neither hides the record.
+type statusFacts struct {
+	parameters    []Parameter
+	parametersErr error
+	tomb          *v1alpha1.Tombstone
+	tombErr       error
+}
+
 // writeStatus prints the record in sections: the summary fields, the
-// conditions, the history. The fields an operator looks for on every record
-// are always printed ("<none>" when empty), so that their absence is visible;
-// the others only when the record has them, which is also where further
-// facts (an approval, say) belong once the API records them. Each section is
-// aligned on its own, so that a long label does not widen a table. tomb is
-// the key's Tombstone, if any, and tombErr why it could not be read: neither
-// hides the record.
-func writeStatus(w io.Writer, action *v1alpha1.ToolAction, tomb *v1alpha1.Tombstone, tombErr error, now time.Time) error {
+// parameters, the conditions, the history. The fields an operator looks for
+// on every record are always printed ("<none>" when empty), so that their
+// absence is visible; the others only when the record has them, which is
+// also where further facts (an approval, say) belong once the API records
+// them. Each section is aligned on its own, so that a long label does not
+// widen a table.
+func writeStatus(w io.Writer, action *v1alpha1.ToolAction, facts statusFacts, now time.Time) error {
 	sections := []func(io.Writer){
 		func(tw io.Writer) {
 			writeFields(tw, action, now)
 			switch {
-			case tombErr != nil:
-				fmt.Fprintf(tw, "Tombstone:\tcannot tell: %v\n", tombErr)
-			case tomb != nil:
-				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(tomb))
+			case facts.tombErr != nil:
+				fmt.Fprintf(tw, "Tombstone:\tcannot tell: %v\n", facts.tombErr)
+			case facts.tomb != nil:
+				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(facts.tomb))
 			}
 		},
+		func(tw io.Writer) { writeParameters(tw, facts.parameters, facts.parametersErr) },
 		func(tw io.Writer) { writeConditions(tw, action.Status.Conditions) },
 		func(tw io.Writer) { writeHistory(tw, &action.Status) },
 	}
@@ -180,6 +197,25 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 		field("Compensates", action.Spec.Compensates)
 	}
 	field("Compensated by", orNone(strings.Join(s.CompensatedBy, ", ")))
+}
+
+// writeParameters lists every parameter, one leaf a line, and whether it
+// enters the request digest: an approval binds the digest, and the others
+// are sent as they are.
+func writeParameters(w io.Writer, parameters []Parameter, err error) {
+	fmt.Fprintln(w, "Parameters (all are sent; IN-DIGEST says which enter the request digest, which an approval binds):")
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "  cannot tell: %v\n", err)
+		return
+	case len(parameters) == 0:
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	fmt.Fprintln(w, "  PARAMETER\tIN-DIGEST\tVALUE")
+	for _, p := range parameters {
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", cell(p.Path), digestMark(p), cell(shorten(string(p.Value), statusValueWidth)))
+	}
 }
 
 func writeConditions(w io.Writer, conditions []metav1.Condition) {

@@ -241,18 +241,18 @@ func TestWriteStatusNamesTheTombstone(t *testing.T) {
 	}
 	tomb := tombstone("shop", "order-1", chargeTool)
 	var out bytes.Buffer
-	if err := writeStatus(&out, action, &tomb, nil, now); err != nil {
+	if err := writeStatus(&out, action, statusFacts{tomb: &tomb}, now); err != nil {
 		t.Fatal(err)
 	}
 	want := "\nCompensated by:    <none>\nTombstone:         tombstone/order-1 keeps what the key's deleted record did: Succeeded, external ref ch_1, " +
-		"completed 2026-11-30T07:00:00Z; deleted 2026-11-30T11:50:00Z (cause Deleted)\nConditions:\n"
+		"completed 2026-11-30T07:00:00Z; deleted 2026-11-30T11:50:00Z (cause Deleted)\nParameters ("
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("status does not contain %q:\n%s", want, out.String())
 	}
 
 	tomb.Record.Phase, tomb.Record.ExternalRef, tomb.Record.ErrorClass = v1alpha1.PhaseFailed, "", v1alpha1.ErrorClassInvalidInput
 	out.Reset()
-	if err := writeStatus(&out, action, &tomb, nil, now); err != nil {
+	if err := writeStatus(&out, action, statusFacts{tomb: &tomb}, now); err != nil {
 		t.Fatal(err)
 	}
 	if want := "Tombstone:         tombstone/order-1 keeps what the key's deleted record did: Failed (InvalidInput), completed"; !strings.Contains(out.String(), want) {
@@ -260,7 +260,7 @@ func TestWriteStatusNamesTheTombstone(t *testing.T) {
 	}
 
 	out.Reset()
-	if err := writeStatus(&out, action, nil, errors.New(`cannot get Tombstone "order-1": forbidden`), now); err != nil {
+	if err := writeStatus(&out, action, statusFacts{tombErr: errors.New(`cannot get Tombstone "order-1": forbidden`)}, now); err != nil {
 		t.Fatal(err)
 	}
 	if want := "\nTombstone:         cannot tell: cannot get Tombstone \"order-1\": forbidden\n"; !strings.Contains(out.String(), want) {

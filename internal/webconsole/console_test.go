@@ -184,11 +184,14 @@ var _ = Describe("The web console in a browser", func() {
 		Expect(textOf(tab, `tr[data-key="refund-1042"]`)).To(ContainSubstring("AwaitingApproval"))
 		screenshot(tab, "console-queue.png")
 
-		By("opening the waiting action: the digest and the consequential parameters it approves")
+		By("opening the waiting action: the digest, and every parameter sent, marked where it enters the digest")
 		Expect(chromedp.Do(tab, chromedp.Click(chromedp.CSS(`tr[data-key="refund-1042"] a`)), chromedp.WaitVisible(chromedp.ID("approve")),
 			chromedp.WaitVisible(chromedp.CSS("body[data-synced]")))).To(Succeed())
 		Expect(textOf(tab, "#digest")).To(Equal(waiting.Status.RequestDigest))
 		Expect(textOf(tab, "#parameters")).To(And(ContainSubstring("/amount"), ContainSubstring("4200"), ContainSubstring(`"c-1042"`)))
+		Expect(count(tab, `#parameters tr[data-in-digest="true"]`)).To(Equal(2), "/amount and /customer enter the digest")
+		Expect(textOf(tab, `#parameters tr[data-in-digest="false"]`)).To(MatchRegexp(`^/currency\s+"EUR"\s+not in digest$`),
+			"/currency is sent, though the tool leaves it out of the digest")
 		Expect(textOf(tab, "#requested-by")).To(ContainSubstring(requester.name + " verified"))
 		Expect(downstream.Requests(ns + "/refund-1042")).To(Equal(0))
 

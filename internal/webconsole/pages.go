@@ -108,7 +108,9 @@ type actionPage struct {
 	Tool        string
 	RequestedBy string
 	Age         string
-	Parameters  []parameterRow
+	// Parameters are every parameter sent, marked where they enter the
+	// request digest.
+	Parameters []console.Parameter
 	// Conditions in the order the API lists them.
 	Conditions []metav1.Condition
 	Tombstone  *v1alpha1.Tombstone
@@ -199,10 +201,7 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	if page.Error == "" {
 		page.Events = eventsPath + string(queryOf("namespace", ns, "name", name))
 	}
-	parameters, err := u.ledger.ConsequentialParameters(ctx, action)
-	if err == nil {
-		page.Parameters, err = flattenParameters(parameters)
-	}
+	page.Parameters, err = u.ledger.Parameters(ctx, action)
 	if err != nil {
 		page.ParametersUnread = true
 		page.Problems = append(page.Problems, "Parameters: "+err.Error())

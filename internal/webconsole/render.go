@@ -2,13 +2,10 @@ package webconsole
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
-	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -95,62 +92,6 @@ func humanAge(now time.Time, t metav1.Time) string {
 		return ""
 	}
 	return duration.HumanDuration(now.Sub(t.Time))
-}
-
-// parameterRow is one leaf of the consequential parameters: a JSON
-// pointer and its value as JSON.
-type parameterRow struct {
-	Path  string
-	Value string
-}
-
-// flattenParameters lists the leaves of a JSON object in document order
-// of the decoder (sorted keys), so that an approver reads every value that
-// enters the digest on a line of its own.
-func flattenParameters(raw json.RawMessage) ([]parameterRow, error) {
-	if len(raw) == 0 {
-		return nil, nil
-	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("cannot read the parameters: %w", err)
-	}
-	var rows []parameterRow
-	var walk func(path string, v any)
-	walk = func(path string, v any) {
-		switch t := v.(type) {
-		case map[string]any:
-			if len(t) == 0 {
-				rows = append(rows, parameterRow{Path: path, Value: "{}"})
-			}
-			for _, k := range slices.Sorted(maps.Keys(t)) {
-				walk(path+"/"+escapePointer(k), t[k])
-			}
-		case []any:
-			if len(t) == 0 {
-				rows = append(rows, parameterRow{Path: path, Value: "[]"})
-			}
-			for i, e := range t {
-				walk(fmt.Sprintf("%s/%d", path, i), e)
-			}
-		default:
-			// The page escapes the value; JSON need not, so that an
-			// approver reads "<" rather than "\u003c".
-			var encoded bytes.Buffer
-			enc := json.NewEncoder(&encoded)
-			enc.SetEscapeHTML(false)
-			_ = enc.Encode(t) // a decoded scalar encodes
-			rows = append(rows, parameterRow{Path: path, Value: strings.TrimSuffix(encoded.String(), "\n")})
-		}
-	}
-	walk("", v)
-	return rows, nil
-}
-
-func escapePointer(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
 }
 
 // queryOf is the query string of the name and value pairs whose value is

@@ -1,7 +1,6 @@
 package webconsole
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,37 +9,6 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
-
-func TestFlattenParametersListsEveryLeaf(t *testing.T) {
-	got, err := flattenParameters(json.RawMessage(`{"customer":{"id":"c-1","tags":["a/b","x~y"]},"amount":1e2,"note":"<b>hi</b>","empty":{}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []parameterRow{
-		{Path: "/amount", Value: "1e2"},
-		{Path: "/customer/id", Value: `"c-1"`},
-		{Path: "/customer/tags/0", Value: `"a/b"`},
-		{Path: "/customer/tags/1", Value: `"x~y"`},
-		{Path: "/empty", Value: "{}"},
-		{Path: "/note", Value: `"<b>hi</b>"`},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("rows (-want +got):\n%s", diff)
-	}
-	if _, err := flattenParameters(json.RawMessage(`{"a":`)); err == nil {
-		t.Error("a cut document was read")
-	}
-}
-
-func TestFlattenParametersEscapesPointers(t *testing.T) {
-	got, err := flattenParameters(json.RawMessage(`{"a/b":{"c~d":true}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]parameterRow{{Path: "/a~1b/c~0d", Value: "true"}}, got); diff != "" {
-		t.Errorf("rows (-want +got):\n%s", diff)
-	}
-}
 
 func TestCSRFTokenIsBoundToItsUserAndExpires(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)

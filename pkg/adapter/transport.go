@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http/httptrace"
+	"net/url"
 	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -31,7 +33,14 @@ func TraceWritten(ctx context.Context) (traced context.Context, written func() b
 // passed, ConnectionLost otherwise). A server that refused the TLS
 // handshake never read the request, even written: TLS 1.3 refuses a client
 // certificate only after the client has sent its request.
+//
+// The URL a *url.Error names is cut to its scheme, host and path (see
+// ShowURL): the message reaches the action's status and events, and a
+// query may carry the parameters.
 func TransportError(err error, written bool, ctxErr error) error {
+	if urlErr, ok := err.(*url.Error); ok { //nolint:errorlint // only the outermost error's text is rewritten
+		err = ShowURL(urlErr, urlErr.URL)
+	}
 	if !written || handshakeRefused(err) {
 		return &RetryableError{Reason: "RequestNotSent", Err: err}
 	}
@@ -59,4 +68,37 @@ func handshakeRefused(err error) bool {
 		return false
 	}
 	return slices.Contains(handshakeAlerts, op.Err.Error())
+}
+
+// ShowURL returns err, when it is a *url.Error (as net/http's client
+// returns), with shown in place of the URL it names, cut to its scheme, host
+// and path: no user information, query or fragment. An adapter shows the
+// Tool's URL template, so that neither the parameters nor the key it filled
+// in reach a status, an event or a log. Any other error is returned as it is.
+func ShowURL(err error, shown string) error {
+	urlErr, ok := err.(*url.Error) //nolint:errorlint // only the outermost error's text is rewritten
+	if !ok {
+		return err
+	}
+	return &url.Error{Op: urlErr.Op, URL: bareURL(shown), Err: urlErr.Err}
+}
+
+// bareURL is raw without user information, query and fragment. It cuts the
+// text rather than parsing it, so that a template's {placeholder} is shown
+// as written.
+func bareURL(raw string) string {
+	raw, _, _ = strings.Cut(raw, "#")
+	raw, _, _ = strings.Cut(raw, "?")
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return raw
+	}
+	authority, path := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		authority = authority[i+1:]
+	}
+	return scheme + "://" + authority + path
 }

@@ -73,6 +73,9 @@ const (
 	// PrincipalsHeader carries the ones the caller claims.
 	RequestedByHeader = "Toolledger-Requested-By"
 	ApprovedByHeader  = "Toolledger-Approved-By"
+
+	// toolledgerHeaderPrefix begins every header above: the adapter's own.
+	toolledgerHeaderPrefix = "Toolledger-"
 )
 
 // Reasons of a Tool's Ready condition that the HTTP adapter decides.
@@ -87,6 +90,12 @@ const (
 	ReasonEgressRefused = "EgressRefused"
 	// ReasonInsecureCredentials: a credential would be sent over plain HTTP.
 	ReasonInsecureCredentials = "InsecureCredentials"
+	// ReasonReservedHeader: a static header names one the adapter sets
+	// itself, such as Toolledger-Approved-By.
+	ReasonReservedHeader = "ReservedHeader"
+	// ReasonNonConsequentialPlaceholder: a URL placeholder names a
+	// parameter that does not enter the request digest.
+	ReasonNonConsequentialPlaceholder = "NonConsequentialPlaceholder"
 )
 
 // Connector is the HTTP adapter, registered as "http": it builds executors
@@ -140,6 +149,12 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 			return &adapter.ConfigError{Reason: ReasonInvalidURL, Message: "spec.http.lookup.url: " + err.Error()}
 		}
 	}
+	if err := checkPlaceholdersInDigest(tool); err != nil {
+		return err
+	}
+	if err := checkStaticHeaders(spec); err != nil {
+		return err
+	}
 	if err := c.checkEgress(spec); err != nil {
 		return err
 	}
@@ -152,6 +167,63 @@ func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 		return c.validateTLS(ctx, tool.Namespace, spec.TLS)
 	}
 	return nil
+}
+
+// checkPlaceholdersInDigest refuses a URL placeholder whose parameter
+// does not enter the request digest: the parameter chooses where the
+// request goes (the payee of /customers/{customer}/charges), and an
+// approval binds the digest, so it must cover that parameter too.
+func checkPlaceholdersInDigest(tool *v1alpha1.Tool) error {
+	spec := tool.Spec.HTTP
+	urls := map[string]string{"spec.http.url": spec.URL}
+	if spec.Lookup != nil && spec.Lookup.URL != "" {
+		urls["spec.http.lookup.url"] = spec.Lookup.URL
+	}
+	for _, field := range slices.Sorted(maps.Keys(urls)) {
+		for _, name := range placeholders(urls[field]) {
+			if (field == "spec.http.lookup.url" && name == "key") || inDigest(name, tool.Spec.ConsequentialFields) {
+				continue
+			}
+			return &adapter.ConfigError{Reason: ReasonNonConsequentialPlaceholder, Message: fmt.Sprintf(
+				"%s: placeholder {%s} names the parameter %q, which is not one of spec.consequentialFields: it would be sent without entering the request digest, so an approval would not cover it; add \"/%s\" to spec.consequentialFields",
+				field, name, name, name)}
+		}
+	}
+	return nil
+}
+
+// inDigest reports whether the whole top-level parameter name enters the
+// request digest: every parameter does when the Tool names no
+// consequentialFields. A placeholder's name needs no JSON Pointer escape.
+func inDigest(name string, consequentialFields []string) bool {
+	return len(consequentialFields) == 0 || slices.Contains(consequentialFields, "/"+name)
+}
+
+// checkStaticHeaders refuses a static header that the adapter sets itself:
+// a Tool must not speak for the action's identities (Toolledger-Approved-By
+// on an action nobody approved), its provenance, its key or its encoding.
+func checkStaticHeaders(spec *v1alpha1.HTTPAdapter) error {
+	key := keyEncodingOf(spec.IdempotencyKey)
+	for _, h := range spec.Headers {
+		if setByAdapter(h.Name, key) {
+			return &adapter.ConfigError{Reason: ReasonReservedHeader, Message: "spec.http.headers: " + h.Name +
+				" is a header the adapter sets itself (the idempotency key's, Accept, Content-Type, traceparent and every Toolledger- header): a Tool may not set it"}
+		}
+	}
+	return nil
+}
+
+// setByAdapter reports whether the adapter sets the header name itself on
+// some request: every Toolledger- header (identities and provenance),
+// traceparent, Accept, Content-Type and the key's header.
+func setByAdapter(name string, key keyEncoding) bool {
+	switch {
+	case len(name) >= len(toolledgerHeaderPrefix) && strings.EqualFold(name[:len(toolledgerHeaderPrefix)], toolledgerHeaderPrefix):
+		return true
+	case strings.EqualFold(name, adapter.TraceparentHeader), strings.EqualFold(name, "Accept"), strings.EqualFold(name, "Content-Type"):
+		return true
+	}
+	return key.in == v1alpha1.KeyInHeader && strings.EqualFold(name, key.header)
 }
 
 // checkEgress refuses a URL whose host is an address the egress policy
@@ -268,12 +340,23 @@ func timeout(spec *v1alpha1.HTTPAdapter) time.Duration {
 	return adapter.TimeoutOr(spec.Timeout, defaultTimeout)
 }
 
-// Connect resolves the Tool's HTTP configuration and credentials.
+// Connect resolves the Tool's HTTP configuration and credentials. It
+// refuses a Tool whose URL placeholders are not all in the request digest,
+// as Validate does: no action is sent with a parameter its approval did
+// not cover.
 func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
 	spec := tool.Spec.HTTP
+	if err := checkPlaceholdersInDigest(tool); err != nil {
+		return adapter.Connection{}, err
+	}
+	key := keyEncodingOf(spec.IdempotencyKey)
 	headers := nethttp.Header{}
 	for _, h := range spec.Headers {
-		headers.Set(h.Name, h.Value)
+		// Validate refuses such a header; should a Tool still hold one, the
+		// adapter's own value is sent, or none, never the Tool's.
+		if !setByAdapter(h.Name, key) {
+			headers.Set(h.Name, h.Value)
+		}
 	}
 	if auth := spec.AuthHeader; auth != nil {
 		if err := c.checkCredentialSchemes(spec); err != nil {
@@ -310,7 +393,7 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		method:   method,
 		url:      spec.URL,
 		encoding: encoding,
-		key:      keyEncodingOf(spec.IdempotencyKey),
+		key:      key,
 		headers:  headers,
 		timeout:  timeout(spec),
 		response: spec.Response,
@@ -383,7 +466,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	}
 	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, encoded.url, body)
 	if err != nil {
-		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: err}
+		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: adapter.ShowURL(err, e.url)}
 	}
 	httpReq.GetBody = nil
 	e.setHeaders(httpReq, req.IdempotencyKey)
@@ -401,7 +484,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 		if refused := (*egress.RefusedError)(nil); errors.As(err, &refused) {
 			return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: ReasonEgressRefused, Err: refused}
 		}
-		return adapter.Outcome{}, adapter.TransportError(err, written(), ctx.Err())
+		return adapter.Outcome{}, adapter.TransportError(adapter.ShowURL(err, e.url), written(), ctx.Err())
 	}
 	defer func() { _ = resp.Body.Close() }()
 	respBody, readErr := readBody(resp.Body)

@@ -327,18 +327,30 @@ func TestExecuteStaticHeaders(t *testing.T) {
 			{Name: "Idempotency-Key", Value: "static-key"},
 			{Name: "Content-Type", Value: "text/plain"},
 			{Name: "Accept", Value: "*/*"},
+			// Validate refuses these; an executor never sends them, even
+			// where the action has no value of its own.
+			{Name: "toolledger-approved-by", Value: "ceo"},
+			{Name: "Toolledger-Requested-By", Value: "ceo"},
+			{Name: "Toolledger-Run-Id", Value: "run-static"},
+			{Name: "Traceparent", Value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		}
 	}), nil)
-	if _, err := ex.Execute(t.Context(), request(`{"a":1}`)); err != nil {
+	req := request(`{"a":1}`)
+	req.RequestedBy = "alice"
+	if _, err := ex.Execute(t.Context(), req); err != nil {
 		t.Fatalf("Execute: %v", err)
 	}
 	got := srv.only(t).Header
 	for name, want := range map[string][]string{
-		"X-Tenant":        {"shop"},
-		"Stripe-Version":  {"2024-06-20"},
-		"Idempotency-Key": {`"shop/order-1"`},
-		"Content-Type":    {"application/json"},
-		"Accept":          {"application/json"},
+		"X-Tenant":                {"shop"},
+		"Stripe-Version":          {"2024-06-20"},
+		"Idempotency-Key":         {`"shop/order-1"`},
+		"Content-Type":            {"application/json"},
+		"Accept":                  {"application/json"},
+		"Toolledger-Approved-By":  nil,
+		"Toolledger-Requested-By": {"alice"},
+		"Toolledger-Run-Id":       nil,
+		"Traceparent":             nil,
 	} {
 		if diff := cmp.Diff(want, got.Values(name)); diff != "" {
 			t.Errorf("header %s mismatch (-want +got):\n%s", name, diff)
@@ -1413,7 +1425,7 @@ func stripeSecret() *corev1.Secret {
 func TestLookupFound(t *testing.T) {
 	t.Parallel()
 	execute := newServer(t, respond(500, ``))
-	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool(execute.URL, lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
 
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
@@ -1455,7 +1467,7 @@ func TestLookupFound(t *testing.T) {
 
 func TestLookupKeyInQuery(t *testing.T) {
 	t.Parallel()
-	lookup := newServer(t, respond(200, `{"id":"ch_1"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/v1/charges?key={key}"), nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {
@@ -1475,7 +1487,7 @@ func TestLookupKeyInQuery(t *testing.T) {
 
 func TestLookupFoundWithWarnings(t *testing.T) {
 	t.Parallel()
-	lookup := newServer(t, respond(200, `{"id":"ch_1","state":"done"}`))
+	lookup := newServer(t, respond(200, `{"id":"ch_1","state":"done"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool("http://127.0.0.1:1/", lookup.URL+"/{key}"), nil, stripeSecret())
 	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
 	if err != nil {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"mime"
 	nethttp "net/http"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/adapter"
@@ -47,12 +50,12 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	}
 	httpReq, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
 	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", err)
+		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
 	e.setHeaders(httpReq, req.IdempotencyKey)
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
-		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", err)
+		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := readBody(resp.Body)
@@ -64,7 +67,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	}
 	switch {
 	case resp.StatusCode == nethttp.StatusOK:
-		return e.found(body, params)
+		return e.found(resp.Header.Get("Content-Type"), body, params, req.IdempotencyKey)
 	case resp.StatusCode == nethttp.StatusNotFound && e.lookup.NotFoundMeansAbsent:
 		return adapter.Outcome{}, adapter.ErrNotFound
 	case resp.StatusCode == nethttp.StatusNotFound:
@@ -76,14 +79,17 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 
 // found reads a lookup's 200: the candidates (the body, or the list at
 // itemsPointer), the first that satisfies every match rule and yields the
-// external id when the Tool has one.
-func (e *executor) found(body []byte, params map[string]any) (adapter.Outcome, error) {
+// external id when the Tool has one. A 200 alone proves nothing (an ingress,
+// a proxy or a single-page app answers 200 to any path), so the answer must
+// be JSON, declared and parsed, and a Tool with neither an external id nor
+// match rules, which would take any candidate, takes only one that carries
+// the key.
+func (e *executor) found(contentType string, body []byte, params map[string]any, key string) (adapter.Outcome, error) {
 	lookup := e.lookup
-	strictBody := lookup.ItemsPointer != nil || len(lookup.Match) > 0 || e.response.ExternalIDPointer != ""
-	doc, err := jsonpointer.Decode(body)
-	if err != nil && !strictBody {
-		return e.outcome(body), nil // nothing to yield: the key's 200 is the proof
+	if !isJSON(contentType) {
+		return adapter.Outcome{}, fmt.Errorf("lookup answered 200 with Content-Type %q, not JSON, which proves nothing", truncate(printableASCII(contentType), maxErrorCodeLength))
 	}
+	doc, err := jsonpointer.Decode(body)
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("lookup answered 200 with a body that is not JSON (%d bytes), which proves nothing", len(body))
 	}
@@ -96,11 +102,18 @@ func (e *executor) found(body []byte, params map[string]any) (adapter.Outcome, e
 		}
 		candidates = list
 	}
+	// Without a proof field, the key is the proof.
+	keyIsProof := e.response.ExternalIDPointer == "" && len(lookup.Match) == 0
+	keys := e.keyForms(key)
 	matched := 0
 	var first adapter.Outcome
 	var unusable error
 	for _, candidate := range candidates {
 		if !matches(candidate, params, lookup.Match) {
+			continue
+		}
+		if keyIsProof && !carries(candidate, keys) {
+			unusable = errors.New("lookup answered 200 with a match that does not carry the key, which proves nothing (set response.externalIDPointer or lookup.match to say what identifies the effect)")
 			continue
 		}
 		out := e.outcomeOf(candidate)
@@ -125,6 +138,47 @@ func (e *executor) found(body []byte, params map[string]any) (adapter.Outcome, e
 		return adapter.Outcome{}, adapter.ErrNotFound
 	}
 	return adapter.Outcome{}, fmt.Errorf("lookup answered 200 with no match among %d candidates, which proves nothing (set lookup.noMatchMeansAbsent where the search sees every write at once)", len(candidates))
+}
+
+// isJSON reports whether a Content-Type is JSON: application/json or a
+// type with the +json suffix, such as application/vnd.api+json.
+func isJSON(contentType string) bool {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mediaType == "application/json" || (strings.HasPrefix(mediaType, "application/") && strings.HasSuffix(mediaType, "+json")))
+}
+
+// keyForms are the texts of the key a downstream may have stored: the
+// action's key, and the key as sent, which may be shortened.
+func (e *executor) keyForms(key string) []string {
+	sent := e.key.value(key)
+	if unquoted, err := strconv.Unquote(sent); err == nil {
+		sent = unquoted
+	}
+	if sent == key {
+		return []string{key}
+	}
+	return []string{key, sent}
+}
+
+// carries reports whether a string anywhere in v is one of keys, whole.
+func carries(v any, keys []string) bool {
+	switch v := v.(type) {
+	case string:
+		return slices.Contains(keys, v)
+	case map[string]any:
+		for _, member := range v {
+			if carries(member, keys) {
+				return true
+			}
+		}
+	case []any:
+		for _, item := range v {
+			if carries(item, keys) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // matches reports whether every rule's field in the candidate equals its

@@ -34,15 +34,36 @@ func TestLookupIsStrict(t *testing.T) {
 		l.Match = []v1alpha1.HTTPLookupMatch{{Field: "/correlation_id", Parameter: "/incident"}}
 	}
 	tests := []struct {
-		name      string
-		status    int
-		body      string
-		configure func(*v1alpha1.HTTPLookup)
-		want      string
-		wantRef   string
-		wantMsg   string
+		name   string
+		status int
+		body   string
+		// contentType is application/json unless set.
+		contentType string
+		// noExternalID: the Tool names no response.externalIDPointer.
+		noExternalID bool
+		configure    func(*v1alpha1.HTTPLookup)
+		want         string
+		wantRef      string
+		wantMsg      string
 	}{
 		{name: "key: 200 with the id", status: 200, body: `{"id":"ch_1"}`, want: found, wantRef: "ch_1"},
+		{name: "key: 200 with the id as +json", status: 200, body: `{"id":"ch_1"}`, contentType: "application/vnd.api+json; charset=utf-8",
+			want: found, wantRef: "ch_1"},
+		{name: "key: 200 with the id, declared HTML, is inconclusive", status: 200, body: `{"id":"ch_1"}`, contentType: "text/html",
+			want: inconclusive, wantMsg: `lookup answered 200 with Content-Type "text/html", not JSON, which proves nothing`},
+		{name: "key: 200 with the id, no Content-Type, is inconclusive", status: 200, body: `{"id":"ch_1"}`, contentType: "-",
+			want: inconclusive, wantMsg: `lookup answered 200 with Content-Type "", not JSON, which proves nothing`},
+		{name: "key, no proof field: an HTML catch-all page is inconclusive", status: 200, body: `<html><body>Welcome</body></html>`,
+			contentType: "text/html; charset=utf-8", noExternalID: true, want: inconclusive,
+			wantMsg: `lookup answered 200 with Content-Type "text/html; charset=utf-8", not JSON, which proves nothing`},
+		{name: "key, no proof field: a JSON answer that does not carry the key is inconclusive", status: 200, body: `{"status":"ok"}`,
+			noExternalID: true, want: inconclusive,
+			wantMsg: "lookup answered 200 with a match that does not carry the key, which proves nothing"},
+		{name: "key, no proof field: an answer carrying the key is found", status: 200, body: `{"request":{"idempotency_key":"shop/order-1"},"status":"done"}`,
+			noExternalID: true, want: found},
+		{name: "key, no proof field: the key within a longer string is not carried", status: 200, body: `{"path":"/charges/shop/order-1"}`,
+			noExternalID: true, want: inconclusive,
+			wantMsg: "lookup answered 200 with a match that does not carry the key, which proves nothing"},
 		{name: "key: 200 without the external id is inconclusive", status: 200, body: `{"status":"ok"}`, want: inconclusive,
 			wantMsg: "lookup answered 200 with a match that has no external id at /id, which proves nothing"},
 		{name: "key: 200 that is not JSON is inconclusive", status: 200, body: `<html>ok</html>`, want: inconclusive,
@@ -69,9 +90,20 @@ func TestLookupIsStrict(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t, respond(tc.status, tc.body))
+			var header []string
+			switch tc.contentType {
+			case "":
+				header = []string{"Content-Type", "application/json"}
+			case "-": // none at all: net/http would sniff one
+				header = []string{"Content-Type", ""}
+			default:
+				header = []string{"Content-Type", tc.contentType}
+			}
+			srv := newServer(t, respond(tc.status, tc.body, header...))
 			tool := newTool("http://127.0.0.1:1/", func(h *v1alpha1.HTTPAdapter) {
-				h.Response.ExternalIDPointer = "/id"
+				if !tc.noExternalID {
+					h.Response.ExternalIDPointer = "/id"
+				}
 				h.Lookup = &v1alpha1.HTTPLookup{URL: srv.URL + "/{key}"}
 				if tc.configure != nil {
 					tc.configure(h.Lookup)

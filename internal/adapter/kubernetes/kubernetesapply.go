@@ -120,7 +120,7 @@ func (c *Connector) Capabilities(tool *v1alpha1.Tool) adapter.Capabilities {
 // and that the manager may impersonate the ServiceAccount.
 func (c *Connector) Validate(ctx context.Context, tool *v1alpha1.Tool) error {
 	spec := tool.Spec.KubernetesApply
-	t, err := parseTemplate(spec.Template.Raw, tool.Namespace)
+	t, err := parseTemplate(spec.Template.Raw, tool.Namespace, tool.Spec.ConsequentialFields)
 	if err != nil {
 		return err
 	}
@@ -184,7 +184,7 @@ func timeout(spec *v1alpha1.KubernetesApplyAdapter) time.Duration {
 // Tool to be fixed rather than fail.
 func (c *Connector) Connect(_ context.Context, tool *v1alpha1.Tool) (adapter.Connection, error) {
 	spec := tool.Spec.KubernetesApply
-	t, err := parseTemplate(spec.Template.Raw, tool.Namespace)
+	t, err := parseTemplate(spec.Template.Raw, tool.Namespace, tool.Spec.ConsequentialFields)
 	if err != nil {
 		return adapter.Connection{}, err
 	}

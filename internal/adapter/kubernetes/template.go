@@ -3,7 +3,11 @@ package kubernetesapply
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/toolledger/toolledger/pkg/adapter"
 	"github.com/toolledger/toolledger/pkg/jsonpointer"
@@ -13,6 +17,9 @@ import (
 const (
 	ReasonInvalidTemplate  = "InvalidTemplate"
 	ReasonForeignNamespace = "ForeignNamespace"
+	// ReasonNonConsequentialPlaceholder: a placeholder names a parameter
+	// that does not enter the request digest.
+	ReasonNonConsequentialPlaceholder = "NonConsequentialPlaceholder"
 )
 
 // placeholder is "{{name}}", which names a top-level parameter.
@@ -28,8 +35,10 @@ type template struct {
 // parseTemplate checks what needs no parameters: a JSON object whose
 // apiVersion and kind are fixed, so that the kind's scope and the
 // ServiceAccount's rights are known before any action, with a
-// metadata.name and no namespace but the Tool's own.
-func parseTemplate(raw []byte, namespace string) (*template, error) {
+// metadata.name and no namespace but the Tool's own, whose placeholders
+// name only parameters that enter the request digest (consequentialFields,
+// all parameters when empty).
+func parseTemplate(raw []byte, namespace string, consequentialFields []string) (*template, error) {
 	invalid := func(format string, args ...any) error {
 		return &adapter.ConfigError{Reason: ReasonInvalidTemplate, Message: "spec.kubernetesApply.template: " + fmt.Sprintf(format, args...)}
 	}
@@ -63,7 +72,49 @@ func parseTemplate(raw []byte, namespace string) (*template, error) {
 		return nil, &adapter.ConfigError{Reason: ReasonForeignNamespace, Message: fmt.Sprintf(
 			"spec.kubernetesApply.template: metadata.namespace %v is not the Tool's namespace %q: the object is always applied in the Tool's namespace", ns, namespace)}
 	}
+	if err := checkPlaceholdersInDigest(object, "", consequentialFields); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkPlaceholdersInDigest refuses a placeholder, at pointer in the
+// template or below it, whose parameter does not enter the request digest:
+// the parameter shapes the object applied, and an approval binds the
+// digest, so it must cover that parameter too. Members are visited in
+// sorted order, so the same template always names the same placeholder.
+func checkPlaceholdersInDigest(v any, pointer string, consequentialFields []string) error {
+	if len(consequentialFields) == 0 {
+		return nil // every parameter enters the digest
+	}
+	switch v := v.(type) {
+	case string:
+		for _, m := range placeholder.FindAllStringSubmatch(v, -1) {
+			if name := m[1]; !slices.Contains(consequentialFields, "/"+name) {
+				return &adapter.ConfigError{Reason: ReasonNonConsequentialPlaceholder, Message: fmt.Sprintf(
+					"spec.kubernetesApply.template: placeholder {{%s}} at %s names the parameter %q, which is not one of spec.consequentialFields: it would be applied without entering the request digest, so an approval would not cover it; add \"/%s\" to spec.consequentialFields",
+					name, pointer, name, name)}
+			}
+		}
+	case map[string]any:
+		for _, key := range slices.Sorted(maps.Keys(v)) {
+			if err := checkPlaceholdersInDigest(v[key], pointer+"/"+escapePointer(key), consequentialFields); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, item := range v {
+			if err := checkPlaceholdersInDigest(item, pointer+"/"+strconv.Itoa(i), consequentialFields); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// escapePointer escapes a member's name as a JSON Pointer token (RFC 6901).
+func escapePointer(name string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(name, "~", "~0"), "/", "~1")
 }
 
 // fill returns a copy of the template with its placeholders replaced by

@@ -19,7 +19,7 @@ const deploymentTemplate = `{
 
 func mustParse(t *testing.T, raw string) *template {
 	t.Helper()
-	tmpl, err := parseTemplate([]byte(raw), "shop")
+	tmpl, err := parseTemplate([]byte(raw), "shop", nil)
 	if err != nil {
 		t.Fatalf("parseTemplate: %v", err)
 	}
@@ -129,13 +129,52 @@ func TestParseTemplateRefuses(t *testing.T) {
 			ReasonInvalidTemplate, "metadata must be an object"},
 		{"not an object", `["v1"]`, ReasonInvalidTemplate, "not a JSON object"},
 	} {
-		_, err := parseTemplate([]byte(c.template), "shop")
+		_, err := parseTemplate([]byte(c.template), "shop", nil)
 		var config *adapter.ConfigError
 		if !errors.As(err, &config) || config.Reason != c.reason || !strings.Contains(config.Message, c.message) {
 			t.Errorf("%s: err = %v, want a %s ConfigError saying %q", c.name, err, c.reason, c.message)
 		}
 	}
-	if _, err := parseTemplate([]byte(`{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "shop"}}`), "shop"); err != nil {
+	if _, err := parseTemplate([]byte(`{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "shop"}}`), "shop", nil); err != nil {
 		t.Errorf("the Tool's own namespace is refused: %v", err)
+	}
+}
+
+// TestPlaceholdersMustEnterTheDigest: a parameter that fills the template
+// shapes the object applied, so it must be consequential: an approval binds
+// the request digest, and a placeholder outside it would be applied
+// unapproved. The Tool is refused, naming the placeholder, where it is and
+// the field to add.
+func TestPlaceholdersMustEnterTheDigest(t *testing.T) {
+	const job = `{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "export-{{customer}}"},
+	  "spec": {"template": {"spec": {"containers": [{"name": "export", "image": "registry.example/export", "args": ["--to", "{{bucket}}"]}]}}}}`
+	for _, c := range []struct {
+		name          string
+		consequential []string
+		want          string
+	}{
+		{name: "no consequentialFields: every parameter enters the digest"},
+		{name: "every placeholder is consequential", consequential: []string{"/bucket", "/customer"}},
+		{name: "the bucket is not in the digest", consequential: []string{"/customer"},
+			want: `spec.kubernetesApply.template: placeholder {{bucket}} at /spec/template/spec/containers/0/args/1 names the parameter "bucket", ` +
+				`which is not one of spec.consequentialFields: it would be applied without entering the request digest, so an approval would not cover it; add "/bucket" to spec.consequentialFields`},
+		{name: "a field within the parameter is not the parameter", consequential: []string{"/bucket/name", "/customer"},
+			want: `spec.kubernetesApply.template: placeholder {{bucket}} at /spec/template/spec/containers/0/args/1 names the parameter "bucket", ` +
+				`which is not one of spec.consequentialFields: it would be applied without entering the request digest, so an approval would not cover it; add "/bucket" to spec.consequentialFields`},
+		{name: "the name is not in the digest", consequential: []string{"/bucket"},
+			want: `spec.kubernetesApply.template: placeholder {{customer}} at /metadata/name names the parameter "customer", ` +
+				`which is not one of spec.consequentialFields: it would be applied without entering the request digest, so an approval would not cover it; add "/customer" to spec.consequentialFields`},
+	} {
+		_, err := parseTemplate([]byte(job), "shop", c.consequential)
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%s: parseTemplate = %v, want nil", c.name, err)
+			}
+			continue
+		}
+		var config *adapter.ConfigError
+		if !errors.As(err, &config) || config.Reason != ReasonNonConsequentialPlaceholder || config.Message != c.want {
+			t.Errorf("%s: parseTemplate = %v\nwant a %s ConfigError: %s", c.name, err, ReasonNonConsequentialPlaceholder, c.want)
+		}
 	}
 }
