@@ -115,12 +115,12 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 
 		out, code := toolledger("bob", "approvals")
 		Expect(code).To(Equal(console.ExitOK), out)
-		Expect(out).To(MatchRegexp(`(?m)^NAME\s+AGE\s+TOOL\s+REQUESTED-BY\s+DIGEST\s+PARAMETERS$`))
-		Expect(out).To(MatchRegexp(`(?m)^order-approve\s+\S+\s+charge\s+alice\s+` + waiting.Status.RequestDigest + `\s+\{"amount":5000,"currency":"EUR","customer":"cus_42"\}$`))
+		Expect(out).To(MatchRegexp(`(?m)^NAME\s+AGE\s+TOOL\s+REQUESTED-BY\s+DIGEST\s+IN-DIGEST\s+NOT-IN-DIGEST$`))
+		Expect(out).To(MatchRegexp(`(?m)^order-approve\s+\S+\s+charge\s+alice\s+` + waiting.Status.RequestDigest + `\s+/amount=5000 /currency="EUR" /customer="cus_42"\s+<none>$`))
 
 		out, code = toolledger("bob", "approve", "order-approve", "--digest", waiting.Status.RequestDigest, "--reason", "customer confirmed", "--wait")
 		Expect(code).To(Equal(console.ExitOK), out)
-		Expect(out).To(ContainSubstring("  requested by: alice\n"))
+		Expect(out).To(ContainSubstring("  requested by:  alice\n"))
 		Expect(out).To(ContainSubstring("Applied=True (Approved)"))
 
 		done := env.WaitForPhase(ns, "order-approve", v1alpha1.PhaseSucceeded)
