@@ -166,7 +166,9 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 	next.Status.Claim = &v1alpha1.ExecutorClaim{
 		Executor:    r.Executor,
 		Attempt:     attempt,
-		LeaseExpiry: metaTime(now.Add(attemptTimeout(conn.Capabilities) + r.LeaseGrace)),
+		// Rounded up: the lease stored is what every replica, this one
+		// included, judges, and it must not be shorter than promised.
+		LeaseExpiry: metaTimeUp(now.Add(attemptTimeout(conn.Capabilities) + r.LeaseGrace)),
 	}
 	if next.Status.StartTime == nil {
 		next.Status.StartTime = metaTimePtr(now)

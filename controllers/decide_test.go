@@ -674,3 +674,34 @@ func TestSendBudget(t *testing.T) {
 		}
 	}
 }
+
+// A lease is stored in whole seconds: rounded up, never shorter than promised.
+func TestLeaseIsRoundedUp(t *testing.T) {
+	for in, want := range map[time.Time]time.Time{
+		t0.Add(300 * time.Millisecond): t0.Add(time.Second),
+		t0.Add(time.Second):            t0.Add(time.Second),
+	} {
+		if got := metaTimeUp(in); !got.Time.Equal(want) {
+			t.Errorf("metaTimeUp(%s) = %s, want %s", in, got.Time, want)
+		}
+	}
+}
+
+// Every resolution names itself in the history, RetrySafe included, so a
+// resolution whose Applied mark was lost is recognised as applied when it
+// is reconciled again, rather than refused as not resolvable.
+func TestResolvedIsRecognisedAsApplied(t *testing.T) {
+	for _, outcome := range []v1alpha1.ResolutionOutcome{v1alpha1.ResolvedSucceeded, v1alpha1.ResolvedFailed, v1alpha1.ResolvedRetrySafe} {
+		resolution := &v1alpha1.ToolResolution{
+			ObjectMeta: metav1.ObjectMeta{Name: "checked"},
+			Spec:       v1alpha1.ToolResolutionSpec{ActionName: "order-1001-charge", Attempt: 1, Outcome: outcome, ExternalRef: "ch_1", Reason: "seen"},
+		}
+		p := atT0()
+		p.by = resolutionActor(resolution)
+		next := newAction(v1alpha1.PhaseEscalated)
+		p.resolved(resolution).apply(next)
+		if !appliedTo(next, p.by) {
+			t.Errorf("%s: history %+v does not show the resolution applied", outcome, next.Status.History)
+		}
+	}
+}

@@ -306,6 +306,15 @@ func metaTime(t time.Time) metav1.Time {
 	return metav1.NewTime(t.Truncate(time.Second))
 }
 
+// metaTimeUp is t rounded up to the second the API server stores: a
+// deadline stored this way is never earlier than the one computed.
+func metaTimeUp(t time.Time) metav1.Time {
+	if down := t.Truncate(time.Second); !down.Equal(t) {
+		return metav1.NewTime(down.Add(time.Second))
+	}
+	return metav1.NewTime(t)
+}
+
 func metaTimePtr(t time.Time) *metav1.Time {
 	mt := metaTime(t)
 	return &mt

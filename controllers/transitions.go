@@ -227,8 +227,10 @@ func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
 			case v1alpha1.ResolvedRetrySafe:
 				setRetryScheduled(a, p.now, p.now, p.by, ReasonResolved, message)
 			}
-			// Keep the operator's words in the history whatever the outcome.
-			a.Status.History[len(a.Status.History)-1].Message = truncate(message, maxHistoryMessage)
+			// Keep the operator's words in the history whatever the outcome,
+			// under the reason that names the resolution as its author.
+			last := &a.Status.History[len(a.Status.History)-1]
+			last.Reason, last.Message = ReasonResolved, truncate(message, maxHistoryMessage)
 		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, verb: "Resolve", message: message, related: resolution}},
 		tally:  tally{resolution: resolution.Spec.Outcome},

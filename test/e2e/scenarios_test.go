@@ -91,6 +91,7 @@ func allScenarios() []scenario {
 		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
 		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
+		{"stale-resolution", "two resolvers, one escalation: B resolves attempt 1 (kubectl toolledger resolve), A submits the same finding from a stale page of attempt 1 (NonRepeatable; lost requests, lost answers)", staleResolutions},
 	}
 }
 
@@ -146,6 +147,18 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   ` + "`status.approval`" + ` and alice in ` + "`toolledger.dev/requested-by`" + `; every denied one
   must fail with class Denied and no attempt. It runs a fifth of the other scenarios' trials, 3 at
   a time.
+* **stale resolution** — one trial is one tenant (4 at a time) of 1–3 intents of a
+  ` + "`NonRepeatable`" + ` tool, whose first request is lost before it applies and whose second applies
+  and loses its answer: each escalates twice. At the first escalation two resolvers look the key up
+  downstream and find the same; B records it with ` + "`kubectl toolledger resolve --attempt 1 --wait`" + `
+  (` + "`RetrySafe`" + ` when nothing was charged, ` + "`Succeeded`" + ` with the charge otherwise). A, holding a page of
+  attempt 1, submits the same finding as a ToolResolution manifest of attempt 1 (` + "`kubectl apply`" + `,
+  which checks nothing) right away in half the trials, and in the others only once the action has
+  moved on (attempt 2 sent and escalated), after ` + "`kubectl toolledger resolve --attempt 1`" + ` refused it
+  first. A's finding must never be applied once the action moved on: attempt 2 may have applied,
+  and a naive downstream charges every request it accepts, so a re-send would be a duplicate. Later
+  escalations are resolved on what the downstream shows then. It runs 2 in 5 of the other
+  scenarios' trials, 20 at least.
 * **tickets by reference** — the downstream's ticket system takes no idempotency key at all: a
   re-sent request opens a second ticket. One trial is one tenant (8 at a time) of 5–10 intents of
   a ` + "`Compensatable`" + ` tool whose lookup is ` + "`strategy: Reference`" + `: a search
