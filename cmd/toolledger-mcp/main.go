@@ -56,9 +56,11 @@ func main() {
 		f.httpOpts.AuthorizationServers = append(f.httpOpts.AuthorizationServers, s)
 		return nil
 	})
+	rateLimit := serve.RateLimitFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	f.httpOpts.RateLimit = rateLimit()
 	// stdout carries the protocol over stdio: logs go to stderr.
 	log := zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(os.Stderr))
 	ctrl.SetLogger(log)

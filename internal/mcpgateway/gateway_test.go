@@ -117,7 +117,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(first.Phase).To(Equal("Succeeded"))
 		Expect(first.Deduplicated).To(BeFalse())
-		Expect(first.ExternalRef).NotTo(BeEmpty())
+		Expect(first.UntrustedDownstreamData.ExternalRef).NotTo(BeEmpty())
 		Expect(textOf(res)).To(HavePrefix("Succeeded (key " + first.Key))
 
 		// The same intent, spelled differently: members reordered, 100 as 1e2.
@@ -125,7 +125,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(again.Key).To(Equal(first.Key))
 		Expect(again.Deduplicated).To(BeTrue())
-		Expect(again.ExternalRef).To(Equal(first.ExternalRef))
+		Expect(again.UntrustedDownstreamData.ExternalRef).To(Equal(first.UntrustedDownstreamData.ExternalRef))
 		Expect(textOf(res)).To(ContainSubstring("this call caused no second effect"))
 		Expect(downstream.Requests(ns + "/" + first.Key)).To(Equal(1))
 		Expect(downstream.Effects(ns + "/" + first.Key)).To(Equal(1))
@@ -133,7 +133,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		outcomes := payTwiceAtOnce(cs, map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"})
 		Expect(outcomes[0].Key).To(Equal(outcomes[1].Key))
 		Expect(outcomes[0].Key).NotTo(Equal(first.Key))
-		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
+		Expect(outcomes[0].UntrustedDownstreamData.ExternalRef).To(Equal(outcomes[1].UntrustedDownstreamData.ExternalRef))
 		Expect([]bool{outcomes[0].Deduplicated, outcomes[1].Deduplicated}).To(ConsistOf(false, true))
 		Expect(downstream.Effects(ns + "/" + outcomes[0].Key)).To(Equal(1))
 		Expect(actionsIn(ns)).To(Equal(2))
@@ -269,9 +269,6 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		handler = h
 		return server.URL
 	}
-	withToken := func(token string) *http.Client {
-		return &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}}
-	}
 
 	It("authenticates callers, acts as each by impersonation, and refuses one without rights", func() {
 		ctx := context.Background()
@@ -310,7 +307,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		agentSession := connect(&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken(token(agent, []string{endpoint}))}, nil)
 		outcomes := payTwiceAtOnce(agentSession, map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"})
 		Expect(outcomes[0].Phase).To(Equal("Succeeded"))
-		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
+		Expect(outcomes[0].UntrustedDownstreamData.ExternalRef).To(Equal(outcomes[1].UntrustedDownstreamData.ExternalRef))
 		Expect([]bool{outcomes[0].Deduplicated, outcomes[1].Deduplicated}).To(ConsistOf(false, true))
 		Expect(downstream.Effects(ns + "/" + outcomes[0].Key)).To(Equal(1))
 		// The API server saw the agent, not the gateway.
