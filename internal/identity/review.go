@@ -179,7 +179,7 @@ func WellFormed(token string) bool {
 	if body == "" {
 		return false
 	}
-	for i := 0; i < len(body); i++ {
+	for i := range len(body) {
 		if !tokenChar(body[i]) {
 			return false
 		}

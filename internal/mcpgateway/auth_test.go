@@ -106,12 +106,19 @@ var _ = Describe("The MCP gateway's authentication and authorization", func() {
 		handler = h
 		return ns, endpoint, requests
 	}
-	post := func(c *http.Client, endpoint string) int {
+	send := func(c *http.Client, endpoint string) *http.Response {
 		GinkgoHelper()
-		resp, err := c.Post(endpoint, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
 		Expect(err).NotTo(HaveOccurred())
 		_ = resp.Body.Close()
-		return resp.StatusCode
+		return resp
+	}
+	post := func(c *http.Client, endpoint string) int {
+		GinkgoHelper()
+		return send(c, endpoint).StatusCode
 	}
 
 	It("reviews a refused token once, and one that cannot be a bearer token never", func() {
@@ -138,9 +145,7 @@ var _ = Describe("The MCP gateway's authentication and authorization", func() {
 			statuses[post(bad, endpoint)]++
 		}
 		Expect(statuses).To(Equal(map[int]int{http.StatusUnauthorized: 4, http.StatusTooManyRequests: 4}), "a burst of 4, then 429")
-		resp, err := bad.Post(endpoint, "application/json", nil)
-		Expect(err).NotTo(HaveOccurred())
-		_ = resp.Body.Close()
+		resp := send(bad, endpoint)
 		Expect(resp.StatusCode).To(Equal(http.StatusTooManyRequests))
 		Expect(resp.Header.Get("Retry-After")).To(BeElementOf("1", "2"))
 		Expect(post(fromAddress("127.0.0.2", "another-unknown-token"), endpoint)).To(Equal(http.StatusUnauthorized))

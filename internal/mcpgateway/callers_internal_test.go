@@ -31,7 +31,7 @@ func TestPrivilegedCallersAreRefused(t *testing.T) {
 	handler := auth.RequireBearerToken(tokenVerifier(identity.NewReviewer(kube, "https://mcp.example", nil)), &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(
 		refusePrivileged(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = true })))
 
-	req := httptest.NewRequest(http.MethodPost, "/mcp", nil)
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodPost, "/mcp", nil)
 	req.Header.Set("Authorization", "Bearer admin.token")
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, req)

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -13,7 +14,7 @@ func TestRateLimitKeepsABucketPerClientAndForgetsTheLeastRecent(t *testing.T) {
 	l.now = func() time.Time { return now }
 	h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	status := func(addr string) (int, string) {
-		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil)
 		req.RemoteAddr = addr
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -46,7 +47,7 @@ func TestNoRateLimitWithoutARate(t *testing.T) {
 	h := NewRateLimit(0, 1, 2).Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 10 {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/", nil))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("status %d", rec.Code)
 		}

@@ -73,7 +73,7 @@ var _ = Describe("The console's authentication", func() {
 		GinkgoHelper()
 		dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
 		c := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
-		req, err := http.NewRequest(http.MethodGet, url+"/queue", nil)
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url+"/queue", nil)
 		Expect(err).NotTo(HaveOccurred())
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := c.Do(req)

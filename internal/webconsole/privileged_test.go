@@ -34,7 +34,7 @@ func TestPrivilegedUsersAreRefused(t *testing.T) {
 	}
 	s.reviewer = identity.NewReviewer(kube, "console", nil)
 
-	req := httptest.NewRequest(http.MethodGet, "/queue", nil)
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/queue", nil)
 	req.Header.Set("Authorization", "Bearer admin.token")
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, req)
