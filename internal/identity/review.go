@@ -85,8 +85,9 @@ func NewReviewer(kube client.Client, audience string, now func() time.Time) *Rev
 
 // Review returns the user token authenticates for the Reviewer's audience.
 // Its errors wrap ErrUnauthenticated (the token is refused, malformed ones
-// with ErrMalformedToken too), ErrPrivileged (the user is authenticated but
-// may not be impersonated), or else the failure to ask.
+// with ErrMalformedToken too), ErrPrivileged (the user, returned with it,
+// is authenticated but may not be impersonated), or else the failure to
+// ask.
 func (r *Reviewer) Review(ctx context.Context, token string) (authenticationv1.UserInfo, error) {
 	if !WellFormed(token) {
 		return authenticationv1.UserInfo{}, fmt.Errorf("%w: %w", ErrUnauthenticated, ErrMalformedToken)
@@ -102,10 +103,7 @@ func (r *Reviewer) Review(ctx context.Context, token string) (authenticationv1.U
 	if a.err != nil {
 		return authenticationv1.UserInfo{}, a.err
 	}
-	if err := Impersonable(a.user); err != nil {
-		return a.user, err
-	}
-	return a.user, nil
+	return a.user, Impersonable(a.user)
 }
 
 // cached is the unexpired answer kept for key.
