@@ -3,8 +3,8 @@ package serve
 import (
 	"flag"
 	"math"
-	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -22,7 +22,7 @@ const (
 )
 
 // RateLimit is a token bucket per client address (the request's remote
-// IP, without the port): a client over its rate is answered 429 Too Many
+// IP, without the port; an IPv6 address's /64): a client over its rate is answered 429 Too Many
 // Requests with a Retry-After, before the request is authenticated, so
 // that no client can fill the API server's queue with token reviews or
 // crowd out another client. Behind a proxy every client shares the
@@ -74,19 +74,30 @@ func (l *RateLimit) allow(client string) (time.Duration, bool) {
 	return max(wait, time.Second), false
 }
 
-// clientAddress is the IP of a remote address, the client a bucket is for.
+// clientAddress is the client a bucket is for: the remote address's IPv4
+// address, or its IPv6 /64, the block one host (or one customer of a
+// provider) is usually given, so that walking through it earns no fresh
+// buckets.
 func clientAddress(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
+	addrPort, err := netip.ParseAddrPort(remoteAddr)
 	if err != nil {
 		return remoteAddr
 	}
-	return host
+	addr := addrPort.Addr().Unmap()
+	if addr.Is4() {
+		return addr.String()
+	}
+	prefix, err := addr.WithZone("").Prefix(64)
+	if err != nil {
+		return addr.String()
+	}
+	return prefix.String()
 }
 
 // RateLimitFlags registers --rate-limit and --rate-limit-burst on fs; the
 // function returned makes the limit they set, once fs is parsed.
 func RateLimitFlags(fs *flag.FlagSet) func() *RateLimit {
-	perSecond := fs.Float64("rate-limit", DefaultRate, "Requests per second each client address may send (a token bucket per remote IP; over it, 429 with Retry-After, before the token is reviewed). 0 limits nothing; behind a proxy every client shares its address.")
+	perSecond := fs.Float64("rate-limit", DefaultRate, "Requests per second each client address may send (a token bucket per remote IP, or IPv6 /64; over it, 429 with Retry-After, before the token is reviewed). 0 limits nothing; behind a proxy every client shares its address.")
 	burst := fs.Int("rate-limit-burst", DefaultBurst, "Requests each client address may send at once, above --rate-limit.")
 	return func() *RateLimit { return NewRateLimit(*perSecond, *burst, DefaultMaxClients) }
 }

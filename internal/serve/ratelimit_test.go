@@ -53,3 +53,18 @@ func TestNoRateLimitWithoutARate(t *testing.T) {
 		}
 	}
 }
+
+func TestClientAddressIsTheIPv4AddressOrTheIPv6Slash64(t *testing.T) {
+	for remote, want := range map[string]string{
+		"10.0.0.1:1000":               "10.0.0.1",
+		"[::ffff:10.0.0.1]:1000":      "10.0.0.1",
+		"[2001:db8:1:2:3:4:5:6]:1000": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:2000": "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:1000":         "fe80::/64",
+		"not an address":              "not an address",
+	} {
+		if got := clientAddress(remote); got != want {
+			t.Errorf("clientAddress(%q) = %q, want %q", remote, got, want)
+		}
+	}
+}
