@@ -61,3 +61,15 @@ func ordinaryGroup(group string) bool {
 	namespace, ok := strings.CutPrefix(group, serviceAccountsPrefix)
 	return ok && namespace != "" && !strings.Contains(namespace, ":")
 }
+
+// ServiceAccountByName returns what constrained impersonation (KEP-5284)
+// may assert of user: a ServiceAccount by its name alone, as its
+// serviceaccount mode requires (the API server adds the ServiceAccount's
+// groups itself; the token's UID and extras, such as the pod it was bound
+// to, are not asserted); any other user as authenticated.
+func ServiceAccountByName(user authenticationv1.UserInfo) authenticationv1.UserInfo {
+	if serviceAccountUser(user.Username) {
+		return authenticationv1.UserInfo{Username: user.Username}
+	}
+	return user
+}

@@ -168,3 +168,15 @@ func TestImpersonableRefusesReservedIdentities(t *testing.T) {
 		}
 	}
 }
+
+func TestServiceAccountByNameKeepsOnlyAServiceAccountsName(t *testing.T) {
+	sa := authenticationv1.UserInfo{Username: "system:serviceaccount:agents:bot", UID: "u-1", Groups: []string{"system:serviceaccounts"},
+		Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"bot-1"}}}
+	if got := ServiceAccountByName(sa); got.Username != sa.Username || got.UID != "" || got.Groups != nil || got.Extra != nil {
+		t.Errorf("a ServiceAccount keeps more than its name: %+v", got)
+	}
+	ana := authenticationv1.UserInfo{Username: "ana", UID: "u-2", Groups: []string{"payments"}}
+	if got := ServiceAccountByName(ana); got.Username != "ana" || got.UID != "u-2" || len(got.Groups) != 1 {
+		t.Errorf("another user lost what was authenticated: %+v", got)
+	}
+}

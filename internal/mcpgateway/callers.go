@@ -48,6 +48,9 @@ func (g *Gateway) callerOf(extra *mcp.RequestExtra) (*caller, error) {
 	if !ok {
 		return nil, errors.New("the request's token names no user")
 	}
+	if g.opts.ConstrainedImpersonation {
+		user = identity.ServiceAccountByName(user)
+	}
 	return &caller{name: user.Username, user: &user}, nil
 }
 

@@ -52,6 +52,11 @@ type Options struct {
 	// notification, when the caller asked for progress;
 	// DefaultProgressInterval when zero.
 	ProgressInterval time.Duration
+	// ConstrainedImpersonation impersonates ServiceAccount callers by their
+	// name alone, so that constrained impersonation's serviceaccount mode
+	// (KEP-5284, Kubernetes 1.36+) authorizes the gateway's requests for
+	// them, under the ClusterRole toolledger-mcp-gateway-constrained.
+	ConstrainedImpersonation bool
 	// Version is reported as the MCP server's version.
 	Version string
 	Logger  logr.Logger

@@ -34,10 +34,18 @@ const paySchema = `{"type":"object","required":["amount","currency","customer"],
 // and waits until it publishes every tool in want.
 func startGateway(ns string, identity *rest.Config, want ...string) *mcpgateway.Gateway {
 	GinkgoHelper()
+	return startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns}, want...)
+}
+
+// startGatewayWith runs a gateway of opts (with the suite's defaults for
+// the rest) until the spec ends, and waits until it publishes every tool
+// in want.
+func startGatewayWith(opts mcpgateway.Options, want ...string) *mcpgateway.Gateway {
+	GinkgoHelper()
 	ctx, cancel := context.WithCancel(context.Background())
 	DeferCleanup(cancel)
-	g, err := mcpgateway.New(ctx, mcpgateway.Options{Config: identity, Namespace: ns, ClusterTools: true, Wait: 20 * time.Second,
-		ProgressInterval: 100 * time.Millisecond, Logger: log.Log.WithName("gateway")})
+	opts.ClusterTools, opts.Wait, opts.ProgressInterval, opts.Logger = true, 20*time.Second, 100*time.Millisecond, log.Log.WithName("gateway")
+	g, err := mcpgateway.New(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(g.Run(ctx)).To(Succeed())
 	Eventually(g.Tools).Should(ContainElements(want))

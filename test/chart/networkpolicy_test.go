@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// frontEnds renders both front ends, with more values.
+// frontEnds renders both front ends.
 var frontEnds = []string{"--set", "mcpGateway.enabled=true", "--set", "mcpGateway.namespace=shop",
 	"--set", "mcpGateway.resourceURL=https://mcp.example.com/mcp", "--set", "console.enabled=true"}
 
