@@ -36,6 +36,7 @@ type flags struct {
 	keyFile     string
 	as          string
 	asGroups    []string
+	rateLimit   *serve.RateLimit
 }
 
 func main() {
@@ -51,9 +52,11 @@ func main() {
 		f.asGroups = append(f.asGroups, g)
 		return nil
 	})
+	rateLimit := serve.RateLimitFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	f.rateLimit = rateLimit()
 	log := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrl.SetLogger(log)
 	if err := run(f, log); err != nil {
@@ -101,7 +104,7 @@ func run(f flags, log logr.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	console, err := webconsole.New(ctx, webconsole.Options{Config: cfg, Audience: f.audience, Namespace: namespace, CSRFKey: csrfKey, Logger: log})
+	console, err := webconsole.New(ctx, webconsole.Options{Config: cfg, Audience: f.audience, Namespace: namespace, CSRFKey: csrfKey, RateLimit: f.rateLimit, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ type flags struct {
 	progress     time.Duration
 	http         string
 	localOnly    bool
+	constrained  bool
 	httpOpts     mcpgateway.HTTPOptions
 }
 
@@ -50,15 +51,18 @@ func main() {
 	flag.DurationVar(&f.progress, "progress-interval", mcpgateway.DefaultProgressInterval, "How often a call in flight sends a progress notification, to callers that ask for progress.")
 	flag.StringVar(&f.http, "http", "", "Serve Streamable HTTP on this address (such as 127.0.0.1:8090) instead of stdio.")
 	flag.BoolVar(&f.localOnly, "local-only", false, "With --http: serve without tokens, every call acting as the kubeconfig's user; the address must be a loopback one.")
+	flag.BoolVar(&f.constrained, "constrained-impersonation", false, "With --http: impersonate ServiceAccount callers by their name alone, for constrained impersonation (Kubernetes 1.36+), under the ClusterRole toolledger-mcp-gateway-constrained (docs/mcp.md).")
 	flag.StringVar(&f.httpOpts.ResourceURL, "resource-url", "", "With --http: the endpoint's URL as clients reach it (such as https://mcp.example.com/mcp), named by the protected resource metadata; http://ADDRESS/mcp when empty.")
 	flag.StringVar(&f.httpOpts.Audience, "audience", "", "With --http: the audience a bearer token must be issued for (kubectl create token SA --audience ...); the resource URL when empty.")
 	flag.Func("authorization-server", "With --http: an issuer where MCP clients get tokens, published in the protected resource metadata (repeatable).", func(s string) error {
 		f.httpOpts.AuthorizationServers = append(f.httpOpts.AuthorizationServers, s)
 		return nil
 	})
+	rateLimit := serve.RateLimitFlags(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	f.httpOpts.RateLimit = rateLimit()
 	// stdout carries the protocol over stdio: logs go to stderr.
 	log := zap.New(zap.UseFlagOptions(&zapOpts), zap.WriteTo(os.Stderr))
 	ctrl.SetLogger(log)
@@ -86,7 +90,7 @@ func run(f flags, log logr.Logger) error {
 	defer stop()
 	gateway, err := mcpgateway.New(ctx, mcpgateway.Options{
 		Config: cfg, Namespace: f.namespace, ClusterTools: f.clusterTools,
-		Wait: f.wait, ProgressInterval: f.progress, Version: version, Logger: log,
+		Wait: f.wait, ProgressInterval: f.progress, ConstrainedImpersonation: f.constrained, Version: version, Logger: log,
 	})
 	if err != nil {
 		return err

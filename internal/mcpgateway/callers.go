@@ -11,35 +11,47 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/toolledger/toolledger/internal/identity"
-	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
-// maxCallers bounds the impersonating clients kept for callers seen over
-// HTTP; the least recently used is dropped first.
-const maxCallers = 256
-
-// caller is who a call acts for, and the ledger client that acts as them.
+// caller is who a call acts for: a user a bearer token authenticated, or
+// (user nil) the gateway's own identity.
 type caller struct {
-	name   string
-	client *sdk.Client
+	name string
+	user *authenticationv1.UserInfo
 }
 
-// userInfoKey holds, in a TokenInfo's Extra, the user a TokenReview
-// authenticated.
-const userInfoKey = "toolledger.dev/user"
+// acting returns ctx for requests made as the caller with the gateway's
+// clients of identity.ImpersonatingFromContext.
+func (c *caller) acting(ctx context.Context) context.Context {
+	if c.user == nil {
+		return ctx
+	}
+	return identity.WithUser(ctx, *c.user)
+}
 
-// callerOf is the caller of req: the user its bearer token authenticated
-// (over HTTP), else the gateway's own identity. A gateway serving HTTP with
-// tokens never gets here without one: the listener refuses such requests.
-func (g *Gateway) callerOf(req *mcp.CallToolRequest) (*caller, error) {
-	if req.Extra == nil || req.Extra.TokenInfo == nil {
+// Keys of a TokenInfo's Extra: the user a TokenReview authenticated, and
+// why the gateway refuses to act for them.
+const (
+	userInfoKey = "toolledger.dev/user"
+	refusalKey  = "toolledger.dev/refusal"
+)
+
+// callerOf is the caller of a request: the user its bearer token
+// authenticated (over HTTP), else the gateway's own identity. A gateway
+// serving HTTP with tokens never gets here without one: the listener
+// refuses such requests.
+func (g *Gateway) callerOf(extra *mcp.RequestExtra) (*caller, error) {
+	if extra == nil || extra.TokenInfo == nil {
 		return g.self, nil
 	}
-	user, ok := req.Extra.TokenInfo.Extra[userInfoKey].(authenticationv1.UserInfo)
+	user, ok := extra.TokenInfo.Extra[userInfoKey].(authenticationv1.UserInfo)
 	if !ok {
 		return nil, errors.New("the request's token names no user")
 	}
-	return g.impersonating(user)
+	if g.opts.ConstrainedImpersonation {
+		user = identity.ServiceAccountByName(user)
+	}
+	return &caller{name: user.Username, user: &user}, nil
 }
 
 // selfCaller asks the API server who the gateway's own identity is.
@@ -48,41 +60,38 @@ func (g *Gateway) selfCaller(ctx context.Context) (*caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	ledger, err := g.newClient(g.opts.Config)
-	if err != nil {
-		return nil, err
-	}
-	return &caller{name: user.Username, client: ledger}, nil
+	return &caller{name: user.Username}, nil
 }
 
-// impersonating returns the caller acting as user: a ledger client whose
-// requests impersonate the user (see package identity).
-func (g *Gateway) impersonating(user authenticationv1.UserInfo) (*caller, error) {
-	id, err := identity.ID(user)
-	if err != nil {
-		return nil, err
-	}
-	if c, ok := g.callers.Get(id); ok {
-		return c, nil
-	}
-	ledger, err := g.newClient(identity.Impersonating(g.opts.Config, user))
-	if err != nil {
-		return nil, err
-	}
-	return g.callers.Add(id, &caller{name: user.Username, client: ledger}), nil
-}
-
-// tokenVerifier authenticates a bearer token for the gateway's audience
-// (identity.Review).
-func (g *Gateway) tokenVerifier(audience string) auth.TokenVerifier {
+// tokenVerifier authenticates a bearer token with the reviewer. A user the
+// gateway refuses to impersonate (identity.ErrPrivileged) is passed on with
+// the refusal, for refusePrivileged to answer 403 rather than 401: the
+// token is valid, the gateway will not act for it.
+func tokenVerifier(reviewer *identity.Reviewer) auth.TokenVerifier {
 	return func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		user, err := identity.Review(ctx, g.kube, audience, token)
-		if errors.Is(err, identity.ErrUnauthenticated) {
+		user, err := reviewer.Review(ctx, token)
+		switch {
+		case errors.Is(err, identity.ErrUnauthenticated):
 			return nil, fmt.Errorf("%w: %w", auth.ErrInvalidToken, err)
-		}
-		if err != nil {
+		case errors.Is(err, identity.ErrPrivileged):
+			return &auth.TokenInfo{UserID: user.Username, Extra: map[string]any{refusalKey: err.Error()}}, nil
+		case err != nil:
 			return nil, err
 		}
 		return &auth.TokenInfo{UserID: user.Username, Extra: map[string]any{userInfoKey: user}}, nil
 	}
+}
+
+// refusePrivileged answers 403 for a token whose user the gateway does not
+// act for (see identity.Impersonable).
+func refusePrivileged(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if info := auth.TokenInfoFromContext(r.Context()); info != nil {
+			if refusal, ok := info.Extra[refusalKey].(string); ok {
+				http.Error(w, refusal+": the gateway acts only for ordinary users and ServiceAccounts", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

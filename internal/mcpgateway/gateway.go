@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,6 +52,11 @@ type Options struct {
 	// notification, when the caller asked for progress;
 	// DefaultProgressInterval when zero.
 	ProgressInterval time.Duration
+	// ConstrainedImpersonation impersonates ServiceAccount callers by their
+	// name alone, so that constrained impersonation's serviceaccount mode
+	// (KEP-5284, Kubernetes 1.36+) authorizes the gateway's requests for
+	// them, under the ClusterRole toolledger-mcp-gateway-constrained.
+	ConstrainedImpersonation bool
 	// Version is reported as the MCP server's version.
 	Version string
 	Logger  logr.Logger
@@ -65,13 +71,16 @@ type Gateway struct {
 	// kube is the gateway's own client, for its reviews.
 	kube client.Client
 
-	// self invokes as the gateway's own identity: over stdio and in the
-	// local-only HTTP mode, the user who runs it.
+	// self is the gateway's own identity: over stdio and in the local-only
+	// HTTP mode, the user who runs it.
 	self *caller
 
-	// callers are the callers authenticated over HTTP, each with a ledger
-	// client impersonating its user.
-	callers *identity.Cache[*caller]
+	// ledger invokes for every caller: each call impersonates its caller
+	// (the request's context names them), while the watch where calls wait
+	// is the gateway's own, one for all callers.
+	ledger *sdk.Client
+	// access decides who may list the tools.
+	access *access
 }
 
 // New returns a gateway over opts.Namespace. It asks the API server who its
@@ -101,12 +110,21 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	g.self = self
-	g.callers = identity.NewCache[*caller](maxCallers)
+	shared := identity.ImpersonatingFromContext(opts.Config)
+	if g.ledger, err = sdk.NewClient(shared); err != nil {
+		return nil, fmt.Errorf("cannot create the ledger client: %w", err)
+	}
+	authz, err := authorizationclient.NewForConfig(shared)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create an authorization client: %w", err)
+	}
+	g.access = newAccess(opts.Namespace, authz.SelfSubjectAccessReviews())
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// Tools come and go with the catalog, after clients connect.
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
+	g.server.AddReceivingMiddleware(g.authorizeListing)
 	if g.catalog, err = newCatalog(opts, s, g.server, g.handler); err != nil {
 		return nil, err
 	}
@@ -133,12 +151,3 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // Tools lists the names of the tools published now, for logs and tests.
 func (g *Gateway) Tools() []string { return g.catalog.names() }
-
-// newClient returns a ledger client of cfg.
-func (g *Gateway) newClient(cfg *rest.Config) (*sdk.Client, error) {
-	c, err := sdk.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cannot create the ledger client: %w", err)
-	}
-	return c, nil
-}

@@ -34,10 +34,18 @@ const paySchema = `{"type":"object","required":["amount","currency","customer"],
 // and waits until it publishes every tool in want.
 func startGateway(ns string, identity *rest.Config, want ...string) *mcpgateway.Gateway {
 	GinkgoHelper()
+	return startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns}, want...)
+}
+
+// startGatewayWith runs a gateway of opts (with the suite's defaults for
+// the rest) until the spec ends, and waits until it publishes every tool
+// in want.
+func startGatewayWith(opts mcpgateway.Options, want ...string) *mcpgateway.Gateway {
+	GinkgoHelper()
 	ctx, cancel := context.WithCancel(context.Background())
 	DeferCleanup(cancel)
-	g, err := mcpgateway.New(ctx, mcpgateway.Options{Config: identity, Namespace: ns, ClusterTools: true, Wait: 20 * time.Second,
-		ProgressInterval: 100 * time.Millisecond, Logger: log.Log.WithName("gateway")})
+	opts.ClusterTools, opts.Wait, opts.ProgressInterval, opts.Logger = true, 20*time.Second, 100*time.Millisecond, log.Log.WithName("gateway")
+	g, err := mcpgateway.New(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(g.Run(ctx)).To(Succeed())
 	Eventually(g.Tools).Should(ContainElements(want))
@@ -117,7 +125,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(first.Phase).To(Equal("Succeeded"))
 		Expect(first.Deduplicated).To(BeFalse())
-		Expect(first.ExternalRef).NotTo(BeEmpty())
+		Expect(first.UntrustedDownstreamData.ExternalRef).NotTo(BeEmpty())
 		Expect(textOf(res)).To(HavePrefix("Succeeded (key " + first.Key))
 
 		// The same intent, spelled differently: members reordered, 100 as 1e2.
@@ -125,7 +133,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(again.Key).To(Equal(first.Key))
 		Expect(again.Deduplicated).To(BeTrue())
-		Expect(again.ExternalRef).To(Equal(first.ExternalRef))
+		Expect(again.UntrustedDownstreamData.ExternalRef).To(Equal(first.UntrustedDownstreamData.ExternalRef))
 		Expect(textOf(res)).To(ContainSubstring("this call caused no second effect"))
 		Expect(downstream.Requests(ns + "/" + first.Key)).To(Equal(1))
 		Expect(downstream.Effects(ns + "/" + first.Key)).To(Equal(1))
@@ -133,7 +141,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 		outcomes := payTwiceAtOnce(cs, map[string]any{"amount": 200, "currency": "EUR", "customer": "c-1"})
 		Expect(outcomes[0].Key).To(Equal(outcomes[1].Key))
 		Expect(outcomes[0].Key).NotTo(Equal(first.Key))
-		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
+		Expect(outcomes[0].UntrustedDownstreamData.ExternalRef).To(Equal(outcomes[1].UntrustedDownstreamData.ExternalRef))
 		Expect([]bool{outcomes[0].Deduplicated, outcomes[1].Deduplicated}).To(ConsistOf(false, true))
 		Expect(downstream.Effects(ns + "/" + outcomes[0].Key)).To(Equal(1))
 		Expect(actionsIn(ns)).To(Equal(2))
@@ -269,9 +277,6 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		handler = h
 		return server.URL
 	}
-	withToken := func(token string) *http.Client {
-		return &http.Client{Transport: &bearer{token: token, next: http.DefaultTransport}}
-	}
 
 	It("authenticates callers, acts as each by impersonation, and refuses one without rights", func() {
 		ctx := context.Background()
@@ -310,7 +315,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		agentSession := connect(&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: withToken(token(agent, []string{endpoint}))}, nil)
 		outcomes := payTwiceAtOnce(agentSession, map[string]any{"amount": 300, "currency": "EUR", "customer": "c-3"})
 		Expect(outcomes[0].Phase).To(Equal("Succeeded"))
-		Expect(outcomes[0].ExternalRef).To(Equal(outcomes[1].ExternalRef))
+		Expect(outcomes[0].UntrustedDownstreamData.ExternalRef).To(Equal(outcomes[1].UntrustedDownstreamData.ExternalRef))
 		Expect([]bool{outcomes[0].Deduplicated, outcomes[1].Deduplicated}).To(ConsistOf(false, true))
 		Expect(downstream.Effects(ns + "/" + outcomes[0].Key)).To(Equal(1))
 		// The API server saw the agent, not the gateway.

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/toolledger/toolledger/internal/identity"
 	"github.com/toolledger/toolledger/internal/serve"
 )
 
@@ -41,6 +42,9 @@ type HTTPOptions struct {
 	// own identity, and refuses every request that does not come from a
 	// loopback address. For a desktop agent on the same machine.
 	LocalOnly bool
+	// RateLimit limits each client address, before its token is reviewed;
+	// nil limits nothing.
+	RateLimit *serve.RateLimit
 }
 
 // HTTPHandler serves the gateway over Streamable HTTP, stateless as the
@@ -48,7 +52,10 @@ type HTTPOptions struct {
 // (not a session) recognises a call sent again. Unless LocalOnly, every
 // request needs a bearer token of the gateway's audience, which the API
 // server authenticates (a TokenReview), and every call acts as that user by
-// impersonation.
+// impersonation. Reviews are kept by the token's hash (identity.Reviewer),
+// so a client repeating a token, valid or not, does not cost a review per
+// request; a user the gateway must not impersonate (identity.Impersonable)
+// is refused with 403.
 func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
 		Stateless: true,
@@ -58,13 +65,13 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	mux := http.NewServeMux()
 	if opts.LocalOnly {
 		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
-		return mux, nil
+		return opts.RateLimit.Handler(mux), nil
 	}
 	resource, err := url.Parse(opts.ResourceURL)
 	if err != nil || resource.Scheme == "" || resource.Host == "" {
 		return nil, fmt.Errorf("the resource URL %q is not an absolute URL", opts.ResourceURL)
 	}
-	verifier := g.tokenVerifier(cmp.Or(opts.Audience, opts.ResourceURL))
+	verifier := tokenVerifier(identity.NewReviewer(g.kube, cmp.Or(opts.Audience, opts.ResourceURL), nil))
 	metadataURL := resource.Scheme + "://" + resource.Host + ResourceMetadataPath + resource.Path
 	requireToken := auth.RequireBearerToken(verifier, &auth.RequireBearerTokenOptions{
 		ResourceMetadataURL: metadataURL,
@@ -72,7 +79,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 		// carries its expiry in a form the gateway could read.
 		AllowMissingExpiration: true,
 	})
-	mux.Handle(MCPPath, requireToken(mcpHandler))
+	mux.Handle(MCPPath, requireToken(refusePrivileged(mcpHandler)))
 	metadata := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               opts.ResourceURL,
 		AuthorizationServers:   opts.AuthorizationServers,
@@ -83,7 +90,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	if resource.Path != "" && resource.Path != "/" {
 		mux.Handle(ResourceMetadataPath, metadata)
 	}
-	return mux, nil
+	return opts.RateLimit.Handler(mux), nil
 }
 
 // loopbackOnly refuses requests from other machines: without tokens, the

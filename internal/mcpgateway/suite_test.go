@@ -58,7 +58,7 @@ var _ = BeforeSuite(func() {
 	build.Stdout, build.Stderr = GinkgoWriter, GinkgoWriter
 	Expect(build.Run()).To(Succeed())
 
-	remove, err := testenv.InstallRBAC(context.Background(), cfg, k8s, "mcp-suite", "role_agent.yaml", "role_viewer.yaml", "role_mcp_gateway.yaml")
+	remove, err := testenv.InstallRBAC(context.Background(), cfg, k8s, "mcp-suite", "role_agent.yaml", "role_viewer.yaml", "role_mcp_gateway.yaml", "role_mcp_gateway_constrained.yaml")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(remove)
 })

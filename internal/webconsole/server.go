@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/internal/identity"
+	"github.com/toolledger/toolledger/internal/serve"
 )
 
 //go:embed templates/*.html
@@ -56,6 +57,9 @@ type Options struct {
 	// CSRFKey signs the forms' tokens; replicas behind one Service need the
 	// same key. A random one when empty.
 	CSRFKey []byte
+	// RateLimit limits each client address, before its token is reviewed;
+	// nil limits nothing.
+	RateLimit *serve.RateLimit
 	// Now is the clock; time.Now when nil.
 	Now    func() time.Time
 	Logger logr.Logger
@@ -63,14 +67,15 @@ type Options struct {
 
 // Server serves the console.
 type Server struct {
-	opts    Options
-	kube    client.Client
-	self    *user
-	users   *identity.Cache[*user]
-	reviews *reviewCache
-	csrf    csrf
-	pages   map[string]*template.Template
-	handler http.Handler
+	opts  Options
+	kube  client.Client
+	self  *user
+	users *identity.Cache[*user]
+	// reviewer authenticates tokens in the cluster mode.
+	reviewer *identity.Reviewer
+	csrf     csrf
+	pages    map[string]*template.Template
+	handler  http.Handler
 }
 
 // New returns a console over opts. In the local mode it asks the API server
@@ -102,7 +107,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	s := &Server{
 		opts: opts, kube: kube, pages: pages,
-		users: identity.NewCache[*user](maxUsers), reviews: newReviewCache(),
+		users: identity.NewCache[*user](maxUsers), reviewer: identity.NewReviewer(kube, opts.Audience, opts.Now),
 		csrf: csrf{key: opts.CSRFKey, now: opts.Now},
 	}
 	if opts.Audience == "" {
@@ -122,8 +127,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // routes are the console's pages and forms, behind the headers every
-// response carries, the cross-origin check of every POST, and, apart from
-// the static files, the signed-in user.
+// response carries, the per-client rate limit, the cross-origin check of
+// every POST, and, apart from the static files, the signed-in user.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static") // the embedded folder exists
@@ -151,6 +156,7 @@ func (s *Server) routes() http.Handler {
 	if s.opts.Audience == "" {
 		h = loopbackHostOnly(h)
 	}
+	h = s.opts.RateLimit.Handler(h)
 	return securityHeaders(h)
 }
 

@@ -2,14 +2,11 @@ package webconsole
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -29,10 +26,6 @@ const userAgent = "toolledger-console"
 // tokenCookie holds the bearer token of a user who signed in with the form
 // rather than through a proxy that sends the Authorization header.
 const tokenCookie = "toolledger_token"
-
-// reviewTTL is how long a token's review is trusted before the API server
-// is asked again: a revoked token stops working within it.
-const reviewTTL = time.Minute
 
 // user is who a request acts as, with the clients that act as them.
 type user struct {
@@ -100,13 +93,25 @@ func (s *Server) signedIn(page func(http.ResponseWriter, *http.Request, *user)) 
 			http.Redirect(w, r, "/sign-in", http.StatusSeeOther)
 		default:
 			s.opts.Logger.Info("Refused a token", "reason", err.Error())
-			status := http.StatusUnauthorized
-			if !errors.Is(err, identity.ErrUnauthenticated) {
-				status = http.StatusBadGateway
-			}
+			status := refusalStatus(err)
 			s.render(w, status, "error", s.pageData(r, nil, "Not signed in", errorPage{Message: "The token was not accepted: " + err.Error()}))
 		}
 	})
+}
+
+// refusalStatus is the status of a request whose token userOf refused:
+// 401 for a token the API server does not authenticate, 403 for a user the
+// console does not act for (identity.ErrPrivileged), 502 when the API
+// server could not be asked.
+func refusalStatus(err error) int {
+	switch {
+	case errors.Is(err, identity.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, identity.ErrPrivileged):
+		return http.StatusForbidden
+	default:
+		return http.StatusBadGateway
+	}
 }
 
 // fromCookie reports whether the request's token is the sign-in cookie's.
@@ -126,18 +131,12 @@ func bearerToken(r *http.Request) string {
 	return ""
 }
 
-// userOf authenticates token (reviews are trusted for reviewTTL) and
+// userOf authenticates token (identity.Reviewer keeps the answers) and
 // returns its user, with clients that impersonate them.
 func (s *Server) userOf(ctx context.Context, token string) (*user, error) {
-	sum := sha256.Sum256([]byte(token))
-	key := hex.EncodeToString(sum[:])
-	info, ok := s.reviews.get(key, s.opts.Now())
-	if !ok {
-		var err error
-		if info, err = identity.Review(ctx, s.kube, s.opts.Audience, token); err != nil {
-			return nil, err
-		}
-		s.reviews.add(key, info, s.opts.Now().Add(reviewTTL))
+	info, err := s.reviewer.Review(ctx, token)
+	if err != nil {
+		return nil, err
 	}
 	id, err := identity.ID(info)
 	if err != nil {
@@ -151,31 +150,6 @@ func (s *Server) userOf(ctx context.Context, token string) (*user, error) {
 		return nil, err
 	}
 	return s.users.Add(id, u), nil
-}
-
-// reviewCache keeps recent token reviews by the token's hash (never the
-// token itself), so that every page does not cost a TokenReview.
-type reviewCache struct {
-	entries *identity.Cache[review]
-}
-
-type review struct {
-	user    authenticationv1.UserInfo
-	expires time.Time
-}
-
-func newReviewCache() *reviewCache { return &reviewCache{entries: identity.NewCache[review](maxUsers)} }
-
-func (c *reviewCache) get(key string, now time.Time) (authenticationv1.UserInfo, bool) {
-	r, ok := c.entries.Get(key)
-	if !ok || !now.Before(r.expires) {
-		return authenticationv1.UserInfo{}, false
-	}
-	return r.user, true
-}
-
-func (c *reviewCache) add(key string, user authenticationv1.UserInfo, expires time.Time) {
-	c.entries.Put(key, review{user: user, expires: expires})
 }
 
 func (s *Server) signInPage(w http.ResponseWriter, r *http.Request) {
@@ -209,7 +183,7 @@ func (s *Server) signIn(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/queue", http.StatusSeeOther)
 			return
 		}
-		message = "The API server did not accept the token: " + err.Error()
+		message = "The token was not accepted: " + err.Error()
 	}
 	s.render(w, http.StatusUnauthorized, "sign-in", s.pageData(r, nil, "Sign in",
 		signInPage{Audience: s.opts.Audience, CSRF: s.csrf.token(signInSubject), Error: message}))

@@ -39,13 +39,25 @@ const (
 // aggregated into the same built-in roles, and the chart renders no other.
 //
 // The MCP gateway's and the web console's roles render with them
-// (mcpGateway.enabled, console.enabled); the gateway's
-// narrows its namespaces rule to the served namespace, which config/rbac
-// cannot know.
+// (mcpGateway.enabled, console.enabled), the gateway's in one of its two
+// forms (mcpGateway.constrainedImpersonation), each of which narrows its
+// namespaces rule to the served namespace, which config/rbac cannot know.
 func TestChartClusterRolesMatchConfig(t *testing.T) {
-	chart := clusterRoles(t, helmTemplate(t, "--set", "mcpGateway.enabled=true", "--set", "mcpGateway.namespace=shop",
-		"--set", "mcpGateway.resourceURL=https://mcp.example.com/mcp", "--set", "console.enabled=true"))
-	if gateway, found := chart[chartPrefix+"mcp-gateway"]; found {
+	chart := clusterRoles(t, helmTemplate(t, frontEnds...))
+	constrained := clusterRoles(t, helmTemplate(t, append(slices.Clone(frontEnds), "--set", "mcpGateway.constrainedImpersonation=true")...))
+	for name, role := range constrained {
+		if _, found := chart[name]; !found {
+			chart[name] = role
+		}
+	}
+	if _, found := constrained[chartPrefix+"mcp-gateway"]; found {
+		t.Errorf("with constrainedImpersonation the chart still renders %s", chartPrefix+"mcp-gateway")
+	}
+	for _, name := range []string{chartPrefix + "mcp-gateway", chartPrefix + "mcp-gateway-constrained"} {
+		gateway, found := chart[name]
+		if !found {
+			continue
+		}
 		narrowed := 0
 		for i, rule := range gateway.Rules {
 			if slices.Equal(rule.Resources, []string{"namespaces"}) {
