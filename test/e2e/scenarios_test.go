@@ -91,6 +91,7 @@ func allScenarios() []scenario {
 		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
 		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
+		{"job-ttl-lost-answer", "kubernetesApply: a Job removed by its TTL after the apply's answer was lost (Compensatable)", jobTTLLostAnswer},
 	}
 }
 
