@@ -445,7 +445,7 @@ func (jw *jobWatch) run(ctx context.Context) {
 			// as an error event.
 			jw.mu.Lock()
 			if !jw.stopping {
-				jw.ended = fmt.Errorf("the watch of the Jobs of %s failed: %v", jw.ns, apierrors.FromObject(e.Object))
+				jw.ended = fmt.Errorf("the watch of the Jobs of %s failed: %w", jw.ns, apierrors.FromObject(e.Object))
 			}
 			jw.mu.Unlock()
 		}
