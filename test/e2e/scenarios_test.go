@@ -92,6 +92,7 @@ func allScenarios() []scenario {
 		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 		{"stale-resolution", "two resolvers, one escalation: B resolves attempt 1 (kubectl toolledger resolve), A submits the same finding from a stale page of attempt 1 (NonRepeatable; lost requests, lost answers)", staleResolutions},
+		{"job-ttl-lost-answer", "kubernetesApply: a Job removed by its TTL after the apply's answer was lost (Compensatable)", jobTTLLostAnswer},
 	}
 }
 
@@ -99,7 +100,7 @@ func allScenarios() []scenario {
 const scenarioNotes = `
 ## What a trial is
 
-Every scenario but the KeyProtected one runs against the demo downstream in **naive mode**
+Every scenario but the KeyProtected one and the Job one runs against the demo downstream in **naive mode**
 (` + "`demo-downstream --naive`" + `): it commits every request it accepts, so any request the
 controller sent twice for an applied intent would count as a second effect. Those tools are
 ` + "`Compensatable`" + ` with the downstream's lookup by key, so the controller settles every
@@ -196,6 +197,27 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   the key's Tombstone, which must name the deleted action: ` + "`Succeeded`" + ` with reason
   ` + "`SettledByTombstone`" + ` (condition and history), the original external reference and 0 attempts;
   and the downstream must have received exactly one request per key.
+* **a Job removed by its TTL after a lost answer** — no downstream: the effect is a Job that a
+  ` + "`kubernetesApply`" + ` tool (` + "`Compensatable`" + `, 1s timeout, 3s ` + "`unknownOutcomeDeadline`" + `)
+  server-side applies, as the tenant's ServiceAccount, from a template with
+  ` + "`ttlSecondsAfterFinished: 0`" + `. The control plane runs no Job or TTL controller, so the suite
+  plays the TTL controller: it deletes every Job (background propagation) 0–500ms after the API
+  server created it. The scenario's two managers (the steady ones are stopped, so that no manager
+  keeps its answers) reach the API server through a proxy in the suite (plain HTTP on 127.0.0.1,
+  forwarding everything, Impersonate-* headers and watches included, as the e2e admin): the first
+  apply of each intent reaches the API server, which creates the Job, and once the Job is deleted
+  the proxy closes the manager's connection without the answer. One trial is one tenant (4 at a
+  time, two in five of ` + "`E2E_TRIALS`" + `, at least 20) of 1–3 intents. The Job's absence proves
+  nothing for the class, so every intent must escalate (` + "`OutcomeUnknown`" + `, after 1 attempt, the
+  message saying the absence proves nothing) and never be applied again; carol, bound to the
+  shipped ` + "`toolledger-resolver`" + ` role, then resolves each with
+  ` + "`kubectl toolledger resolve KEY --attempt 1 --outcome Succeeded --external-ref jobs.batch/<ns>/<name> --wait`" + `,
+  and it must end Succeeded naming its Job. Effects are the Jobs the API server created, counted by
+  a watch of each trial's namespace opened before its intents (ADDED events per name), never by the
+  manager; a key with more than one is a duplicate. The row's phases are those the intents settled
+  in, before the resolution; the check after it adds only violations. Made to take absence as
+  proof for every class, as it did before issue 33, the adapter applied every intent twice (39
+  duplicates of 39 keys in 20 trials).
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
