@@ -164,8 +164,8 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 	next.Status.IdempotencyKey = v1alpha1.IdempotencyKey(action.Namespace, action.Name)
 	next.Status.Target = &target
 	next.Status.Claim = &v1alpha1.ExecutorClaim{
-		Executor:    r.Executor,
-		Attempt:     attempt,
+		Executor: r.Executor,
+		Attempt:  attempt,
 		// Rounded up: the lease stored is what every replica, this one
 		// included, judges, and it must not be shorter than promised.
 		LeaseExpiry: metaTimeUp(now.Add(attemptTimeout(conn.Capabilities) + r.LeaseGrace)),
