@@ -118,7 +118,7 @@ func (s *suite) approvalTrial(sc *run, d *downstream, rng *rand.Rand, decisions,
 		return err
 	}
 	if out, err := s.kubectl(ctx, "--as=alice", "apply", "-f", path); err != nil {
-		return fmt.Errorf("kubectl --as=alice apply: %v: %s", err, out)
+		return fmt.Errorf("kubectl --as=alice apply: %w: %s", err, out)
 	}
 	digests, err := s.awaitingApproval(ctx, tr, keys)
 	if err != nil {

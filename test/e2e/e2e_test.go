@@ -490,7 +490,7 @@ func (s *suite) nextManagerID(prefix string) string {
 }
 
 // startManager starts a manager and waits for its workers.
-func (s *suite) startManager(prefix string, leaseGrace time.Duration) (*manager, error) {
+func (s *suite) startManager(prefix string) (*manager, error) {
 	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix), leaseGrace)
 	if err != nil {
 		return nil, err

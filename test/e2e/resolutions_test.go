@@ -115,7 +115,7 @@ func (s *suite) staleResolutionTrial(sc *run, d *downstream, rng *rand.Rand, out
 		return err
 	}
 	if out, err := s.kubectl(ctx, "apply", "-f", path); err != nil {
-		return fmt.Errorf("kubectl apply: %v: %s", err, out)
+		return fmt.Errorf("kubectl apply: %w: %s", err, out)
 	}
 	var wg sync.WaitGroup
 	for _, key := range keys {

@@ -550,7 +550,7 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 			}
 			rng := s.rngFor(sc.name, i)
 			for len(pool) < managers {
-				m, err := s.startManager("crash"+prefix, leaseGrace)
+				m, err := s.startManager("crash" + prefix)
 				if err != nil {
 					return err
 				}
@@ -585,7 +585,7 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 					caught.add(string(st), k.caught[st])
 				}
 			}
-			m, err := s.startManager("crash"+prefix, leaseGrace)
+			m, err := s.startManager("crash" + prefix)
 			if err != nil {
 				return err
 			}
@@ -646,7 +646,7 @@ func shareKill(s *suite, sc *run) error {
 		}
 		rng := s.rngFor(sc.name, i)
 		for len(pool) < 3 {
-			m, err := s.startManager("share", leaseGrace)
+			m, err := s.startManager("share")
 			if err != nil {
 				return err
 			}
@@ -698,7 +698,7 @@ func shareKill(s *suite, sc *run) error {
 				byOthers++
 			}
 		}
-		m, err := s.startManager("share", leaseGrace)
+		m, err := s.startManager("share")
 		if err != nil {
 			return err
 		}

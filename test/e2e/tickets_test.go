@@ -143,7 +143,7 @@ func (s *suite) ticketEvidence(d *downstream, tr *trial, st stats) (map[string]i
 	for _, key := range tr.keys {
 		status, body, err := d.send(s.ctx, http.MethodGet, "/tickets?correlation_id="+url.QueryEscape(ticketRef(key)), nil, nil)
 		if err != nil || status != http.StatusOK {
-			return nil, nil, fmt.Errorf("cannot search the tickets of %s: %d %v", key, status, err)
+			return nil, nil, fmt.Errorf("cannot search the tickets of %s: %d %w", key, status, err)
 		}
 		var found struct{ Data []demo.Ticket }
 		if err := json.Unmarshal(body, &found); err != nil {
