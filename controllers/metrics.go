@@ -131,6 +131,23 @@ func init() {
 	metrics.Registry.MustRegister(Metrics()...)
 }
 
+// unresolvedTool is the tool label of an action whose tool was never
+// resolved: it names no Tool, or a ClusterTool that does not admit its
+// namespace. A name is whatever the action's author typed, so each would
+// leave a set of series behind for good; this value, which no Kubernetes
+// name can be, leaves one set per namespace.
+const unresolvedTool = "<unresolved>"
+
+// toolLabel is the tool label of an action: its tool's name, once the tool
+// was resolved (now, or when the action was accepted: its request digest
+// is recorded), else unresolvedTool.
+func toolLabel(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) string {
+	if tool == nil && action.Status.RequestDigest == "" {
+		return unresolvedTool
+	}
+	return action.Spec.ToolRef.Name
+}
+
 // classOf is the class label of an action of tool; empty when the tool
 // could not be read.
 func classOf(tool *v1alpha1.Tool) string {

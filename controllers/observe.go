@@ -36,11 +36,12 @@ func (r *ToolActionReconciler) observe(ctx context.Context, before, after *v1alp
 		return
 	}
 	if tool == nil {
-		// An action whose tool is gone is counted with an empty class.
+		// An action whose tool is gone is counted with an empty class,
+		// and one whose tool never resolved under unresolvedTool.
 		tool, _ = r.findTool(ctx, after)
 	}
 	labels := prometheus.Labels{"namespace": after.Namespace, "tool_kind": after.Spec.ToolRef.KindOrDefault(),
-		"tool": after.Spec.ToolRef.Name, "class": classOf(tool)}
+		"tool": toolLabel(after, tool), "class": classOf(tool)}
 	with := func(name, value string) prometheus.Labels {
 		l := prometheus.Labels{name: value}
 		for k, v := range labels {

@@ -20,12 +20,23 @@ import (
 // OpenAPI v3 subset and the same messages as the API server's CRD validation.
 type Schema struct {
 	validator validation.SchemaValidator
+	// valueCost bounds the work of checking one value of the parameters:
+	// see schemaCost.
+	valueCost int
 }
 
-// CompileSchema reads a Tool's parametersSchema; nil means no schema.
+// CompileSchema reads a Tool's parametersSchema; nil means no schema. It
+// refuses a schema over MaxSchemaBytes, one with a keyword whose check is
+// not linear in the parameters (uniqueItems), and one that costs over
+// MaxValueCost to check one of their values. Every check of parameters
+// compiles the schema it uses, so a schema stored before these bounds is
+// refused too, whatever its Tool's status says.
 func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	if raw == nil || len(raw.Raw) == 0 {
 		return nil, nil
+	}
+	if len(raw.Raw) > MaxSchemaBytes {
+		return nil, fmt.Errorf("parametersSchema is %d bytes, over the limit of %d bytes", len(raw.Raw), MaxSchemaBytes)
 	}
 	var v1 apiextensionsv1.JSONSchemaProps
 	dec := json.NewDecoder(strings.NewReader(string(raw.Raw)))
@@ -36,6 +47,12 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	if err := checkSupported(field.NewPath("parametersSchema"), &v1); err != nil {
 		return nil, err
 	}
+	valueCost := schemaCost(&v1).deep()
+	if valueCost > MaxValueCost {
+		return nil, fmt.Errorf("parametersSchema costs up to %d to check one value of the parameters, over the limit of %d: "+
+			"every allOf, anyOf, oneOf or not branch checks the same value again, each enum member is compared with it, "+
+			"and each property and required name is visited on each object", valueCost, MaxValueCost)
+	}
 	var internal apiextensions.JSONSchemaProps
 	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(&v1, &internal, nil); err != nil {
 		return nil, fmt.Errorf("parametersSchema cannot be converted: %w", err)
@@ -44,7 +61,7 @@ func CompileSchema(raw *apiextensionsv1.JSON) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parametersSchema does not compile: %w", err)
 	}
-	return &Schema{validator: validator}, nil
+	return &Schema{validator: validator, valueCost: valueCost}, nil
 }
 
 // UnsupportedError is a parametersSchema keyword that the controller
@@ -90,10 +107,12 @@ func checkSupported(path *field.Path, s *apiextensionsv1.JSONSchemaProps) error 
 		return unsupported(`"additionalItems"`, "use items")
 	case len(s.XValidations) > 0:
 		return unsupported(`"x-kubernetes-validations"`, "CEL rules are not evaluated on parameters")
+	case s.UniqueItems:
+		return unsupported(`"uniqueItems"`, "checking it takes time quadratic in the array's length, as a CRD schema refuses it too")
 	case s.XListType != nil:
-		return unsupported(`"x-kubernetes-list-type"`, "use uniqueItems")
+		return unsupported(`"x-kubernetes-list-type"`, "it is not enforced on parameters")
 	case len(s.XListMapKeys) > 0:
-		return unsupported(`"x-kubernetes-list-map-keys"`, "use uniqueItems")
+		return unsupported(`"x-kubernetes-list-map-keys"`, "it is not enforced on parameters")
 	case s.XMapType != nil:
 		return unsupported(`"x-kubernetes-map-type"`, "it is not enforced on parameters")
 	case s.XEmbeddedResource:
@@ -135,7 +154,9 @@ func checkSupported(path *field.Path, s *apiextensionsv1.JSONSchemaProps) error 
 }
 
 // Validate returns nil when the parameters satisfy the schema, else an error
-// naming every failing field as spec.parameters.<path>.
+// naming every failing field as spec.parameters.<path>, or a *CostError,
+// before any field is checked, when checking them would cost over
+// MaxValidationCost.
 func (s *Schema) Validate(parameters json.RawMessage) error {
 	if s == nil {
 		return nil
@@ -143,6 +164,9 @@ func (s *Schema) Validate(parameters json.RawMessage) error {
 	var doc any
 	if err := json.Unmarshal(parameters, &doc); err != nil {
 		return fmt.Errorf("spec.parameters: %w", err)
+	}
+	if values := countValues(doc); values*s.valueCost > MaxValidationCost {
+		return &CostError{Values: values, ValueCost: s.valueCost}
 	}
 	errs := validation.ValidateCustomResource(field.NewPath("spec", "parameters"), doc, s.validator)
 	if len(errs) == 0 {

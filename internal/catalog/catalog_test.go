@@ -47,14 +47,16 @@ func TestCompileSchemaRejects(t *testing.T) {
 		}
 	}
 	unsupported := map[string]string{
-		`{"type": "object", "properties": {"amount": {"$ref": "#/definitions/money"}}}`:                     `parametersSchema.properties[amount]: "$ref" is not supported: write the referenced schema in place`,
-		`{"type": "object", "definitions": {"money": {"type": "integer"}}}`:                                 `parametersSchema: "definitions" is not supported: write each schema in place`,
-		`{"type": "object", "x-kubernetes-validations": [{"rule": "self.amount > 0"}]}`:                     `parametersSchema: "x-kubernetes-validations" is not supported: CEL rules are not evaluated on parameters`,
-		`{"type": "object", "properties": {"tags": {"type": "array", "items": {"$ref": "#/x"}}}}`:           `parametersSchema.properties[tags].items: "$ref" is not supported: write the referenced schema in place`,
-		`{"type": "object", "anyOf": [{"patternProperties": {"^x-": {"type": "string"}}}]}`:                 `parametersSchema.anyOf[0]: "patternProperties" is not supported: use additionalProperties`,
-		`{"type": "object", "additionalProperties": {"type": "array", "x-kubernetes-list-type": "set"}}`:    `parametersSchema.additionalProperties: "x-kubernetes-list-type" is not supported: use uniqueItems`,
-		`{"type": "object", "not": {"$schema": "http://json-schema.org/draft-04/schema#"}}`:                 `parametersSchema.not: "$schema" is not supported: the schema is OpenAPI v3, as a CRD's`,
-		`{"type": "object", "properties": {"a": {"type": "array", "items": {}, "additionalItems": false}}}`: `parametersSchema.properties[a]: "additionalItems" is not supported: use items`,
+		`{"type": "object", "properties": {"amount": {"$ref": "#/definitions/money"}}}`:                                              `parametersSchema.properties[amount]: "$ref" is not supported: write the referenced schema in place`,
+		`{"type": "object", "definitions": {"money": {"type": "integer"}}}`:                                                          `parametersSchema: "definitions" is not supported: write each schema in place`,
+		`{"type": "object", "x-kubernetes-validations": [{"rule": "self.amount > 0"}]}`:                                              `parametersSchema: "x-kubernetes-validations" is not supported: CEL rules are not evaluated on parameters`,
+		`{"type": "object", "properties": {"tags": {"type": "array", "items": {"$ref": "#/x"}}}}`:                                    `parametersSchema.properties[tags].items: "$ref" is not supported: write the referenced schema in place`,
+		`{"type": "object", "anyOf": [{"patternProperties": {"^x-": {"type": "string"}}}]}`:                                          `parametersSchema.anyOf[0]: "patternProperties" is not supported: use additionalProperties`,
+		`{"type": "object", "additionalProperties": {"type": "array", "x-kubernetes-list-type": "set"}}`:                             `parametersSchema.additionalProperties: "x-kubernetes-list-type" is not supported: it is not enforced on parameters`,
+		`{"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "number"}, "uniqueItems": true}}}`:             `parametersSchema.properties[ids]: "uniqueItems" is not supported: checking it takes time quadratic in the array's length, as a CRD schema refuses it too`,
+		`{"type": "object", "oneOf": [{"properties": {"ids": {"type": "array", "items": {"type": "array", "uniqueItems": true}}}}]}`: `parametersSchema.oneOf[0].properties[ids].items: "uniqueItems" is not supported: checking it takes time quadratic in the array's length, as a CRD schema refuses it too`,
+		`{"type": "object", "not": {"$schema": "http://json-schema.org/draft-04/schema#"}}`:                                          `parametersSchema.not: "$schema" is not supported: the schema is OpenAPI v3, as a CRD's`,
+		`{"type": "object", "properties": {"a": {"type": "array", "items": {}, "additionalItems": false}}}`:                          `parametersSchema.properties[a]: "additionalItems" is not supported: use items`,
 	}
 	for raw, want := range unsupported {
 		_, err := CompileSchema(&apiextensionsv1.JSON{Raw: []byte(raw)})

@@ -17,6 +17,8 @@
 //   - dispatch: throughput with a slow downstream against the ceiling, a
 //     fast tool's latency beside a hung tool's backlog, and 1, 2 and 3
 //     manager processes sharing the actions;
+//   - a costly schema: a healthy tenant's create→Succeeded alone and while
+//     another tenant's actions carry a worst-case uniqueItems payload;
 //   - the manager process's memory with few and many finished actions;
 //   - tombstones: the check each new action makes, the bytes a tombstone
 //     takes in etcd against a finished record, live latency while the
@@ -24,7 +26,7 @@
 //     run again once the many finished actions are tombstones instead.
 //
 // Run it with `make bench`, or `make bench-smoke` for a small run that only
-// proves it works. Every knob is a flag and an environment variable; see
+// proves it works; -only runs one step alone. Every knob is a flag and an environment variable; see
 // `go run ./test/bench -h`.
 package main
 
@@ -100,6 +102,10 @@ var knobs = []*knob{
 	{flag: "retention-records", env: "BENCH_RETENTION_RECORDS", full: "10000", smoke: "400", help: "finished records past their tool's recordRetention that the shipped manager's retention sweep retires while live actions are timed (0 for none); those it has not reached by the end count towards the memory steps"},
 	{flag: "tombstone-state", env: "BENCH_TOMBSTONE_STATE", full: "true", smoke: "true", help: "run the last latency run at rest after a restart on the same etcd data, then delete every stored action with the manager running, so that tombstones replace them, restart again and run it again"},
 	{flag: "tombstone-settle", env: "BENCH_TOMBSTONE_SETTLE", full: "30s", smoke: "0s", help: "idle time after each restart of the control plane on its etcd data, before the runs with the records and with the tombstones"},
+	{flag: "costly-healthy", env: "BENCH_COSTLY_HEALTHY", full: "40", smoke: "4", help: "a healthy tenant's actions timed one after another, alone and then beside a tenant whose actions carry a costly uniqueItems payload (0 for none)"},
+	{flag: "costly-hostile", env: "BENCH_COSTLY_HOSTILE", full: "8", smoke: "2", help: "the hostile tenant's actions, created at once before the second run, which starts once they are stored, and kept until it ends"},
+	{flag: "costly-items", env: "BENCH_COSTLY_ITEMS", full: "150000", smoke: "1000", help: "distinct numbers in each hostile action's uniqueItems array (150,000 encode under 1 MiB)"},
+	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step, costly-schema, on a control plane of its own, and log its figures instead of writing the report"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "75m", smoke: "8m", help: "bound on the whole run"},
@@ -149,6 +155,10 @@ type settings struct {
 	RetentionRecords        int
 	TombstoneState          bool
 	TombstoneSettle         time.Duration
+	CostlyHealthy           int
+	CostlyHostile           int
+	CostlyItems             int
+	Only                    string
 	EtcdDir                 string
 	ManagerBin              string
 	Timeout                 time.Duration
@@ -265,6 +275,10 @@ func parseSettings(args []string) (settings, error) {
 		RetentionRecords:        num("retention-records"),
 		TombstoneState:          get("tombstone-state") == "true",
 		TombstoneSettle:         dur("tombstone-settle"),
+		CostlyHealthy:           num("costly-healthy"),
+		CostlyHostile:           num("costly-hostile"),
+		CostlyItems:             num("costly-items"),
+		Only:                    get("only"),
 		EtcdDir:                 get("etcd-dir"),
 		ManagerBin:              get("manager-bin"),
 		Timeout:                 dur("timeout"),
@@ -283,6 +297,12 @@ func parseSettings(args []string) (settings, error) {
 	}
 	if s.TombstoneSample < 0 || s.RetentionRecords < 0 || s.TombstoneSettle < 0 {
 		errs = append(errs, errors.New("-tombstone-sample, -retention-records and -tombstone-settle must not be negative"))
+	}
+	if s.CostlyHealthy < 0 || s.CostlyHostile <= 0 || s.CostlyItems <= 0 {
+		errs = append(errs, errors.New("-costly-healthy must not be negative, -costly-hostile and -costly-items must be positive"))
+	}
+	if s.Only != "" && s.Only != onlyCostlySchema {
+		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s)", s.Only, onlyCostlySchema))
 	}
 	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
 		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
@@ -332,6 +352,7 @@ type results struct {
 	Limiter     *limiterResult
 	Recovery    *recoveryResult
 	Dispatch    *dispatchResult
+	Costly      *costlyResult
 	Memory      []memoryStep
 	LargeParams *largeParamsStep
 	SizesSDK    objectSizes
@@ -534,7 +555,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	b.variants = ordered
 
 	b.managerBin = s.ManagerBin
-	if b.managerBin == "" {
+	if b.managerBin == "" && s.Only == "" {
 		b.logf("building ./cmd/manager")
 		if b.managerBin, err = buildManager(ctx, b.root, b.tmp); err != nil {
 			return err
@@ -554,6 +575,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	b.results.Machine = describeMachine(ctx, b.c, b.root)
 	b.results.SetupTime = time.Since(b.started)
+	if s.Only == onlyCostlySchema {
+		return b.costlySchema(ctx)
+	}
 
 	steps := s.MemorySteps
 	if len(steps) > 0 {
@@ -569,6 +593,11 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if err := b.dispatch(ctx); err != nil {
 		return err
+	}
+	if s.CostlyHealthy > 0 {
+		if err := b.costlySchema(ctx); err != nil {
+			return err
+		}
 	}
 	if err := b.restartPlane(ctx, "steps"); err != nil {
 		return err

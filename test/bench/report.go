@@ -54,6 +54,7 @@ type reportView struct {
 	Writes        *writesView
 	Recovery      *recoveryView
 	Dispatch      *dispatchView
+	Costly        *costlyView
 	Memory        memoryView
 	// Tombstones is section 7; nil when none of it ran.
 	Tombstones *tombstonesView
@@ -78,6 +79,7 @@ func (b *bench) view() reportView {
 		Writes:        writesFigures(r.Writes),
 		Recovery:      recoveryFigures(r.Recovery),
 		Dispatch:      dispatchFigures(r.Dispatch, r.SplitCPUs),
+		Costly:        costlyFigures(r.Costly, s.Smoke),
 		Memory:        memoryFigures(r.Memory),
 		Tombstones:    tombstonesFigures(r.Writes, r.Tombstones),
 		Tuning:        b.tuningFigures(),

@@ -266,6 +266,7 @@ func fullResults() results {
 		Limiter:  &limiterResult{Concurrency: 8, QPS: 5, Burst: 10, Limited: sampleRun(8, 1, 5.1, 1900), Unlimited: sampleRun(8, 1, 71.2, 250)},
 		Recovery: fullRecovery(),
 		Dispatch: fullDispatch(),
+		Costly:   fullCostly(),
 		Memory: []memoryStep{
 			{Present: 1000, Created: 1000, CreateTime: msec(8200), SettleTime: msec(3400), HeapLive: 5.3e6, HeapInuse: 7e6, RSS: 40e6,
 				AfterGC: true, GCWaited: msec(118000), HeapLiveAfterGC: 5.1e6, HeapInuseAfterGC: 6.8e6, RSSAfterGC: 41e6},
@@ -280,6 +281,17 @@ func fullResults() results {
 		CPUBusy: 1749, CPUOurs: 1739, CPUKnown: true,
 		OtherLoad: []float64{0.01, 0.03, 0.02}, Repeated: 1, KeptBusy: 0,
 	}
+}
+
+// fullCostly is section 9 within its target.
+func fullCostly() *costlyResult {
+	return &costlyResult{Healthy: 40, Hostile: 8, Items: 150000, PayloadBytes: 938898,
+		ToolReady: `Ready=False UnsupportedSchema: spec.parametersSchema: parametersSchema.properties[ids]: "uniqueItems" is not supported: checking it takes time quadratic in the array's length, as a CRD schema refuses it too`,
+		Quiet:     openLoopSummary{Samples: 40, P50: msec(21.4), P95: msec(35.2), P99: msec(41.9)},
+		Beside:    openLoopSummary{Samples: 40, P50: msec(24.8), P95: msec(48.1), P99: msec(55.3)},
+		Created:   8, Reasons: map[string]int{"Failed/InvalidToolContract": 8},
+		Answered: openLoopSummary{Samples: 8, P50: msec(910), P95: msec(1120), P99: msec(1200)},
+		Settled:  openLoopSummary{Samples: 8, P50: msec(1310), P95: msec(1620), P99: msec(1700)}}
 }
 
 // fullBench is a full run on two CPUs split between the control plane
@@ -300,7 +312,10 @@ func smokeBench() *bench {
 		Latency: []*latencyResult{{State: "only this run's actions stored", MaxThroughput: 41.3, MaxAt: 4, Load: 0.5, Rate: 20.65,
 			Offered: 62, Samples: 55, P50: msec(21), P95: msec(60.4), P99: msec(270.9), Achieved: 20.1}},
 		Memory: []memoryStep{{Present: 100, Created: 100, CreateTime: msec(1500), SettleTime: msec(3100), HeapLive: 3.2e6, HeapInuse: 5e6, RSS: 30e6}},
-		Wall:   3*time.Minute + 12*time.Second, SetupTime: msec(8100),
+		Costly: &costlyResult{Healthy: 4, Hostile: 2, Items: 1000, PayloadBytes: 4898, ToolReady: "Ready=False UnsupportedSchema: …",
+			Quiet: openLoopSummary{Samples: 4, P50: msec(20), P95: msec(30), P99: msec(30)}, Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
+			Created: 2, Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)}},
+		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
 }
@@ -318,6 +333,7 @@ func verdictsBench() *bench {
 	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})
 	r.Levels[0].Ceiling3 = scaled(r.Levels[0].Ceiling3, 1.3)
 	r.SweepPlanes, r.OtherLoad, r.Failures, r.Limiter, r.SizesSDK = nil, nil, nil, nil, objectSizes{}
+	r.Costly.Beside.P99 = msec(130.2)
 	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true),
 		TombstoneRequestsPerAction: 1.04, TombstoneGetsPerAction: 1.04}
 	// etcd not read, the sweep slower than its rate and slower live, the

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// costlyResult is section 9: a healthy tenant's actions timed alone, then
+// while another tenant holds actions in play whose parameters are the
+// worst case of a quadratic uniqueItems check, on a Tool whose schema asks
+// for it.
+type costlyResult struct {
+	// Healthy is the healthy actions timed in each run, one after another;
+	// Hostile the hostile actions created at once before the second run,
+	// which starts once the API server has stored them all, and kept until
+	// it ends, each of Items distinct numbers (PayloadBytes encoded).
+	Healthy, Hostile, Items, PayloadBytes int
+	// ToolReady is the hostile Tool's Ready condition: reason and message.
+	ToolReady     string
+	Quiet, Beside openLoopSummary
+	// Created is how many hostile actions settled, Reasons how they ended
+	// (by phase and error reason); Answered is from sending each create to
+	// the API server's answer, Settled to Failed (or Succeeded).
+	Created           int
+	Reasons           map[string]int
+	Answered, Settled openLoopSummary
+}
+
+// onlyCostlySchema is the -only value that runs costlySchema alone.
+const onlyCostlySchema = "costly-schema"
+
+// costlySchema times a healthy tenant's create→Succeeded, quietly and
+// while a hostile tenant's Hostile actions of a uniqueItems payload are in
+// play (stored, and reconciled or refused), on the running control plane
+// with the shipped manager.
+func (b *bench) costlySchema(ctx context.Context) error {
+	s := b.settings
+	res := &costlyResult{Healthy: s.CostlyHealthy, Hostile: s.CostlyHostile, Items: s.CostlyItems, Reasons: map[string]int{}}
+	b.results.Costly = res
+	if err := b.useManager(ctx, b.baseline().manager()); err != nil {
+		return err
+	}
+	healthyNS, hostileNS := "costly-healthy", "costly-hostile"
+	if err := b.c.namespace(ctx, b.fastTool(healthyNS)); err != nil {
+		return err
+	}
+	hostileTool := b.fastTool(hostileNS)
+	hostileTool.Spec.ParametersSchema = &apiextensionsv1.JSON{Raw: []byte(
+		`{"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "number"}, "uniqueItems": true}}}`)}
+	if err := b.c.namespace(ctx, hostileTool); err != nil {
+		return err
+	}
+	var err error
+	if res.ToolReady, err = b.toolReady(ctx, hostileNS); err != nil {
+		return err
+	}
+	numbers := make([]string, s.CostlyItems)
+	for i := range numbers {
+		numbers[i] = strconv.Itoa(i)
+	}
+	payload := map[string]apiextensionsv1.JSON{"ids": {Raw: []byte("[" + strings.Join(numbers, ",") + "]")}}
+	res.PayloadBytes = len(`{"ids":}`) + len(payload["ids"].Raw)
+
+	timed := func(run string, n int) (openLoopSummary, error) {
+		var latencies []time.Duration
+		errs, first := 0, error(nil)
+		for i := range n {
+			began := time.Now()
+			if _, err := invokeSucceeded(ctx, b.sdk, request(healthyNS, fmt.Sprintf("%s-%04d", run, i), i+1)); err != nil {
+				errs++
+				first = cmpErr(first, err)
+				continue
+			}
+			latencies = append(latencies, time.Since(began))
+		}
+		if ctx.Err() != nil {
+			return openLoopSummary{}, ctx.Err()
+		}
+		if errs > 0 {
+			b.fail("costly schema: %d of the healthy tenant's %d actions (%s) did not succeed, first: %v", errs, n, run, first)
+		}
+		sum := summarize(latencies)
+		sum.Errors = errs
+		return sum, nil
+	}
+	// The first actions of a namespace warm the SDK's watch and the caches.
+	if _, err := timed("warm", min(5, s.CostlyHealthy)); err != nil {
+		return err
+	}
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
+	}
+	if res.Quiet, err = timed("quiet", s.CostlyHealthy); err != nil {
+		return err
+	}
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
+	}
+
+	hostile, err := b.startHostile(ctx, hostileNS, payload, s.CostlyHostile)
+	if err != nil {
+		return err
+	}
+	// Timed from when the API server has stored them all: its own cost of
+	// taking in a large object is every tenant's, with or without
+	// toolledger, and is reported apart (Answered).
+	hostile.waitStored()
+	res.Beside, err = timed("beside", s.CostlyHealthy)
+	settled, stopErr := hostile.stop(ctx)
+	if err := errors.Join(err, stopErr); err != nil {
+		return err
+	}
+	res.Created = len(settled)
+	var answered, took []time.Duration
+	for _, o := range settled {
+		res.Reasons[o.reason]++
+		answered, took = append(answered, o.created), append(took, o.took)
+	}
+	res.Answered, res.Settled = summarize(answered), summarize(took)
+	if want := "Failed/InvalidToolContract"; res.Reasons[want] != res.Created {
+		b.fail("costly schema: of %d hostile actions, %d ended other than %s: %v", res.Created, res.Created-res.Reasons[want], want, res.Reasons)
+	}
+	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; p50 %s ms, p99 %s ms beside %d hostile actions (%d numbers, %d bytes each; ended %v; create answered p50 %s ms, p99 %s ms; settled p50 %s ms, p99 %s ms after the create was sent); the hostile Tool: %s",
+		ms(res.Quiet.P50), ms(res.Quiet.P99), ms(res.Beside.P50), ms(res.Beside.P99), res.Hostile, res.Items, res.PayloadBytes,
+		res.Reasons, ms(res.Answered.P50), ms(res.Answered.P99), ms(res.Settled.P50), ms(res.Settled.P99), res.ToolReady)
+	return b.waitQuiet(ctx)
+}
+
+// summarize is the percentiles of durations.
+func summarize(d []time.Duration) openLoopSummary {
+	return openLoopSummary{Samples: len(d), P50: percentile(d, 50), P95: percentile(d, 95), P99: percentile(d, 99)}
+}
+
+// cmpErr keeps the first error.
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// toolReady waits until the controller has checked the namespace's tool
+// and returns its Ready condition's reason and message.
+func (b *bench) toolReady(ctx context.Context, namespace string) (string, error) {
+	for deadline := time.Now().Add(time.Minute); ; {
+		var tool v1alpha1.Tool
+		if err := b.c.k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: toolName}, &tool); err != nil {
+			return "", err
+		}
+		if c := meta.FindStatusCondition(tool.Status.Conditions, v1alpha1.ConditionToolReady); c != nil && c.ObservedGeneration == tool.Generation {
+			return fmt.Sprintf("Ready=%s %s: %s", c.Status, c.Reason, c.Message), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("tool %s/%s was not checked within a minute", namespace, toolName)
+		}
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+}
+
+// hostileTenant holds another tenant's actions in play: all created at
+// once, kept while the healthy tenant is timed, deleted when stopped.
+type hostileTenant struct {
+	c         client.Client
+	namespace string
+	w         watch.Interface
+	creates   sync.WaitGroup
+	names     []string
+
+	mu        sync.Mutex
+	began     map[string]time.Time
+	created   map[string]time.Duration
+	settled   map[string]hostileOutcome
+	createErr error
+}
+
+// hostileOutcome is how one hostile action ended: its phase and reason,
+// and how long after its create was sent the API server answered it
+// (created) and the action settled (took).
+type hostileOutcome struct {
+	reason        string
+	created, took time.Duration
+}
+
+// startHostile starts creating n actions with parameters in namespace, at
+// once, and returns without waiting for them.
+func (b *bench) startHostile(ctx context.Context, namespace string, parameters map[string]apiextensionsv1.JSON, n int) (*hostileTenant, error) {
+	watcher, err := client.NewWithWatch(b.c.cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	w, err := watcher.Watch(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(namespace))
+	if err != nil {
+		return nil, fmt.Errorf("cannot watch the hostile tenant's actions: %w", err)
+	}
+	h := &hostileTenant{c: b.c.k8s, namespace: namespace, w: w,
+		began: map[string]time.Time{}, created: map[string]time.Duration{}, settled: map[string]hostileOutcome{}}
+	go h.follow()
+	for i := range n {
+		name := fmt.Sprintf("hostile-%02d", i)
+		h.names = append(h.names, name)
+		h.creates.Add(1)
+		go func() {
+			defer h.creates.Done()
+			action := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+				Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: toolName}, Parameters: parameters}}
+			began := time.Now()
+			h.mu.Lock()
+			h.began[name] = began
+			h.mu.Unlock()
+			err := h.c.Create(ctx, action)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.created[name] = time.Since(began)
+			if err != nil {
+				h.createErr = cmpErr(h.createErr, fmt.Errorf("cannot create hostile action %s: %w", name, err))
+			}
+		}()
+	}
+	return h, nil
+}
+
+// waitStored waits until the API server has answered every create.
+func (h *hostileTenant) waitStored() { h.creates.Wait() }
+
+// follow records when and how each action settles.
+func (h *hostileTenant) follow() {
+	for event := range h.w.ResultChan() {
+		a, ok := event.Object.(*v1alpha1.ToolAction)
+		if !ok || (a.Status.Phase != v1alpha1.PhaseFailed && a.Status.Phase != v1alpha1.PhaseSucceeded) {
+			continue
+		}
+		reason := string(a.Status.Phase)
+		if a.Status.Error != nil {
+			reason += "/" + a.Status.Error.Reason
+		}
+		h.mu.Lock()
+		if began, ok := h.began[a.Name]; ok {
+			if _, seen := h.settled[a.Name]; !seen {
+				h.settled[a.Name] = hostileOutcome{reason: reason, took: time.Since(began)}
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// stop waits (up to five minutes) until every action settled, deletes
+// them, and returns how they ended.
+func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
+	h.waitStored()
+	defer h.w.Stop()
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		h.mu.Lock()
+		settled, createErr := len(h.settled), h.createErr
+		h.mu.Unlock()
+		if createErr != nil {
+			return nil, createErr
+		}
+		if settled == len(h.names) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of the %d hostile actions settled within 5 minutes", settled, len(h.names))
+		}
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]hostileOutcome, 0, len(h.names))
+	for _, name := range h.names {
+		h.mu.Lock()
+		outcome := h.settled[name]
+		outcome.created = h.created[name]
+		out = append(out, outcome)
+		h.mu.Unlock()
+		action := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}}
+		if err := h.c.Delete(ctx, action); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("cannot delete hostile action %s: %w", name, err)
+		}
+	}
+	return out, nil
+}
+
+// costlyView is section 9: the healthy tenant's latency beside the
+// hostile one's against alone.
+type costlyView struct {
+	Result *costlyResult
+	// P50Ratio and P99Ratio are beside ÷ quiet.
+	P50Ratio, P99Ratio float64
+	Mark               string
+	Reasons            []keyCount
+}
+
+func costlyFigures(c *costlyResult, smoke bool) *costlyView {
+	if c == nil {
+		return nil
+	}
+	v := &costlyView{Result: c,
+		P50Ratio: durRatio(c.Beside.P50, c.Quiet.P50),
+		P99Ratio: durRatio(c.Beside.P99, c.Quiet.P99),
+	}
+	if !smoke {
+		v.Mark = mark(v.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
+	}
+	v.Reasons = sortedCounts(c.Reasons)
+	return v
+}
