@@ -30,6 +30,11 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 // nil, in a slot reserved before the claim: an action that must wait for
 // one is parked unclaimed, so that no lease runs while it waits.
 func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
+	// A tool whose schema cannot be used refuses the action before its
+	// parameters, up to 1 MiB, are read and written back with the refusal.
+	if _, err := toolContract(tool.tool); err != nil {
+		return r.rejectIfInvalid(ctx, action, tool.tool, err)
+	}
 	action, err := r.withParameters(ctx, action)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -12,6 +12,18 @@ import (
 // verifyRequest computes the request digest and checks it against the
 // client's and, on a retry, against the one recorded at the first attempt. It
 // returns the digest and the parameters to send.
+// toolContract is the tool's compiled parameters schema, or the
+// *invalidError that refuses every action of a tool whose schema cannot be
+// used. It needs no parameters, so a refusal never reads them.
+func toolContract(tool *v1alpha1.Tool) (*catalog.Schema, error) {
+	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
+	if err != nil {
+		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,
+			message: fmt.Sprintf("tool %q: %v", tool.Name, err)}
+	}
+	return schema, nil
+}
+
 func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, json.RawMessage, error) {
 	parameters, err := catalog.Parameters(action.Spec.Parameters)
 	if err != nil {
@@ -21,10 +33,9 @@ func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, js
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
 			message: fmt.Sprintf("spec.parameters is %d bytes encoded, over the limit of %d bytes (1 MiB)", len(parameters), v1alpha1.MaxParametersBytes)}
 	}
-	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
+	schema, err := toolContract(tool)
 	if err != nil {
-		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,
-			message: fmt.Sprintf("tool %q: %v", tool.Name, err)}
+		return "", nil, err
 	}
 	if err := schema.Validate(parameters); err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
