@@ -48,16 +48,7 @@ func Compute(r Request) (string, error) {
 		return "", fmt.Errorf("cannot canonicalize parameters: %w", err)
 	}
 	r.Parameters = params
-	envelope, err := json.Marshal(r)
-	if err != nil {
-		return "", fmt.Errorf("cannot encode digest input: %w", err)
-	}
-	canonical, err := Canonicalize(envelope)
-	if err != nil {
-		return "", fmt.Errorf("cannot canonicalize digest input: %w", err)
-	}
-	sum := sha256.Sum256(canonical)
-	return Prefix + hex.EncodeToString(sum[:]), nil
+	return Of(r)
 }
 
 // Of returns "sha256:" and the hex SHA-256 of the canonical JSON of v, for

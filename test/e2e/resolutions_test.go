@@ -53,33 +53,13 @@ func staleResolutions(s *suite, sc *run) error {
 	}
 	defer d.proc.stop(5 * time.Second)
 
-	var (
-		outcomes, injected tally
-		wg                 sync.WaitGroup
-		mu                 sync.Mutex
-		errs               []error
-	)
-	sem := make(chan struct{}, resolutionParallel)
-	for i := range max(s.trials*2/5, 20) {
-		if s.ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := s.staleResolutionTrial(sc, d, s.rngFor(sc.name, i), &outcomes, &injected); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	var outcomes, injected tally
+	err = s.parallelTrialsOf(sc, max(s.trials*2/5, 20), resolutionParallel, func(_ int, rng *rand.Rand) error {
+		return s.staleResolutionTrial(sc, d, rng, &outcomes, &injected)
+	})
 	verifyErr := s.verify(sc)
 	sc.row.Notes = append(sc.row.Notes, "resolver A's stale findings: "+outcomes.String(), "faults injected: "+injected.String(), s.paths(sc))
-	return errors.Join(append(errs, verifyErr)...)
+	return errors.Join(err, verifyErr)
 }
 
 func (s *suite) staleResolutionTrial(sc *run, d *downstream, rng *rand.Rand, outcomes, injected *tally) error {

@@ -270,13 +270,18 @@ func intents(tr *trial, rng *rand.Rand, prefix string, n int) []string {
 // parallelTrials runs s.trials trials of fn, parallel at a time, each with
 // its own randomness.
 func (s *suite) parallelTrials(sc *run, parallel int, fn func(i int, rng *rand.Rand) error) error {
+	return s.parallelTrialsOf(sc, s.trials, parallel, fn)
+}
+
+// parallelTrialsOf is parallelTrials for n trials.
+func (s *suite) parallelTrialsOf(sc *run, n, parallel int, fn func(i int, rng *rand.Rand) error) error {
 	sem := make(chan struct{}, parallel)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	for i := range s.trials {
+	for i := range n {
 		if s.ctx.Err() != nil {
 			break
 		}
@@ -290,7 +295,7 @@ func (s *suite) parallelTrials(sc *run, parallel int, fn func(i int, rng *rand.R
 			}
 		})
 		if (i+1)%10 == 0 {
-			s.logf("%s: %d/%d trials started", sc.name, i+1, s.trials)
+			s.logf("%s: %d/%d trials started", sc.name, i+1, n)
 		}
 	}
 	wg.Wait()
