@@ -32,14 +32,15 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
 	// A tool whose schema cannot be used refuses the action before its
 	// parameters, up to 1 MiB, are read and written back with the refusal.
-	if _, err := toolContract(tool.tool); err != nil {
+	schema, err := toolContract(tool.tool)
+	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}
-	action, err := r.withParameters(ctx, action)
+	action, err = r.withParameters(ctx, action)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	requestDigest, parameters, err := verifyRequest(action, tool.tool)
+	requestDigest, parameters, err := verifyRequest(action, tool.tool, schema)
 	if err != nil {
 		return r.rejectIfInvalid(ctx, action, tool.tool, err)
 	}

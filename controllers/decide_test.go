@@ -409,8 +409,12 @@ func TestVerifyRequest(t *testing.T) {
 			a.Spec.Parameters = p
 		}
 	}
+	schema, err := toolContract(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	valid := newAction("", withParameters(`{"amount": 1200}`))
-	digest, _, err := verifyRequest(valid, tool)
+	digest, _, err := verifyRequest(valid, tool, schema)
 	if err != nil {
 		t.Fatalf("verifyRequest of a valid request: %v", err)
 	}
@@ -431,7 +435,7 @@ func TestVerifyRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, _, err := verifyRequest(tt.action, tool)
+			_, _, err := verifyRequest(tt.action, tool, schema)
 			var got *invalidError
 			if err != nil && !errors.As(err, &got) {
 				t.Fatalf("verifyRequest returned %T %v, want an *invalidError", err, err)

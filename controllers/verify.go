@@ -9,9 +9,6 @@ import (
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
-// verifyRequest computes the request digest and checks it against the
-// client's and, on a retry, against the one recorded at the first attempt. It
-// returns the digest and the parameters to send.
 // toolContract is the tool's compiled parameters schema, or the
 // *invalidError that refuses every action of a tool whose schema cannot be
 // used. It needs no parameters, so a refusal never reads them.
@@ -24,7 +21,11 @@ func toolContract(tool *v1alpha1.Tool) (*catalog.Schema, error) {
 	return schema, nil
 }
 
-func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, json.RawMessage, error) {
+// verifyRequest checks the parameters against the tool's compiled schema,
+// computes the request digest and checks it against the client's and, on a
+// retry, against the one recorded at the first attempt. It returns the
+// digest and the parameters to send.
+func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool, schema *catalog.Schema) (string, json.RawMessage, error) {
 	parameters, err := catalog.Parameters(action.Spec.Parameters)
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
@@ -32,10 +33,6 @@ func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (string, js
 	if len(parameters) > v1alpha1.MaxParametersBytes {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters,
 			message: fmt.Sprintf("spec.parameters is %d bytes encoded, over the limit of %d bytes (1 MiB)", len(parameters), v1alpha1.MaxParametersBytes)}
-	}
-	schema, err := toolContract(tool)
-	if err != nil {
-		return "", nil, err
 	}
 	if err := schema.Validate(parameters); err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -52,9 +52,8 @@ type Reviewer struct {
 
 	accepted *Cache[answer]
 	refused  *Cache[answer]
-
-	mu       sync.Mutex
-	inFlight map[string]*pending
+	// inFlight shares one TokenReview among the requests of one token.
+	inFlight singleflight.Group
 }
 
 // answer is a review's outcome and until when it is trusted.
@@ -62,12 +61,6 @@ type answer struct {
 	user    authenticationv1.UserInfo
 	err     error
 	expires time.Time
-}
-
-// pending is a review in flight, which requests of the same token await.
-type pending struct {
-	done   chan struct{}
-	answer answer
 }
 
 // NewReviewer returns a Reviewer of tokens for audience, asking with kube,
@@ -79,7 +72,6 @@ func NewReviewer(kube client.Client, audience string, now func() time.Time) *Rev
 	return &Reviewer{
 		kube: kube, audience: audience, now: now,
 		accepted: NewCache[answer](maxAccepted), refused: NewCache[answer](maxRefused),
-		inFlight: map[string]*pending{},
 	}
 }
 
@@ -121,42 +113,32 @@ func (r *Reviewer) cached(key string) (answer, bool) {
 // The error is the failure to ask (nothing is kept then); a refusal is an
 // answer.
 func (r *Reviewer) ask(ctx context.Context, key, token string) (answer, error) {
-	r.mu.Lock()
-	p, waiting := r.inFlight[key]
-	if !waiting {
-		p = &pending{done: make(chan struct{})}
-		r.inFlight[key] = p
-	}
-	r.mu.Unlock()
-	if waiting {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return answer{}, fmt.Errorf("cannot review the token: %w", context.Cause(ctx))
+	flight := r.inFlight.DoChan(key, func() (any, error) { return r.review(ctx, key, token) })
+	select {
+	case result := <-flight:
+		if result.Err != nil {
+			return answer{}, result.Err
 		}
-		if p.answer.expires.IsZero() {
-			return answer{}, errors.New("cannot review the token: the review it waited for failed")
-		}
-		return p.answer, nil
+		return result.Val.(answer), nil
+	case <-ctx.Done():
+		return answer{}, fmt.Errorf("cannot review the token: %w", context.Cause(ctx))
 	}
-	defer func() {
-		r.mu.Lock()
-		delete(r.inFlight, key)
-		r.mu.Unlock()
-		close(p.done)
-	}()
+}
+
+// review asks the API server and keeps its answer.
+func (r *Reviewer) review(ctx context.Context, key, token string) (answer, error) {
 	user, err := Review(ctx, r.kube, r.audience, token)
 	switch {
 	case err == nil:
-		p.answer = answer{user: user, expires: r.now().Add(ReviewTTL)}
-		r.accepted.Put(key, p.answer)
+		a := answer{user: user, expires: r.now().Add(ReviewTTL)}
+		r.accepted.Put(key, a)
+		return a, nil
 	case errors.Is(err, ErrUnauthenticated):
-		p.answer = answer{err: err, expires: r.now().Add(RefusalTTL)}
-		r.refused.Put(key, p.answer)
-	default:
-		return answer{}, err
+		a := answer{err: err, expires: r.now().Add(RefusalTTL)}
+		r.refused.Put(key, a)
+		return a, nil
 	}
-	return p.answer, nil
+	return answer{}, err
 }
 
 // tokenKey is what the caches know a token by.

@@ -9,30 +9,20 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/toolledger/toolledger/internal/identity"
+	"github.com/toolledger/toolledger/internal/identity/identitytest"
 )
 
 // A token the API server authenticates as a member of system:masters is
 // answered 403, naming why: the console does not act for that user.
 func TestPrivilegedUsersAreRefused(t *testing.T) {
 	masters := authenticationv1.UserInfo{Username: "kube-admin", Groups: []string{"system:masters", "system:authenticated"}}
-	kube := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
-		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
-			review := obj.(*authenticationv1.TokenReview)
-			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: masters, Audiences: review.Spec.Audiences}
-			return nil
-		},
-	}).Build()
 	// The cluster mode asks the API server nothing until a request comes.
 	s, err := New(context.Background(), Options{Config: &rest.Config{Host: "https://127.0.0.1:1"}, Audience: "console"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.reviewer = identity.NewReviewer(kube, "console", nil)
+	s.reviewer = identitytest.ReviewerAs("console", masters)
 
 	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, "/queue", nil)
 	req.Header.Set("Authorization", "Bearer admin.token")
