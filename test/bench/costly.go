@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 // costlyResult is section 9: a healthy tenant's actions timed alone, then
@@ -40,6 +42,16 @@ type costlyResult struct {
 	Created           int
 	Reasons           map[string]int
 	Answered, Settled openLoopSummary
+	// Refusing is from when the API server had stored every hostile
+	// action until the last one settled; Overlapping is how many of the
+	// healthy actions timed beside them began within that time.
+	Refusing    time.Duration
+	Overlapping int
+	// BesideCreate is how long the API server took to answer the healthy
+	// actions' creates beside the hostile ones; Slowest is the slowest of
+	// those actions, create→Succeeded, and SlowestCreate its create.
+	BesideCreate           openLoopSummary
+	Slowest, SlowestCreate time.Duration
 }
 
 // onlyCostlySchema is the -only value that runs costlySchema alone.
@@ -77,17 +89,33 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	payload := map[string]apiextensionsv1.JSON{"ids": {Raw: []byte("[" + strings.Join(numbers, ",") + "]")}}
 	res.PayloadBytes = len(`{"ids":}`) + len(payload["ids"].Raw)
 
+	// The healthy tenant's client times each of its creates, to tell the
+	// API server's wait from the controller's.
+	var lastCreate atomic.Int64
+	healthy, err := sdk.NewClient(createTimingConfig(b.c.cfg, &lastCreate))
+	if err != nil {
+		return err
+	}
+	var began, creates []time.Duration
+	var start time.Time
 	timed := func(run string, n int) (openLoopSummary, error) {
 		var latencies []time.Duration
+		began, creates, start = nil, nil, time.Now()
 		errs, first := 0, error(nil)
 		for i := range n {
-			began := time.Now()
-			if _, err := invokeSucceeded(ctx, b.sdk, request(healthyNS, fmt.Sprintf("%s-%04d", run, i), i+1)); err != nil {
+			at := time.Now()
+			lastCreate.Store(0)
+			if _, err := invokeSucceeded(ctx, healthy, request(healthyNS, fmt.Sprintf("%s-%04d", run, i), i+1)); err != nil {
 				errs++
 				first = cmpErr(first, err)
 				continue
 			}
-			latencies = append(latencies, time.Since(began))
+			took := time.Since(at)
+			latencies = append(latencies, took)
+			began, creates = append(began, at.Sub(start)), append(creates, time.Duration(lastCreate.Load()))
+			if took > res.Slowest {
+				res.Slowest, res.SlowestCreate = took, time.Duration(lastCreate.Load())
+			}
 		}
 		if ctx.Err() != nil {
 			return openLoopSummary{}, ctx.Err()
@@ -109,6 +137,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	if res.Quiet, err = timed("quiet", s.CostlyHealthy); err != nil {
 		return err
 	}
+	res.Slowest, res.SlowestCreate = 0, 0
 	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
@@ -122,6 +151,8 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	// toolledger, and is reported apart (Answered).
 	hostile.waitStored()
 	res.Beside, err = timed("beside", s.CostlyHealthy)
+	besideBegan, besideStart := began, start
+	res.BesideCreate = summarize(creates)
 	settled, stopErr := hostile.stop(ctx)
 	if err := errors.Join(err, stopErr); err != nil {
 		return err
@@ -133,12 +164,19 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		answered, took = append(answered, o.created), append(took, o.took)
 	}
 	res.Answered, res.Settled = summarize(answered), summarize(took)
+	res.Refusing = max(0, hostile.lastSettled().Sub(besideStart))
+	for _, at := range besideBegan {
+		if at < res.Refusing {
+			res.Overlapping++
+		}
+	}
 	if want := "Failed/InvalidToolContract"; res.Reasons[want] != res.Created {
 		b.fail("costly schema: of %d hostile actions, %d ended other than %s: %v", res.Created, res.Created-res.Reasons[want], want, res.Reasons)
 	}
-	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; p50 %s ms, p99 %s ms beside %d hostile actions (%d numbers, %d bytes each; ended %v; create answered p50 %s ms, p99 %s ms; settled p50 %s ms, p99 %s ms after the create was sent); the hostile Tool: %s",
+	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; p50 %s ms, p99 %s ms beside %d hostile actions (%d numbers, %d bytes each; ended %v; create answered p50 %s ms, p99 %s ms; settled p50 %s ms, p99 %s ms after the create was sent); the last settled %s ms after all were stored, while %d healthy actions began; the slowest healthy action took %s ms, its create %s ms (creates beside: p50 %s ms, p99 %s ms); the hostile Tool: %s",
 		ms(res.Quiet.P50), ms(res.Quiet.P99), ms(res.Beside.P50), ms(res.Beside.P99), res.Hostile, res.Items, res.PayloadBytes,
-		res.Reasons, ms(res.Answered.P50), ms(res.Answered.P99), ms(res.Settled.P50), ms(res.Settled.P99), res.ToolReady)
+		res.Reasons, ms(res.Answered.P50), ms(res.Answered.P99), ms(res.Settled.P50), ms(res.Settled.P99),
+		ms(res.Refusing), res.Overlapping, ms(res.Slowest), ms(res.SlowestCreate), ms(res.BesideCreate.P50), ms(res.BesideCreate.P99), res.ToolReady)
 	return b.waitQuiet(ctx)
 }
 
@@ -185,6 +223,7 @@ type hostileTenant struct {
 	names     []string
 
 	mu        sync.Mutex
+	last      time.Time
 	began     map[string]time.Time
 	created   map[string]time.Duration
 	settled   map[string]hostileOutcome
@@ -237,6 +276,13 @@ func (b *bench) startHostile(ctx context.Context, namespace string, parameters m
 	return h, nil
 }
 
+// lastSettled is when the last action seen to settle settled.
+func (h *hostileTenant) lastSettled() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
 // waitStored waits until the API server has answered every create.
 func (h *hostileTenant) waitStored() { h.creates.Wait() }
 
@@ -255,6 +301,7 @@ func (h *hostileTenant) follow() {
 		if began, ok := h.began[a.Name]; ok {
 			if _, seen := h.settled[a.Name]; !seen {
 				h.settled[a.Name] = hostileOutcome{reason: reason, took: time.Since(began)}
+				h.last = time.Now()
 			}
 		}
 		h.mu.Unlock()

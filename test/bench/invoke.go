@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -145,4 +148,41 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 		return fmt.Errorf("toolaction %s/%s settled as %q", namespace, key, action.Status.Phase)
 	}
 	return nil
+}
+
+// createTimingTransport stores in last how long the latest create of a
+// ToolAction (the SDK's apply) took to be answered, in nanoseconds.
+type createTimingTransport struct {
+	next http.RoundTripper
+	last *atomic.Int64
+}
+
+func (t createTimingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !isActionWrite(r) {
+		return t.next.RoundTrip(r)
+	}
+	began := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	t.last.Store(int64(time.Since(began)))
+	return resp, err
+}
+
+// isActionWrite is whether r creates or applies a ToolAction, its status
+// aside.
+func isActionWrite(r *http.Request) bool {
+	if r.Method != http.MethodPost && r.Method != http.MethodPatch {
+		return false
+	}
+	dir, _ := path.Split(r.URL.Path)
+	return strings.HasSuffix(r.URL.Path, "/toolactions") || strings.HasSuffix(dir, "/toolactions/")
+}
+
+// createTimingConfig copies cfg with the answer to each ToolAction create
+// timed into last.
+func createTimingConfig(cfg *rest.Config, last *atomic.Int64) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return createTimingTransport{next: rt, last: last}
+	}
+	return out
 }

@@ -291,7 +291,9 @@ func fullCostly() *costlyResult {
 		Beside:    openLoopSummary{Samples: 40, P50: msec(24.8), P95: msec(48.1), P99: msec(55.3)},
 		Created:   8, Reasons: map[string]int{"Failed/InvalidToolContract": 8},
 		Answered: openLoopSummary{Samples: 8, P50: msec(910), P95: msec(1120), P99: msec(1200)},
-		Settled:  openLoopSummary{Samples: 8, P50: msec(1310), P95: msec(1620), P99: msec(1700)}}
+		Settled:  openLoopSummary{Samples: 8, P50: msec(1310), P95: msec(1620), P99: msec(1700)},
+		Refusing: msec(40.2), Overlapping: 1, Slowest: msec(55.3), SlowestCreate: msec(6.1),
+		BesideCreate: openLoopSummary{Samples: 40, P50: msec(3.9), P95: msec(5.2), P99: msec(6.1)}}
 }
 
 // fullBench is a full run on two CPUs split between the control plane
@@ -314,7 +316,8 @@ func smokeBench() *bench {
 		Memory: []memoryStep{{Present: 100, Created: 100, CreateTime: msec(1500), SettleTime: msec(3100), HeapLive: 3.2e6, HeapInuse: 5e6, RSS: 30e6}},
 		Costly: &costlyResult{Healthy: 4, Hostile: 2, Items: 1000, PayloadBytes: 4898, ToolReady: "Ready=False UnsupportedSchema: …",
 			Quiet: openLoopSummary{Samples: 4, P50: msec(20), P95: msec(30), P99: msec(30)}, Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
-			Created: 2, Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)}},
+			Created: 2, Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
+			Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}},
 		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
