@@ -89,9 +89,12 @@ type ToolActionSpec struct {
 	ToolRef ToolReference `json:"toolRef"`
 
 	// parameters is the JSON object sent to the tool, 1 MiB at most when
-	// encoded (a larger one fails the action, InvalidParameters). It is a map
-	// of members rather than one schemaless object so that the immutability
-	// rule compares every member, renamed ones included.
+	// encoded (a larger one fails the action, InvalidParameters). Where the
+	// parameters admission policy is installed, the API server also refuses
+	// more than 10000 values (objects, arrays and their members counted) or
+	// nesting deeper than 8 levels; pass large data as one string. It is a
+	// map of members rather than one schemaless object so that the
+	// immutability rule compares every member, renamed ones included.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=256
 	Parameters map[string]apiextensionsv1.JSON `json:"parameters,omitempty"`

@@ -49,6 +49,7 @@ type options struct {
 	admissionPolicy  string
 	guardPolicy      string
 	identityPolicy   string
+	parametersPolicy string
 	sampleTool       string
 	namespace        string
 	existingCluster  bool
@@ -65,6 +66,7 @@ func main() {
 	flag.StringVar(&opts.crdDir, "crds", filepath.Join("config", "crd", "bases"), "Directory of the CRDs to install.")
 	flag.StringVar(&opts.admissionPolicy, "admission-policy", filepath.Join("config", "admission", "outcome_finalizer_policy.yaml"), "MutatingAdmissionPolicy that sets the outcome finalizer at creation (manifests then cost 3 writes, not 4); empty installs none.")
 	flag.StringVar(&opts.guardPolicy, "guard-policy", filepath.Join("config", "admission", "tombstone_guard_policy.yaml"), "ValidatingAdmissionPolicies that refuse to anyone but the operator and the group "+testenv.BreakGlassGroup+" the removal of a dispatched action's finalizer, owners on actions, and tombstone writes (docs/admission.md); empty installs none.")
+	flag.StringVar(&opts.parametersPolicy, "parameters-policy", filepath.Join("config", "admission", "parameters_policy.yaml"), "ValidatingAdmissionPolicy that refuses a ToolAction whose parameters hold more than 10000 values or nest deeper than 8 levels, before the API server stores it (docs/admission.md); empty installs none.")
 	flag.StringVar(&opts.identityPolicy, "identity-policy", filepath.Join("config", "admission", "identity_policy.yaml"), "Admission policies that stamp the creating user on ToolActions, ToolApprovals and ToolResolutions and refuse it set by hand (docs/approvals.md); empty installs none, and then no approval can be applied.")
 	flag.StringVar(&opts.sampleTool, "sample-tool", filepath.Join("config", "samples", "toolledger_v1alpha1_tool.yaml"), "Tool manifest to apply; empty applies none.")
 	flag.StringVar(&opts.namespace, "namespace", "default", "Namespace (tenant) of the sample Tool.")
@@ -113,6 +115,13 @@ func run(opts options) error {
 			fmt.Fprintln(os.Stderr, "toolledger-dev: the guard policy is not installed:", err)
 		} else {
 			guarded = true
+		}
+	}
+	if opts.parametersPolicy != "" {
+		// Clusters before Kubernetes 1.30 do not serve the policy; only the
+		// controller's bound of 1 MiB applies there.
+		if err := testenv.ApplyFile(ctx, cfg, opts.parametersPolicy, "toolledger-dev"); err != nil {
+			fmt.Fprintln(os.Stderr, "toolledger-dev: the parameters policy is not installed:", err)
 		}
 	}
 	stamped := false

@@ -24,46 +24,60 @@ import (
 )
 
 // costlyResult is section 9: a healthy tenant's actions timed alone, then
-// while another tenant holds actions in play whose parameters are the
-// worst case of a quadratic uniqueItems check, on a Tool whose schema asks
-// for it.
+// while another tenant creates actions whose parameters are the worst case
+// of a quadratic uniqueItems check, on a Tool whose schema asks for it:
+// once with config/admission's parameters policy, as shipped, and once
+// without it.
 type costlyResult struct {
 	// Healthy is the healthy actions timed in each run, one after another;
-	// Hostile the hostile actions created at once before the second run,
-	// which starts once the API server has stored them all, and kept until
-	// it ends, each of Items distinct numbers (PayloadBytes encoded).
+	// Hostile the hostile actions created at once before each run beside
+	// them, which starts once the API server has answered them all, each of
+	// Items distinct numbers (PayloadBytes encoded).
 	Healthy, Hostile, Items, PayloadBytes int
 	// ToolReady is the hostile Tool's Ready condition: reason and message.
-	ToolReady     string
-	Quiet, Beside openLoopSummary
-	// Created is how many hostile actions settled, Reasons how they ended
-	// (by phase and error reason); Answered is from sending each create to
-	// the API server's answer, Settled to Failed (or Succeeded).
-	Created           int
+	ToolReady string
+	Quiet     openLoopSummary
+	// Refused is the run beside hostile actions that the parameters policy
+	// refuses at admission; Stored the run without the policy, where the
+	// API server stores them and the controller refuses them.
+	Refused, Stored hostileRun
+}
+
+// hostileRun is the healthy tenant's run beside one batch of hostile
+// actions, and how that batch ended.
+type hostileRun struct {
+	Beside openLoopSummary
+	// Reasons counts how the hostile actions ended (by phase and error
+	// reason, or the API server's refusal); Answered is from sending each
+	// create to the API server's answer, Settled to Failed or Succeeded.
 	Reasons           map[string]int
 	Answered, Settled openLoopSummary
-	// Refusing is from when the API server had stored every hostile
-	// action until the last one settled; Overlapping is how many of the
-	// healthy actions timed beside them began within that time.
+	// Refusing is from when the API server had answered every hostile
+	// create until the last stored one settled; Overlapping is how many of
+	// the healthy actions began within that time.
 	Refusing    time.Duration
 	Overlapping int
 	// BesideCreate is how long the API server took to answer the healthy
-	// actions' creates beside the hostile ones; Slowest is the slowest of
-	// those actions, create→Succeeded, and SlowestCreate its create.
+	// actions' creates; Slowest is the slowest of those actions,
+	// create→Succeeded, and SlowestCreate its create.
 	BesideCreate           openLoopSummary
 	Slowest, SlowestCreate time.Duration
 }
+
+// refusedAtAdmission is the Reasons key of a hostile create the API server
+// refused.
+const refusedAtAdmission = "refused at admission"
 
 // onlyCostlySchema is the -only value that runs costlySchema alone.
 const onlyCostlySchema = "costly-schema"
 
 // costlySchema times a healthy tenant's create→Succeeded, quietly and
-// while a hostile tenant's Hostile actions of a uniqueItems payload are in
-// play (stored, and reconciled or refused), on the running control plane
-// with the shipped manager.
+// while a hostile tenant's actions of a uniqueItems payload are refused at
+// admission, then while they are stored and refused by the controller, on
+// the running control plane with the shipped manager.
 func (b *bench) costlySchema(ctx context.Context) error {
 	s := b.settings
-	res := &costlyResult{Healthy: s.CostlyHealthy, Hostile: s.CostlyHostile, Items: s.CostlyItems, Reasons: map[string]int{}}
+	res := &costlyResult{Healthy: s.CostlyHealthy, Hostile: s.CostlyHostile, Items: s.CostlyItems}
 	b.results.Costly = res
 	if err := b.useManager(ctx, b.baseline().manager()); err != nil {
 		return err
@@ -96,88 +110,108 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var began, creates []time.Duration
-	var start time.Time
-	timed := func(run string, n int) (openLoopSummary, error) {
-		var latencies []time.Duration
-		began, creates, start = nil, nil, time.Now()
+	// timed invokes n healthy actions one after another, into run when
+	// given, and returns when each began after the first.
+	timed := func(name string, n int, run *hostileRun) (openLoopSummary, []time.Duration, error) {
+		var latencies, began, creates []time.Duration
+		start := time.Now()
 		errs, first := 0, error(nil)
 		for i := range n {
 			at := time.Now()
 			lastCreate.Store(0)
-			if _, err := invokeSucceeded(ctx, healthy, request(healthyNS, fmt.Sprintf("%s-%04d", run, i), i+1)); err != nil {
+			if _, err := invokeSucceeded(ctx, healthy, request(healthyNS, fmt.Sprintf("%s-%04d", name, i), i+1)); err != nil {
 				errs++
 				first = cmpErr(first, err)
 				continue
 			}
-			took := time.Since(at)
-			latencies = append(latencies, took)
-			began, creates = append(began, at.Sub(start)), append(creates, time.Duration(lastCreate.Load()))
-			if took > res.Slowest {
-				res.Slowest, res.SlowestCreate = took, time.Duration(lastCreate.Load())
+			took, create := time.Since(at), time.Duration(lastCreate.Load())
+			latencies, began, creates = append(latencies, took), append(began, at.Sub(start)), append(creates, create)
+			if run != nil && took > run.Slowest {
+				run.Slowest, run.SlowestCreate = took, create
 			}
 		}
 		if ctx.Err() != nil {
-			return openLoopSummary{}, ctx.Err()
+			return openLoopSummary{}, nil, ctx.Err()
 		}
 		if errs > 0 {
-			b.fail("costly schema: %d of the healthy tenant's %d actions (%s) did not succeed, first: %v", errs, n, run, first)
+			b.fail("costly schema: %d of the healthy tenant's %d actions (%s) did not succeed, first: %v", errs, n, name, first)
+		}
+		if run != nil {
+			run.BesideCreate = summarize(creates)
 		}
 		sum := summarize(latencies)
 		sum.Errors = errs
-		return sum, nil
+		return sum, began, nil
 	}
-	// The first actions of a namespace warm the SDK's watch and the caches.
-	if _, err := timed("warm", min(5, s.CostlyHealthy)); err != nil {
-		return err
-	}
-	if err := b.waitQuiet(ctx); err != nil {
-		return err
-	}
-	if res.Quiet, err = timed("quiet", s.CostlyHealthy); err != nil {
-		return err
-	}
-	res.Slowest, res.SlowestCreate = 0, 0
-	if err := b.waitQuiet(ctx); err != nil {
-		return err
+	// beside times the healthy tenant while a batch of hostile actions is
+	// created, from when the API server has answered every create: its own
+	// cost of decoding a large request is every tenant's, with or without
+	// toolledger, and is reported apart (Answered).
+	beside := func(name, want string, run *hostileRun) error {
+		hostile, err := b.startHostile(ctx, hostileNS, name, payload, s.CostlyHostile)
+		if err != nil {
+			return err
+		}
+		hostile.waitAnswered()
+		answeredAll := time.Now()
+		var began []time.Duration
+		run.Beside, began, err = timed(name, s.CostlyHealthy, run)
+		settled, stopErr := hostile.stop(ctx)
+		if err := errors.Join(err, stopErr); err != nil {
+			return err
+		}
+		run.Reasons = map[string]int{}
+		var answered, took []time.Duration
+		for _, o := range settled {
+			run.Reasons[o.reason]++
+			answered = append(answered, o.created)
+			if o.took > 0 {
+				took = append(took, o.took)
+			}
+		}
+		run.Answered, run.Settled = summarize(answered), summarize(took)
+		if last := hostile.lastSettled(); !last.IsZero() {
+			run.Refusing = max(0, last.Sub(answeredAll))
+		}
+		for _, at := range began {
+			if at < run.Refusing {
+				run.Overlapping++
+			}
+		}
+		if run.Reasons[want] != len(settled) {
+			b.fail("costly schema: of %d hostile actions, %d ended other than %s: %v", len(settled), len(settled)-run.Reasons[want], want, run.Reasons)
+		}
+		b.logf("costly schema, %s: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms beside %d hostile actions (%d numbers, %d bytes each; ended %v; create answered p50 %s ms, p99 %s ms; settled p50 %s ms, p99 %s ms after the create was sent; the last settled %s ms after all were answered, while %d healthy actions began); the slowest healthy action took %s ms, its create %s ms (creates beside: p50 %s ms, p99 %s ms)",
+			name, ms(run.Beside.P50), ms(run.Beside.P99), s.CostlyHostile, res.Items, res.PayloadBytes, run.Reasons,
+			ms(run.Answered.P50), ms(run.Answered.P99), ms(run.Settled.P50), ms(run.Settled.P99), ms(run.Refusing), run.Overlapping,
+			ms(run.Slowest), ms(run.SlowestCreate), ms(run.BesideCreate.P50), ms(run.BesideCreate.P99))
+		return b.waitQuiet(ctx)
 	}
 
-	hostile, err := b.startHostile(ctx, hostileNS, payload, s.CostlyHostile)
-	if err != nil {
+	// The first actions of a namespace warm the SDK's watch and the caches.
+	if _, _, err := timed("warm", min(5, s.CostlyHealthy), nil); err != nil {
 		return err
 	}
-	// Timed from when the API server has stored them all: its own cost of
-	// taking in a large object is every tenant's, with or without
-	// toolledger, and is reported apart (Answered).
-	hostile.waitStored()
-	res.Beside, err = timed("beside", s.CostlyHealthy)
-	besideBegan, besideStart := began, start
-	res.BesideCreate = summarize(creates)
-	settled, stopErr := hostile.stop(ctx)
-	if err := errors.Join(err, stopErr); err != nil {
+	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
-	res.Created = len(settled)
-	var answered, took []time.Duration
-	for _, o := range settled {
-		res.Reasons[o.reason]++
-		answered, took = append(answered, o.created), append(took, o.took)
+	if res.Quiet, _, err = timed("quiet", s.CostlyHealthy, nil); err != nil {
+		return err
 	}
-	res.Answered, res.Settled = summarize(answered), summarize(took)
-	res.Refusing = max(0, hostile.lastSettled().Sub(besideStart))
-	for _, at := range besideBegan {
-		if at < res.Refusing {
-			res.Overlapping++
-		}
+	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; the hostile Tool: %s", ms(res.Quiet.P50), ms(res.Quiet.P99), res.ToolReady)
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
 	}
-	if want := "Failed/InvalidToolContract"; res.Reasons[want] != res.Created {
-		b.fail("costly schema: of %d hostile actions, %d ended other than %s: %v", res.Created, res.Created-res.Reasons[want], want, res.Reasons)
+	if err := b.useParametersPolicy(ctx, hostileNS, payload, true); err != nil {
+		return err
 	}
-	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; p50 %s ms, p99 %s ms beside %d hostile actions (%d numbers, %d bytes each; ended %v; create answered p50 %s ms, p99 %s ms; settled p50 %s ms, p99 %s ms after the create was sent); the last settled %s ms after all were stored, while %d healthy actions began; the slowest healthy action took %s ms, its create %s ms (creates beside: p50 %s ms, p99 %s ms); the hostile Tool: %s",
-		ms(res.Quiet.P50), ms(res.Quiet.P99), ms(res.Beside.P50), ms(res.Beside.P99), res.Hostile, res.Items, res.PayloadBytes,
-		res.Reasons, ms(res.Answered.P50), ms(res.Answered.P99), ms(res.Settled.P50), ms(res.Settled.P99),
-		ms(res.Refusing), res.Overlapping, ms(res.Slowest), ms(res.SlowestCreate), ms(res.BesideCreate.P50), ms(res.BesideCreate.P99), res.ToolReady)
-	return b.waitQuiet(ctx)
+	if err := beside("refused", refusedAtAdmission, &res.Refused); err != nil {
+		return err
+	}
+	if err := b.useParametersPolicy(ctx, hostileNS, payload, false); err != nil {
+		return err
+	}
+	return beside("stored", "Failed/InvalidToolContract", &res.Stored)
 }
 
 // summarize is the percentiles of durations.
@@ -238,9 +272,9 @@ type hostileOutcome struct {
 	created, took time.Duration
 }
 
-// startHostile starts creating n actions with parameters in namespace, at
-// once, and returns without waiting for them.
-func (b *bench) startHostile(ctx context.Context, namespace string, parameters map[string]apiextensionsv1.JSON, n int) (*hostileTenant, error) {
+// startHostile starts creating n actions named after batch with parameters
+// in namespace, at once, and returns without waiting for them.
+func (b *bench) startHostile(ctx context.Context, namespace, batch string, parameters map[string]apiextensionsv1.JSON, n int) (*hostileTenant, error) {
 	watcher, err := client.NewWithWatch(b.c.cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		return nil, err
@@ -253,7 +287,7 @@ func (b *bench) startHostile(ctx context.Context, namespace string, parameters m
 		began: map[string]time.Time{}, created: map[string]time.Duration{}, settled: map[string]hostileOutcome{}}
 	go h.follow()
 	for i := range n {
-		name := fmt.Sprintf("hostile-%02d", i)
+		name := fmt.Sprintf("%s-%02d", batch, i)
 		h.names = append(h.names, name)
 		h.creates.Add(1)
 		go func() {
@@ -268,7 +302,10 @@ func (b *bench) startHostile(ctx context.Context, namespace string, parameters m
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.created[name] = time.Since(began)
-			if err != nil {
+			switch {
+			case apierrors.IsInvalid(err) || apierrors.IsForbidden(err):
+				h.settled[name] = hostileOutcome{reason: refusedAtAdmission}
+			case err != nil:
 				h.createErr = cmpErr(h.createErr, fmt.Errorf("cannot create hostile action %s: %w", name, err))
 			}
 		}()
@@ -276,15 +313,16 @@ func (b *bench) startHostile(ctx context.Context, namespace string, parameters m
 	return h, nil
 }
 
-// lastSettled is when the last action seen to settle settled.
+// lastSettled is when the last stored action seen to settle settled, zero
+// when none did.
 func (h *hostileTenant) lastSettled() time.Time {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.last
 }
 
-// waitStored waits until the API server has answered every create.
-func (h *hostileTenant) waitStored() { h.creates.Wait() }
+// waitAnswered waits until the API server has answered every create.
+func (h *hostileTenant) waitAnswered() { h.creates.Wait() }
 
 // follow records when and how each action settles.
 func (h *hostileTenant) follow() {
@@ -311,7 +349,7 @@ func (h *hostileTenant) follow() {
 // stop waits (up to five minutes) until every action settled, deletes
 // them, and returns how they ended.
 func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
-	h.waitStored()
+	h.waitAnswered()
 	defer h.w.Stop()
 	for deadline := time.Now().Add(5 * time.Minute); ; {
 		h.mu.Lock()
@@ -337,6 +375,9 @@ func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
 		outcome.created = h.created[name]
 		out = append(out, outcome)
 		h.mu.Unlock()
+		if outcome.reason == refusedAtAdmission {
+			continue
+		}
 		action := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: h.namespace, Name: name}}
 		if err := h.c.Delete(ctx, action); err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("cannot delete hostile action %s: %w", name, err)
@@ -345,13 +386,20 @@ func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
 	return out, nil
 }
 
-// costlyView is section 9: the healthy tenant's latency beside the
-// hostile one's against alone.
+// costlyView is section 9: the healthy tenant's latency beside each batch
+// of hostile actions against alone.
 type costlyView struct {
-	Result *costlyResult
-	// P50Ratio and P99Ratio are beside ÷ quiet.
+	Result          *costlyResult
+	Refused, Stored hostileView
+	// Mark judges the run as shipped, beside the refused batch.
+	Mark string
+}
+
+// hostileView is one run beside hostile actions: P50Ratio and P99Ratio
+// are beside ÷ alone.
+type hostileView struct {
+	Run                *hostileRun
 	P50Ratio, P99Ratio float64
-	Mark               string
 	Reasons            []keyCount
 }
 
@@ -359,13 +407,13 @@ func costlyFigures(c *costlyResult, smoke bool) *costlyView {
 	if c == nil {
 		return nil
 	}
-	v := &costlyView{Result: c,
-		P50Ratio: durRatio(c.Beside.P50, c.Quiet.P50),
-		P99Ratio: durRatio(c.Beside.P99, c.Quiet.P99),
+	view := func(run *hostileRun) hostileView {
+		return hostileView{Run: run, Reasons: sortedCounts(run.Reasons),
+			P50Ratio: durRatio(run.Beside.P50, c.Quiet.P50), P99Ratio: durRatio(run.Beside.P99, c.Quiet.P99)}
 	}
+	v := &costlyView{Result: c, Refused: view(&c.Refused), Stored: view(&c.Stored)}
 	if !smoke {
-		v.Mark = mark(v.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
+		v.Mark = mark(v.Refused.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
 	}
-	v.Reasons = sortedCounts(c.Reasons)
 	return v
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,6 +57,40 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 				return fmt.Errorf("cannot probe the admission policy: %w", err)
 			}
 			return errors.New("the API server did not take up the admission policy change within a minute")
+		}
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// useParametersPolicy installs or removes config/admission's parameters
+// policy and waits until the API server applies the change: a server-side
+// dry run of an action with parameters is refused, or is not.
+func (b *bench) useParametersPolicy(ctx context.Context, namespace string, parameters map[string]apiextensionsv1.JSON, on bool) error {
+	path := filepath.Join(b.root, "config", "admission", "parameters_policy.yaml")
+	var err error
+	if on {
+		err = testenv.ApplyFile(ctx, b.c.cfg, path, "toolledger-bench")
+	} else {
+		err = testenv.DeleteFile(ctx, b.c.cfg, path)
+	}
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		probe := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "probe"},
+			Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: toolName}, Parameters: parameters}}
+		err := b.c.k8s.Create(ctx, probe, client.DryRunAll)
+		refused := apierrors.IsInvalid(err)
+		if err != nil && !refused {
+			return fmt.Errorf("cannot probe the parameters policy: %w", err)
+		}
+		if refused == on {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the API server did not take up the parameters policy change within a minute")
 		}
 		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err

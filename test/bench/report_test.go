@@ -288,12 +288,19 @@ func fullCostly() *costlyResult {
 	return &costlyResult{Healthy: 40, Hostile: 8, Items: 150000, PayloadBytes: 938898,
 		ToolReady: `Ready=False UnsupportedSchema: spec.parametersSchema: parametersSchema.properties[ids]: "uniqueItems" is not supported: checking it takes time quadratic in the array's length, as a CRD schema refuses it too`,
 		Quiet:     openLoopSummary{Samples: 40, P50: msec(21.4), P95: msec(35.2), P99: msec(41.9)},
-		Beside:    openLoopSummary{Samples: 40, P50: msec(24.8), P95: msec(48.1), P99: msec(55.3)},
-		Created:   8, Reasons: map[string]int{"Failed/InvalidToolContract": 8},
-		Answered: openLoopSummary{Samples: 8, P50: msec(910), P95: msec(1120), P99: msec(1200)},
-		Settled:  openLoopSummary{Samples: 8, P50: msec(1310), P95: msec(1620), P99: msec(1700)},
-		Refusing: msec(40.2), Overlapping: 1, Slowest: msec(55.3), SlowestCreate: msec(6.1),
-		BesideCreate: openLoopSummary{Samples: 40, P50: msec(3.9), P95: msec(5.2), P99: msec(6.1)}}
+		Refused: hostileRun{
+			Beside:   openLoopSummary{Samples: 40, P50: msec(20.8), P95: msec(30.1), P99: msec(44.0)},
+			Reasons:  map[string]int{refusedAtAdmission: 8},
+			Answered: openLoopSummary{Samples: 8, P50: msec(610), P95: msec(700), P99: msec(720)},
+			Slowest:  msec(44.0), SlowestCreate: msec(5.2),
+			BesideCreate: openLoopSummary{Samples: 40, P50: msec(3.9), P95: msec(5.0), P99: msec(5.2)}},
+		Stored: hostileRun{
+			Beside:   openLoopSummary{Samples: 40, P50: msec(24.8), P95: msec(48.1), P99: msec(3055.3)},
+			Reasons:  map[string]int{"Failed/InvalidToolContract": 8},
+			Answered: openLoopSummary{Samples: 8, P50: msec(910), P95: msec(1120), P99: msec(1200)},
+			Settled:  openLoopSummary{Samples: 8, P50: msec(1310), P95: msec(1620), P99: msec(1700)},
+			Refusing: msec(3140.2), Overlapping: 2, Slowest: msec(3055.3), SlowestCreate: msec(301.6),
+			BesideCreate: openLoopSummary{Samples: 40, P50: msec(3.9), P95: msec(5.2), P99: msec(301.6)}}}
 }
 
 // fullBench is a full run on two CPUs split between the control plane
@@ -314,10 +321,14 @@ func smokeBench() *bench {
 		Latency: []*latencyResult{{State: "only this run's actions stored", MaxThroughput: 41.3, MaxAt: 4, Load: 0.5, Rate: 20.65,
 			Offered: 62, Samples: 55, P50: msec(21), P95: msec(60.4), P99: msec(270.9), Achieved: 20.1}},
 		Memory: []memoryStep{{Present: 100, Created: 100, CreateTime: msec(1500), SettleTime: msec(3100), HeapLive: 3.2e6, HeapInuse: 5e6, RSS: 30e6}},
-		Costly: &costlyResult{Healthy: 4, Hostile: 2, Items: 1000, PayloadBytes: 4898, ToolReady: "Ready=False UnsupportedSchema: …",
-			Quiet: openLoopSummary{Samples: 4, P50: msec(20), P95: msec(30), P99: msec(30)}, Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
-			Created: 2, Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
-			Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}},
+		Costly: &costlyResult{Healthy: 4, Hostile: 2, Items: 20000, PayloadBytes: 108898, ToolReady: "Ready=False UnsupportedSchema: …",
+			Quiet: openLoopSummary{Samples: 4, P50: msec(20), P95: msec(30), P99: msec(30)},
+			Refused: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(21), P95: msec(31), P99: msec(31)},
+				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(15), P95: msec(16), P99: msec(16)},
+				Slowest: msec(31), SlowestCreate: msec(4), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(4), P99: msec(4)}},
+			Stored: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
+				Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
+				Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}}},
 		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
@@ -336,7 +347,7 @@ func verdictsBench() *bench {
 	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})
 	r.Levels[0].Ceiling3 = scaled(r.Levels[0].Ceiling3, 1.3)
 	r.SweepPlanes, r.OtherLoad, r.Failures, r.Limiter, r.SizesSDK = nil, nil, nil, nil, objectSizes{}
-	r.Costly.Beside.P99 = msec(130.2)
+	r.Costly.Refused.Beside.P99 = msec(130.2)
 	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true),
 		TombstoneRequestsPerAction: 1.04, TombstoneGetsPerAction: 1.04}
 	// etcd not read, the sweep slower than its rate and slower live, the
