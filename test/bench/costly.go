@@ -39,8 +39,9 @@ type costlyResult struct {
 	Quiet     openLoopSummary
 	// Refused is the run beside hostile actions that the parameters policy
 	// refuses at admission; Stored the run without the policy, where the
-	// API server stores them and the controller refuses them.
-	Refused, Stored hostileRun
+	// API server stores them and the controller refuses them; InFlight the
+	// run with the policy that begins as the hostile creates are sent.
+	Refused, Stored, InFlight hostileRun
 }
 
 // hostileRun is the healthy tenant's run beside one batch of hostile
@@ -73,8 +74,9 @@ const onlyCostlySchema = "costly-schema"
 
 // costlySchema times a healthy tenant's create→Succeeded, quietly and
 // while a hostile tenant's actions of a uniqueItems payload are refused at
-// admission, then while they are stored and refused by the controller, on
-// the running control plane with the shipped manager.
+// admission (from when the API server has answered them, then from when
+// they are sent), then while they are stored and refused by the
+// controller, on the running control plane with the shipped manager.
 func (b *bench) costlySchema(ctx context.Context) error {
 	s := b.settings
 	res := &costlyResult{Healthy: s.CostlyHealthy, Hostile: s.CostlyHostile, Items: s.CostlyItems}
@@ -144,15 +146,18 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		return sum, began, nil
 	}
 	// beside times the healthy tenant while a batch of hostile actions is
-	// created, from when the API server has answered every create: its own
-	// cost of decoding a large request is every tenant's, with or without
-	// toolledger, and is reported apart (Answered).
-	beside := func(name, want string, run *hostileRun) error {
+	// created, from when the API server has answered every create, or
+	// from when they are sent (inFlight): the API server's cost of
+	// decoding a large request is every tenant's, with or without
+	// toolledger, and is reported apart.
+	beside := func(name, want string, run *hostileRun, inFlight bool) error {
 		hostile, err := b.startHostile(ctx, hostileNS, name, payload, s.CostlyHostile)
 		if err != nil {
 			return err
 		}
-		hostile.waitAnswered()
+		if !inFlight {
+			hostile.waitAnswered()
+		}
 		answeredAll := time.Now()
 		var began []time.Duration
 		run.Beside, began, err = timed(name, s.CostlyHealthy, run)
@@ -205,13 +210,16 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	if err := b.useParametersPolicy(ctx, hostileNS, payload, true); err != nil {
 		return err
 	}
-	if err := beside("refused", refusedAtAdmission, &res.Refused); err != nil {
+	if err := beside("refused", refusedAtAdmission, &res.Refused, false); err != nil {
+		return err
+	}
+	if err := beside("in-flight", refusedAtAdmission, &res.InFlight, true); err != nil {
 		return err
 	}
 	if err := b.useParametersPolicy(ctx, hostileNS, payload, false); err != nil {
 		return err
 	}
-	return beside("stored", "Failed/InvalidToolContract", &res.Stored)
+	return beside("stored", "Failed/InvalidToolContract", &res.Stored, false)
 }
 
 // summarize is the percentiles of durations.
@@ -389,8 +397,8 @@ func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
 // costlyView is section 9: the healthy tenant's latency beside each batch
 // of hostile actions against alone.
 type costlyView struct {
-	Result          *costlyResult
-	Refused, Stored hostileView
+	Result                    *costlyResult
+	Refused, Stored, InFlight hostileView
 	// Mark judges the run as shipped, beside the refused batch.
 	Mark string
 }
@@ -411,7 +419,7 @@ func costlyFigures(c *costlyResult, smoke bool) *costlyView {
 		return hostileView{Run: run, Reasons: sortedCounts(run.Reasons),
 			P50Ratio: durRatio(run.Beside.P50, c.Quiet.P50), P99Ratio: durRatio(run.Beside.P99, c.Quiet.P99)}
 	}
-	v := &costlyView{Result: c, Refused: view(&c.Refused), Stored: view(&c.Stored)}
+	v := &costlyView{Result: c, Refused: view(&c.Refused), Stored: view(&c.Stored), InFlight: view(&c.InFlight)}
 	if !smoke {
 		v.Mark = mark(v.Refused.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
 	}

@@ -294,6 +294,12 @@ func fullCostly() *costlyResult {
 			Answered: openLoopSummary{Samples: 8, P50: msec(610), P95: msec(700), P99: msec(720)},
 			Slowest:  msec(44.0), SlowestCreate: msec(5.2),
 			BesideCreate: openLoopSummary{Samples: 40, P50: msec(3.9), P95: msec(5.0), P99: msec(5.2)}},
+		InFlight: hostileRun{
+			Beside:   openLoopSummary{Samples: 40, P50: msec(22.3), P95: msec(41.0), P99: msec(2383.0)},
+			Reasons:  map[string]int{refusedAtAdmission: 8},
+			Answered: openLoopSummary{Samples: 8, P50: msec(2922), P95: msec(3200), P99: msec(3239)},
+			Slowest:  msec(2383.0), SlowestCreate: msec(1242.0),
+			BesideCreate: openLoopSummary{Samples: 40, P50: msec(4.8), P95: msec(9.0), P99: msec(1242.0)}},
 		Stored: hostileRun{
 			Beside:   openLoopSummary{Samples: 40, P50: msec(24.8), P95: msec(48.1), P99: msec(3055.3)},
 			Reasons:  map[string]int{"Failed/InvalidToolContract": 8},
@@ -326,6 +332,9 @@ func smokeBench() *bench {
 			Refused: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(21), P95: msec(31), P99: msec(31)},
 				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(15), P95: msec(16), P99: msec(16)},
 				Slowest: msec(31), SlowestCreate: msec(4), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(4), P99: msec(4)}},
+			InFlight: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(23), P95: msec(70), P99: msec(70)},
+				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(55), P95: msec(60), P99: msec(60)},
+				Slowest: msec(70), SlowestCreate: msec(30), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(30), P99: msec(30)}},
 			Stored: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
 				Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
 				Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}}},
