@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,44 +26,24 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 // attemptIn is attempt in a dispatcher slot already held (a lookup that
 // proved the request absent sends it in its own slot), or, when held is
 // nil, in a slot reserved before the claim: an action that must wait for
-// one is parked unclaimed, so that no lease runs while it waits.
+// one is parked unclaimed, so that no lease runs while it waits. It reads
+// the attempt's facts, has the rules decide, and then either records what
+// they decided or connects, claims and dispatches.
 func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
-	// A tool whose schema cannot be used refuses the action before its
-	// parameters, up to 1 MiB, are read and written back with the refusal.
-	schema, err := toolContract(tool.tool)
-	if err != nil {
-		return r.rejectIfInvalid(ctx, action, tool.tool, err)
-	}
-	action, err = r.withParameters(ctx, action)
+	action, facts, err := r.readAttemptFacts(ctx, action, tool.tool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	requestDigest, parameters, err := verifyRequest(action, tool.tool, schema)
+	decided, err := r.rules().beforeConnect(action, facts)
+	if decided != nil {
+		return r.commit(ctx, action, tool.tool, *decided)
+	}
 	if err != nil {
-		return r.rejectIfInvalid(ctx, action, tool.tool, err)
-	}
-	if action.Status.Attempts == 0 {
-		// A first attempt: the key may have been used before, by a record
-		// since deleted.
-		answered, err := r.answerFromTombstone(ctx, action, tool.tool, requestDigest)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if answered != nil {
-			return r.commit(ctx, action, tool.tool, *answered)
-		}
-	}
-	target, gated, err := r.gate(ctx, action, tool.tool, requestDigest)
-	if err != nil {
-		return r.rejectIfInvalid(ctx, action, tool.tool, err)
-	}
-	if gated != nil {
-		return r.commit(ctx, action, tool.tool, *gated)
+		return ctrl.Result{}, err
 	}
 	conn, err := tool.adapter.Connect(ctx, tool.tool)
 	if err != nil {
-		return r.commit(ctx, action, tool.tool, r.rules().waiting(requestDigest, ReasonToolNotReady,
-			fmt.Sprintf("tool %q cannot be used yet: %v", action.Spec.ToolRef.Name, err)))
+		return r.commit(ctx, action, tool.tool, r.rules().notConnected(action, facts.requestDigest, err))
 	}
 	if action, err = r.ensureFinalizer(ctx, action); err != nil || action == nil {
 		return ctrl.Result{}, err
@@ -76,7 +54,7 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 			return ctrl.Result{}, nil
 		}
 	}
-	d, err := r.claim(ctx, action, tool, conn, reason, requestDigest, target, parameters)
+	d, err := r.claim(ctx, action, tool, conn, reason, facts)
 	if err != nil || d == nil {
 		if held == nil {
 			s.release()
@@ -91,40 +69,6 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 		return r.dispatch(ctx, d)
 	})
 	return ctrl.Result{}, nil
-}
-
-// gate holds an action that may not be dispatched yet: a compensation whose
-// original has not succeeded, or one that needs an approval of its request
-// and target (rules.approvalGate). It returns what the tool names now, and
-// the transition that records the hold, or an error (an *invalidError
-// rejects the action).
-func (r *ToolActionReconciler) gate(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (v1alpha1.TargetRecord, *transition, error) {
-	if action.Spec.Compensates != "" {
-		err := r.checkCompensationTarget(ctx, action)
-		var pending *pendingError
-		if errors.As(err, &pending) {
-			held := r.rules().waiting(requestDigest, ReasonCompensationPending, pending.message)
-			return v1alpha1.TargetRecord{}, &held, nil
-		}
-		if err != nil {
-			return v1alpha1.TargetRecord{}, nil, err
-		}
-	}
-	target, err := targetOf(action, tool)
-	if err != nil {
-		return target, nil, fmt.Errorf("cannot digest the target of tool %q: %w", tool.Name, err)
-	}
-	return target, r.rules().approvalGate(action, target, requestDigest), nil
-}
-
-// rejectIfInvalid records a final failure found before anything was
-// dispatched; other errors are returned for a retry with backoff.
-func (r *ToolActionReconciler) rejectIfInvalid(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, err error) (ctrl.Result, error) {
-	var invalid *invalidError
-	if !errors.As(err, &invalid) {
-		return ctrl.Result{}, err
-	}
-	return r.commit(ctx, action, tool, r.rules().rejection(invalid))
 }
 
 // ensureFinalizer puts the finalizer in place before anything can be in
@@ -156,51 +100,24 @@ type dispatch struct {
 }
 
 // claim writes the Executing phase with the resourceVersion the action was
-// read at. The API server accepts exactly one such write per version, so only
-// one executor ever dispatches a given attempt; a conflict means another
-// executor (or a newer version of the record) won, and nothing is
-// dispatched (nil is returned).
+// read at, through the commit path like every transition. The API server
+// accepts exactly one such write per version, so only one executor ever
+// dispatches a given attempt; a conflict means another executor (or a newer
+// version of the record) won, and nothing is dispatched (nil is returned).
 func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, conn adapter.Connection,
-	reason, requestDigest string, target v1alpha1.TargetRecord, parameters json.RawMessage) (*dispatch, error) {
-	now := r.Clock.Now()
-	next := action.DeepCopy()
-	attempt := next.Status.Attempts + 1
-	next.Status.Attempts = attempt
-	next.Status.RequestDigest = requestDigest
-	next.Status.IdempotencyKey = v1alpha1.IdempotencyKey(action.Namespace, action.Name)
-	next.Status.Target = &target
-	next.Status.Claim = &v1alpha1.ExecutorClaim{
-		Executor: r.Executor,
-		Attempt:  attempt,
-		// Rounded up: the lease stored is what every replica, this one
-		// included, judges, and it must not be shorter than promised.
-		LeaseExpiry: metaTimeUp(now.Add(attemptTimeout(conn.Capabilities) + r.LeaseGrace)),
-	}
-	if next.Status.StartTime == nil {
-		next.Status.StartTime = metaTimePtr(now)
-	}
-	setExecuting(next, now, r.Executor, reason, fmt.Sprintf("attempt %d claimed by %s", attempt, r.Executor))
-
-	if err := r.Client.Status().Update(ctx, next); err != nil {
-		if apierrors.IsConflict(err) {
-			claimConflicts.WithLabelValues("claim").Inc()
-			log.FromContext(ctx).V(1).Info("Claim lost to a newer version", "attempt", attempt)
-			return nil, nil
-		}
-		return nil, client.IgnoreNotFound(fmt.Errorf("cannot claim %s/%s: %w", action.Namespace, action.Name, err))
-	}
-	r.observe(ctx, action, next, tool.tool, tally{})
-	if !r.QuietRoutine {
-		r.Recorder.Eventf(next, nil, corev1.EventTypeNormal, ReasonExecuting, "Dispatch", "attempt %d claimed by %s", attempt, r.Executor)
+	reason string, facts attemptFacts) (*dispatch, error) {
+	claimed, _, err := r.record(ctx, action, tool.tool, r.rules().claimed(action, attemptTimeout(conn.Capabilities)+r.LeaseGrace, reason, facts.requestDigest, facts.target))
+	if err != nil || claimed == nil {
+		return nil, err
 	}
 	// Once connected, the connection's capabilities are the ones that hold.
 	connected := *tool
 	connected.caps = conn.Capabilities
 	return &dispatch{
-		claimed: next,
+		claimed: claimed,
 		tool:    &connected,
 		conn:    conn,
-		request: requestOf(next, parameters),
+		request: requestOf(claimed, facts.parameters),
 	}, nil
 }
 

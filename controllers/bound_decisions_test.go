@@ -18,9 +18,9 @@ import (
 
 // A human's decision holds for what that human saw: a resolution for the
 // attempt it judged, an approval for the request and the target the tool
-// named. The product brief's failure table: "a resolver decides on a page
-// showing an earlier attempt", "the Tool is edited while an action awaits or
-// holds an approval".
+// named (findings 1 and 3 of docs/security.md: a resolver decides on a page
+// showing an earlier attempt; the Tool is edited while an action awaits or
+// holds an approval).
 var _ = Describe("Decisions bound to what their author saw", func() {
 	ctx := context.Background()
 	var ns string

@@ -13,8 +13,8 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// commit is the one path by which a transition reaches the ledger, every
-// transition but the claim: it writes the status, counts it, emits
+// commit is the one path by which a transition reaches the ledger, the
+// claim included: it writes the status, counts it, emits
 // the events, and schedules what follows a finished action (its
 // compensation link and its retention), so that no branch forgets one. A
 // transition that changes nothing writes and reports nothing. tool may be
@@ -58,7 +58,12 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 // moved on without this transition.
 func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
 	if t.reapplyWhile == nil {
-		if err := r.Client.Status().Update(ctx, next); err != nil {
+		err := r.Client.Status().Update(ctx, next)
+		if apierrors.IsConflict(err) && t.race != "" {
+			claimConflicts.WithLabelValues(t.race).Inc()
+			log.FromContext(ctx).V(1).Info("Transition lost to a newer version", "race", t.race, "attempt", next.Status.Attempts)
+		}
+		if err != nil {
 			return nil, ignoreConflict(err, "cannot record the transition of %s to %s", current.Name, next.Status.Phase)
 		}
 		return next, nil

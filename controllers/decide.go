@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -305,6 +306,83 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 		reason, message = ambiguous.Reason, ambiguous.Error()
 	}
 	return p.dispatchUnknown(claimed, tool.caps, reason, message+"; the request may have applied, so it is not re-sent blindly")
+}
+
+// beforeConnect decides an attempt from its facts, in this order: a
+// refused schema or request rejects the action; a key that settled before
+// answers it (the same request) or refuses it (another); a compensation
+// waits for its original to succeed, or is refused when there is nothing
+// to compensate; an approval holds it. It returns the transition that
+// records the decision, an error to retry, or neither: the action may
+// connect and be claimed.
+func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transition, error) {
+	var (
+		invalid *invalidError
+		t       transition
+	)
+	switch {
+	case errors.As(f.refused, &invalid):
+		t = p.rejection(invalid)
+	case f.refused != nil:
+		return nil, f.refused
+	case f.earlier != nil && f.earlier.record.RequestDigest == f.requestDigest:
+		t = p.settledBefore(f.earlier, f.requestDigest)
+	case f.earlier != nil:
+		t = p.keyConflict(f.earlier, f.requestDigest)
+	default:
+		if held := p.compensationGate(a, f.original, f.requestDigest); held != nil {
+			return held, nil
+		}
+		if f.targetErr != nil {
+			return nil, fmt.Errorf("cannot digest the target of tool %q: %w", a.Spec.ToolRef.Name, f.targetErr)
+		}
+		return p.approvalGate(a, f.target, f.requestDigest), nil
+	}
+	return &t, nil
+}
+
+// compensationGate requires a compensation's original to have succeeded:
+// there is nothing to offset otherwise. While the original is in flight
+// the compensation waits. A new compensation is refused once the original
+// lists as many as it can hold; one already sent goes on. An original whose
+// record is gone may still be compensated when its tombstone shows it
+// succeeded. nil lets the action go on.
+func (p rules) compensationGate(a *v1alpha1.ToolAction, original *compensated, requestDigest string) *transition {
+	if original == nil {
+		return nil
+	}
+	reject := func(format string, args ...any) *transition {
+		t := p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonCompensationInvalid, message: fmt.Sprintf(format, args...)})
+		return &t
+	}
+	if original.record == nil {
+		switch {
+		case original.tombstone == nil:
+			return reject("spec.compensates: ToolAction %q not found in namespace %q, and no tombstone of it either", original.name, a.Namespace)
+		case original.tombstone.Record.Phase != v1alpha1.PhaseSucceeded:
+			return reject("spec.compensates: ToolAction %q failed (its Tombstone says %s), so there is no effect to compensate", original.name, original.tombstone.Record.ErrorClass)
+		}
+		return nil
+	}
+	switch rec := original.record; rec.Status.Phase {
+	case v1alpha1.PhaseSucceeded:
+		if a.Status.Attempts == 0 && len(rec.Status.CompensatedBy) >= v1alpha1.MaxCompensations && !slices.Contains(rec.Status.CompensatedBy, a.Name) {
+			return reject("spec.compensates: ToolAction %q has %d compensations already, the most it records", original.name, len(rec.Status.CompensatedBy))
+		}
+		return nil
+	case v1alpha1.PhaseFailed:
+		return reject("spec.compensates: ToolAction %q failed, so there is no effect to compensate", original.name)
+	default:
+		held := p.waiting(requestDigest, ReasonCompensationPending,
+			fmt.Sprintf("waiting for ToolAction %q to succeed before compensating it (it is %s)", original.name, phaseOrPending(rec.Status.Phase)))
+		return &held
+	}
+}
+
+// notConnected waits for a tool whose adapter cannot connect yet (a
+// missing Secret, an unknown resource).
+func (p rules) notConnected(a *v1alpha1.ToolAction, requestDigest string, err error) transition {
+	return p.waiting(requestDigest, ReasonToolNotReady, fmt.Sprintf("tool %q cannot be used yet: %v", a.Spec.ToolRef.Name, err))
 }
 
 // approvalGate holds an action that needs an approval it does not carry:

@@ -18,7 +18,7 @@ import (
 
 // The decision tables below drive the state machine's rules with a fixed
 // clock and no jitter, without an API server. Row names quote the failure
-// table of the product brief where a row stands for one of its faults.
+// table of docs/guarantees.md where a row stands for one of its faults.
 
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 

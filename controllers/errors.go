@@ -19,11 +19,6 @@ type invalidError struct {
 
 func (e *invalidError) Error() string { return e.message }
 
-// pendingError: the action cannot be dispatched yet, but may be later.
-type pendingError struct{ message string }
-
-func (e *pendingError) Error() string { return e.message }
-
 func ignoreConflict(err error, format string, args ...any) error {
 	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		// A newer version of the record exists; its watch event brings us back.

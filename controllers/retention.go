@@ -237,7 +237,7 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 			if r.Pacer.turn(tomb.UID, r.Clock.Now()) > 0 {
 				continue // the clock has not reached the turn (an injected one)
 			}
-			if err := r.unbury(ctx, tomb); err != nil {
+			if err := unbury(ctx, r.Client, tomb); err != nil {
 				return err
 			}
 		}
@@ -264,8 +264,8 @@ func (s *RetentionSweep) waitTurn(ctx context.Context, uid types.UID) error {
 
 // unbury deletes a tombstone whose key retention passed: its key may now
 // mean a new intent.
-func (r *ToolActionReconciler) unbury(ctx context.Context, tomb *v1alpha1.Tombstone) error {
-	err := r.Client.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
+func unbury(ctx context.Context, c client.Client, tomb *v1alpha1.Tombstone) error {
+	err := c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("cannot delete the expired Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
 	}

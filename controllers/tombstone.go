@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -80,44 +79,4 @@ func (r *ToolActionReconciler) bury(ctx context.Context, action *v1alpha1.ToolAc
 		return nil
 	}
 	return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
-}
-
-// tombstoneOf reads the key's tombstone from the API server (never a
-// cache: tombstones are not cached, and a miss must be a real miss). A
-// tombstone whose key retention has passed by the action's tool is
-// deleted and reported absent: the key may mean a new intent.
-func (r *ToolActionReconciler) tombstoneOf(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*v1alpha1.Tombstone, error) {
-	var tomb v1alpha1.Tombstone
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(action), &tomb); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("cannot read the Tombstone of key %s: %w", action.Name, err)
-	}
-	sameTool := tomb.Record.ToolRef.Name == action.Spec.ToolRef.Name && tomb.Record.ToolRef.Kind == action.Spec.ToolRef.KindOrDefault()
-	if sameTool && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) {
-		if err := r.unbury(ctx, &tomb); err != nil {
-			return nil, err
-		}
-		return nil, nil
-	}
-	return &tomb, nil
-}
-
-// answerFromTombstone settles an action created again under a key that
-// has a tombstone, without dispatching it: the same request shows the
-// original outcome, another is a DuplicateConflict. It returns nil when
-// the key has no live tombstone.
-func (r *ToolActionReconciler) answerFromTombstone(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, requestDigest string) (*transition, error) {
-	tomb, err := r.tombstoneOf(ctx, action, tool)
-	if err != nil || tomb == nil {
-		return nil, err
-	}
-	var t transition
-	if tomb.Record.RequestDigest == requestDigest {
-		t = r.rules().settledBefore(tomb, requestDigest)
-	} else {
-		t = r.rules().tombstoneConflict(tomb, requestDigest)
-	}
-	return &t, nil
 }

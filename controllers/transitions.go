@@ -15,9 +15,9 @@ import (
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
-// transition is one recorded change of an action, the claim excepted: what
-// it does to the status and what is reported once it is written. The commit
-// path (commit.go) is its only writer.
+// transition is one recorded change of an action: what it does to the
+// status and what is reported once it is written. The commit path
+// (commit.go) is its only writer.
 type transition struct {
 	apply  func(*v1alpha1.ToolAction)
 	events []report
@@ -32,6 +32,10 @@ type transition struct {
 	retry error
 	// tally is what the metrics count of it beyond the change of phase.
 	tally tally
+	// race names the transition in toolledger_claim_conflicts_total when a
+	// newer version of the record wins over it (the claim); others lose
+	// their races uncounted.
+	race string
 }
 
 // report is an event of a transition.
@@ -46,6 +50,30 @@ type report struct {
 
 func warning(reason, verb, message string) report {
 	return report{eventType: corev1.EventTypeWarning, reason: reason, verb: verb, message: message}
+}
+
+// claimed: this executor claims the action's next attempt, for lease, with
+// the request and the target it will send to. The lease is stored rounded
+// up: what every replica, this one included, judges must not be shorter
+// than promised.
+func (p rules) claimed(a *v1alpha1.ToolAction, lease time.Duration, reason, requestDigest string, target v1alpha1.TargetRecord) transition {
+	attempt := a.Status.Attempts + 1
+	message := fmt.Sprintf("attempt %d claimed by %s", attempt, p.by)
+	return transition{
+		apply: func(a *v1alpha1.ToolAction) {
+			a.Status.Attempts = attempt
+			a.Status.RequestDigest = requestDigest
+			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+			a.Status.Target = &target
+			a.Status.Claim = &v1alpha1.ExecutorClaim{Executor: p.by, Attempt: attempt, LeaseExpiry: metaTimeUp(p.now.Add(lease))}
+			if a.Status.StartTime == nil {
+				a.Status.StartTime = metaTimePtr(p.now)
+			}
+			setExecuting(a, p.now, p.by, reason, message)
+		},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonExecuting, verb: "Dispatch", message: message, routine: true}},
+		race:   "claim",
+	}
 }
 
 // lapse: a claim's lease ended before its executor recorded an outcome.
@@ -347,46 +375,46 @@ func idempotencyKey(a *v1alpha1.ToolAction) string {
 	return v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 }
 
-// settledBefore: the key's tombstone records the same request, settled
-// before; the action shows that outcome and is never dispatched.
-func (p rules) settledBefore(t *v1alpha1.Tombstone, requestDigest string) transition {
-	rec := t.Record
+// settledBefore: the key's earlier record holds the same request,
+// settled: the new action shows that outcome and is never dispatched.
+func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition {
+	rec := e.record
 	message := fmt.Sprintf("this key settled the same request before: %s at %s", rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339))
 	if rec.ExternalRef != "" {
 		message += ", external reference " + rec.ExternalRef
 	}
-	message += fmt.Sprintf(" (Tombstone %s: the record was %s at %s); it is not dispatched again", t.Name, deletedBecause(rec.Cause), rec.DeletionTime.UTC().Format(time.RFC3339))
+	message += fmt.Sprintf(" (%s: the record was %s at %s); it is not dispatched again", e.where, deletedBecause(rec.Cause), rec.DeletionTime.UTC().Format(time.RFC3339))
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			a.Status.RequestDigest = requestDigest
 			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 			accept(a, p.now)
 			if rec.Phase == v1alpha1.PhaseSucceeded {
-				succeed(a, p.now, p.by, ReasonSettledByTombstone, message, adapter.Outcome{ExternalRef: rec.ExternalRef})
+				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef})
 				return
 			}
 			a.Status.ExternalRef = rec.ExternalRef
-			setFailed(a, p.now, p.by, rec.ErrorClass, ReasonSettledByTombstone, message)
+			setFailed(a, p.now, p.by, rec.ErrorClass, e.settledReason, message)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonSettledByTombstone, verb: "Deduplicate", message: message}},
-		tally:  tally{duplicate: sourceTombstone, firstCompleted: rec.CompletionTime.Time},
+		events: []report{{eventType: corev1.EventTypeNormal, reason: e.settledReason, verb: "Deduplicate", message: message}},
+		tally:  tally{duplicate: e.source, firstCompleted: rec.CompletionTime.Time},
 	}
 }
 
-// tombstoneConflict: the key's tombstone records another request; this one
+// keyConflict: the key's earlier record holds another request; this one
 // is refused as a duplicate key and never dispatched.
-func (p rules) tombstoneConflict(t *v1alpha1.Tombstone, requestDigest string) transition {
-	rec := t.Record
-	message := fmt.Sprintf("this key settled a different request before (digest %s, %s at %s; Tombstone %s); this request, digest %s, is not dispatched: use a new name for a new intent",
-		rec.RequestDigest, rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339), t.Name, requestDigest)
+func (p rules) keyConflict(e *earlierRecord, requestDigest string) transition {
+	rec := e.record
+	message := fmt.Sprintf("this key settled a different request before (digest %s, %s at %s; %s); this request, digest %s, is not dispatched: use a new name for a new intent",
+		rec.RequestDigest, rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339), e.where, requestDigest)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			a.Status.RequestDigest = requestDigest
 			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
-			setRejected(a, p.now, p.by, v1alpha1.ErrorClassDuplicateConflict, ReasonTombstoneConflict, message)
+			setRejected(a, p.now, p.by, v1alpha1.ErrorClassDuplicateConflict, e.conflictReason, message)
 		},
-		events: []report{warning(ReasonTombstoneConflict, "Validate", message)},
-		tally:  tally{conflict: sourceTombstone},
+		events: []report{warning(e.conflictReason, "Validate", message)},
+		tally:  tally{conflict: e.source},
 	}
 }
 

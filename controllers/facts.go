@@ -1,0 +1,96 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/catalog"
+)
+
+// attemptFacts is what the decision about an attempt reads, all read
+// before the rules decide (rules.beforeConnect). Reading stops early in one
+// case: a tool whose schema is refused leaves the parameters, up to 1 MiB,
+// unread.
+type attemptFacts struct {
+	// refused is why the tool's schema or the request cannot be used: an
+	// *invalidError rejects the action; another error is retried.
+	refused       error
+	requestDigest string
+	parameters    json.RawMessage
+	// earlier is the key's earlier record, read for a first attempt only;
+	// nil when it has none.
+	earlier *earlierRecord
+	// original is what a compensation's original shows; nil for an action
+	// that compensates nothing.
+	original *compensated
+	// target is what the tool names now, and targetErr why it cannot be
+	// digested.
+	target    v1alpha1.TargetRecord
+	targetErr error
+}
+
+// compensated is what a compensation's original shows: its record, or,
+// once that is gone, its tombstone; neither when both are gone.
+type compensated struct {
+	name      string
+	record    *v1alpha1.ToolAction
+	tombstone *v1alpha1.Tombstone
+}
+
+// readAttemptFacts reads what the decision about an attempt needs, and
+// returns the action with its parameters. An error is a read that failed,
+// retried with backoff.
+func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*v1alpha1.ToolAction, attemptFacts, error) {
+	var (
+		f      attemptFacts
+		schema *catalog.Schema
+	)
+	if schema, f.refused = toolContract(tool); f.refused != nil {
+		return action, f, nil //nolint:nilerr // a refused schema is a fact for the rules, not a failed read
+	}
+	action, err := r.withParameters(ctx, action)
+	if err != nil {
+		return nil, f, err
+	}
+	f.requestDigest, f.parameters, f.refused = verifyRequest(action, tool, schema)
+	if action.Status.Attempts == 0 {
+		if f.earlier, err = r.keys().earlier(ctx, action, tool); err != nil {
+			return nil, f, err
+		}
+	}
+	if action.Spec.Compensates != "" {
+		if f.original, err = r.compensatedBy(ctx, action); err != nil {
+			return nil, f, err
+		}
+	}
+	f.target, f.targetErr = targetOf(action, tool)
+	return action, f, nil
+}
+
+// compensatedBy reads the original of a compensation: its record, confirmed
+// with the API server when the cache lacks it, else its tombstone.
+func (r *ToolActionReconciler) compensatedBy(ctx context.Context, action *v1alpha1.ToolAction) (*compensated, error) {
+	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
+	c := &compensated{name: key.Name}
+	var original v1alpha1.ToolAction
+	switch err := r.getConfirmed(ctx, key, &original); {
+	case err == nil:
+		c.record = &original
+		return c, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("cannot get ToolAction %s: %w", key, err)
+	}
+	var tomb v1alpha1.Tombstone
+	switch err := r.APIReader.Get(ctx, key, &tomb); {
+	case err == nil:
+		c.tombstone = &tomb
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("cannot get the Tombstone %s: %w", key, err)
+	}
+	return c, nil
+}
