@@ -17,10 +17,12 @@ import (
 	"sync"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -49,7 +51,12 @@ type monitoringCase struct {
 	name string
 	args []string
 	// The objects that render only when asked for.
-	serviceMonitor, prometheusRule, dashboard, readerBinding bool
+	serviceMonitor, prometheusRule, dashboard bool
+	// metrics.reader.subjects, bound to the reader ClusterRole when any.
+	readerSubjects []rbacv1.Subject
+	// The labels metrics.serviceMonitor.labels and
+	// metrics.prometheusRule.labels add to their objects.
+	labels map[string]string
 	// metrics.enabled, metrics.secure and metrics.certSecret.
 	metricsOff bool
 	insecure   bool
@@ -61,7 +68,7 @@ type monitoringCase struct {
 var monitoringCases = []monitoringCase{
 	{name: "defaults"},
 	{name: "metrics off", args: []string{"--set", "metrics.enabled=false"}, metricsOff: true},
-	{name: "serviceMonitor", serviceMonitor: true, args: []string{
+	{name: "serviceMonitor", serviceMonitor: true, labels: map[string]string{"release": "kube-prometheus-stack"}, args: []string{
 		"--set", "metrics.serviceMonitor.enabled=true",
 		"--set", "metrics.serviceMonitor.labels.release=kube-prometheus-stack",
 		"--set", "metrics.serviceMonitor.interval=15s", "--set", "metrics.serviceMonitor.scrapeTimeout=10s",
@@ -71,7 +78,7 @@ var monitoringCases = []monitoringCase{
 	{name: "serviceMonitor with certSecret", serviceMonitor: true, certSecret: "toolledger-metrics-tls", args: []string{
 		"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.certSecret=toolledger-metrics-tls",
 	}},
-	{name: "prometheusRule", prometheusRule: true, args: []string{
+	{name: "prometheusRule", prometheusRule: true, labels: map[string]string{"release": "kube-prometheus-stack"}, args: []string{
 		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.prometheusRule.labels.release=kube-prometheus-stack",
 	}},
 	{name: "dashboard", dashboard: true, dashboardNamespace: "grafana", args: []string{
@@ -81,11 +88,14 @@ var monitoringCases = []monitoringCase{
 	{name: "insecure", insecure: true, serviceMonitor: true, args: []string{
 		"--set", "metrics.secure=false", "--set", "metrics.serviceMonitor.enabled=true",
 	}},
-	{name: "reader subjects", readerBinding: true, args: []string{
+	{name: "reader subjects", readerSubjects: []rbacv1.Subject{
+		{Kind: rbacv1.ServiceAccountKind, Name: "prometheus-k8s", Namespace: "monitoring"},
+		{Kind: rbacv1.GroupKind, Name: "ops", APIGroup: rbacv1.GroupName},
+	}, args: []string{
 		"--set-json", `metrics.reader.subjects=[{"kind":"ServiceAccount","name":"prometheus-k8s","namespace":"monitoring"},{"kind":"Group","name":"ops","apiGroup":"rbac.authorization.k8s.io"}]`,
 	}},
-	{name: "everything", serviceMonitor: true, prometheusRule: true, dashboard: true, readerBinding: true,
-		certSecret: "toolledger-metrics-tls", args: []string{
+	{name: "everything", serviceMonitor: true, prometheusRule: true, dashboard: true, certSecret: "toolledger-metrics-tls",
+		readerSubjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "prometheus-k8s", Namespace: "monitoring"}}, args: []string{
 			"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
 			"--set", "metrics.dashboard.enabled=true", "--set", "metrics.certSecret=toolledger-metrics-tls",
 			"--set-json", `metrics.reader.subjects=[{"kind":"ServiceAccount","name":"prometheus-k8s","namespace":"monitoring"}]`,
@@ -94,8 +104,9 @@ var monitoringCases = []monitoringCase{
 }
 
 // TestMonitoringToggles: each monitoring object renders only when its value
-// asks for it, and the metrics values reach the manager's flags, the
-// Service and the ServiceMonitor.
+// asks for it, once, with the labels of the values; the reader binding
+// binds the subjects of the values; and the metrics values reach the
+// manager's flags, the Service and the ServiceMonitor.
 func TestMonitoringToggles(t *testing.T) {
 	for _, tc := range monitoringCases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,13 +122,15 @@ func TestMonitoringToggles(t *testing.T) {
 				}
 				return found
 			}
-			if n := count(objects, "ServiceMonitor") + count(objects, "PrometheusRule") + count(objects, "ConfigMap"); n > 3 {
-				t.Errorf("%d monitoring objects rendered, at most one of each kind expected", n)
+			for kind, asked := range map[string]bool{"ServiceMonitor": tc.serviceMonitor, "PrometheusRule": tc.prometheusRule, "ConfigMap": tc.dashboard} {
+				if n := count(objects, kind); (asked && n != 1) || (!asked && n != 0) {
+					t.Errorf("%d objects of kind %s rendered, want one if asked for, else none", n, kind)
+				}
 			}
 			serviceMonitor := check("ServiceMonitor", monitoringName, tc.serviceMonitor)
-			check("PrometheusRule", monitoringName, tc.prometheusRule)
+			rule := check("PrometheusRule", monitoringName, tc.prometheusRule)
 			dashboard := check("ConfigMap", dashboardName, tc.dashboard)
-			binding := check("ClusterRoleBinding", metricsReader, tc.readerBinding)
+			binding := check("ClusterRoleBinding", metricsReader, len(tc.readerSubjects) > 0)
 			check("ClusterRole", metricsReader, true)
 			service := check("Service", metricsService, !tc.metricsOff)
 
@@ -150,12 +163,18 @@ func TestMonitoringToggles(t *testing.T) {
 					t.Errorf("the dashboard ConfigMap is in namespace %q, want %q", dashboard.GetNamespace(), want)
 				}
 			}
-			if binding != nil {
-				ref, _, _ := unstructured.NestedString(binding.Object, "roleRef", "name")
-				subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
-				if ref != metricsReader || len(subjects) == 0 {
-					t.Errorf("%s binds %q to %v, want %s to metrics.reader.subjects", metricsReader, ref, subjects, metricsReader)
+			for _, obj := range []*unstructured.Unstructured{serviceMonitor, rule} {
+				if obj == nil {
+					continue
 				}
+				for k, v := range tc.labels {
+					if obj.GetLabels()[k] != v {
+						t.Errorf("the %s has the labels %v, want %s: %s of the values", obj.GetKind(), obj.GetLabels(), k, v)
+					}
+				}
+			}
+			if binding != nil {
+				checkReaderBinding(t, binding, tc.readerSubjects)
 			}
 		})
 	}
@@ -170,6 +189,20 @@ func TestMonitoringToggles(t *testing.T) {
 		"--set", "metrics.dashboard.label=dashboards", "--set", "metrics.dashboard.labelValue=toolledger"))
 	if cm := find(objects, "ConfigMap", dashboardName); cm == nil || cm.GetLabels()["dashboards"] != "toolledger" || cm.GetLabels()["grafana_dashboard"] != "" {
 		t.Errorf("with metrics.dashboard.label=dashboards and labelValue=toolledger the ConfigMap is %v", cm)
+	}
+}
+
+// checkReaderBinding: the binding gives the reader ClusterRole to the
+// subjects of metrics.reader.subjects, and to no other.
+func checkReaderBinding(t *testing.T, binding *unstructured.Unstructured, subjects []rbacv1.Subject) {
+	t.Helper()
+	var b rbacv1.ClusterRoleBinding
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(binding.Object, &b); err != nil {
+		t.Fatalf("%s: %v", binding.GetName(), err)
+	}
+	want := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsReader}
+	if b.RoleRef != want || !reflect.DeepEqual(b.Subjects, subjects) {
+		t.Errorf("%s binds %+v to %+v, want %+v to %+v", b.Name, b.RoleRef, b.Subjects, want, subjects)
 	}
 }
 
@@ -550,12 +583,12 @@ func wantArgs(t *testing.T, args, want, notWant []string) {
 	t.Helper()
 	for _, w := range want {
 		if !slices.Contains(args, w) {
-			t.Errorf("the manager's args %v lack %s", args, w)
+			t.Errorf("the args %v lack %s", args, w)
 		}
 	}
 	for _, w := range notWant {
 		if slices.Contains(args, w) {
-			t.Errorf("the manager's args %v hold %s", args, w)
+			t.Errorf("the args %v hold %s", args, w)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -124,6 +125,49 @@ func TestFrontEndNetworkPoliciesAcceptedByAPIServer(t *testing.T) {
 				t.Errorf("the API server warns of %s: %v", obj.GetName(), w)
 			}
 		}
+	}
+}
+
+// TestManagerEgressNetworkPolicy: networkPolicy.enabled renders a
+// NetworkPolicy selecting the manager's pods (its Deployment's selector)
+// that lets them reach DNS, the API server at networkPolicy.apiServerCIDRs
+// and public addresses only; without those CIDRs the chart refuses to
+// render.
+func TestManagerEgressNetworkPolicy(t *testing.T) {
+	objects := decodeObjects(t, helmTemplate(t, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.5/32}"))
+	policy := networkPolicy(t, objects, chartPrefix+"egress")
+	if policy.Namespace != releaseNamespace {
+		t.Errorf("%s is in namespace %q, want %q", policy.Name, policy.Namespace, releaseNamespace)
+	}
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	want := networkingv1.NetworkPolicySpec{
+		PodSelector: *deployment(t, objects, monitoringName).Spec.Selector,
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+		Egress: []networkingv1.NetworkPolicyEgressRule{
+			{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: port(53)}, {Protocol: &tcp, Port: port(53)}},
+			},
+			{
+				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.5/32"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(6443)}},
+			},
+			{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0",
+				Except: []string{"10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"}}}}},
+		},
+	}
+	if diff := cmp.Diff(want, policy.Spec); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", policy.Name, diff)
+	}
+	if n := count(objects, "NetworkPolicy"); n != 1 {
+		t.Errorf("%d NetworkPolicies rendered, want the manager's only", n)
+	}
+	if _, err := helmTemplateErr(t, "--set", "networkPolicy.enabled=true"); err == nil ||
+		!strings.Contains(err.Error(), "networkPolicy.apiServerCIDRs must list the API server's endpoint addresses") {
+		t.Errorf("networkPolicy.enabled without apiServerCIDRs: err = %v, want the chart to refuse it", err)
 	}
 }
 

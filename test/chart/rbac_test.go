@@ -164,6 +164,49 @@ func TestClusterToolReadersBinding(t *testing.T) {
 	}
 }
 
+// TestImpersonatorBoundOnlyInListedNamespaces: the impersonator ClusterRole
+// is never bound cluster-wide, and is bound to the manager's ServiceAccount
+// by a RoleBinding in each namespace of kubernetesApply.namespaces and in
+// no other.
+func TestImpersonatorBoundOnlyInListedNamespaces(t *testing.T) {
+	const impersonator = chartPrefix + "impersonator"
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		namespaces []string
+	}{
+		{"defaults", nil, nil},
+		{"two namespaces", []string{"--namespace", "ops", "--set", "serviceAccount.name=ledger",
+			"--set", "kubernetesApply.namespaces={shop,billing}"}, []string{"billing", "shop"}},
+	} {
+		manifests := helmTemplate(t, tc.args...)
+		if clusterRoles(t, manifests)[impersonator] == nil {
+			t.Errorf("%s: no ClusterRole %s rendered", tc.name, impersonator)
+		}
+		for name, b := range clusterRoleBindings(t, manifests) {
+			if b.RoleRef.Name == impersonator {
+				t.Errorf("%s: the ClusterRoleBinding %s binds %s cluster-wide", tc.name, name, impersonator)
+			}
+		}
+		var namespaces []string
+		for _, b := range roleBindings(t, manifests) {
+			if b.RoleRef.Name != impersonator {
+				continue
+			}
+			namespaces = append(namespaces, b.Namespace)
+			want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "ledger", Namespace: "ops"}}
+			if b.Name != impersonator || b.RoleRef.Kind != "ClusterRole" || !reflect.DeepEqual(b.Subjects, want) {
+				t.Errorf("%s: the RoleBinding %s/%s binds the %s %s to %+v, want %s binding it to %+v",
+					tc.name, b.Namespace, b.Name, b.RoleRef.Kind, b.RoleRef.Name, b.Subjects, impersonator, want)
+			}
+		}
+		slices.Sort(namespaces)
+		if !slices.Equal(namespaces, tc.namespaces) {
+			t.Errorf("%s: %s is bound in the namespaces %v, want %v", tc.name, impersonator, namespaces, tc.namespaces)
+		}
+	}
+}
+
 // helmTemplate renders the chart with args, by bin/helm, which `make test`
 // builds.
 func helmTemplate(t *testing.T, args ...string) []byte {
@@ -220,6 +263,12 @@ func clusterRoles(t *testing.T, manifests []byte) map[string]*rbacv1.ClusterRole
 func clusterRoleBindings(t *testing.T, manifests []byte) map[string]*rbacv1.ClusterRoleBinding {
 	t.Helper()
 	return objectsOfKind[rbacv1.ClusterRoleBinding](t, manifests, "ClusterRoleBinding", func(b *rbacv1.ClusterRoleBinding) string { return b.Name })
+}
+
+// roleBindings are the RoleBindings, by namespace and name.
+func roleBindings(t *testing.T, manifests []byte) map[string]*rbacv1.RoleBinding {
+	t.Helper()
+	return objectsOfKind[rbacv1.RoleBinding](t, manifests, "RoleBinding", func(b *rbacv1.RoleBinding) string { return b.Namespace + "/" + b.Name })
 }
 
 // objectsOfKind decodes the objects of kind in a multi-document YAML stream, by name.

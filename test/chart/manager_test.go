@@ -1,0 +1,90 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TestRoutineEventsValue: routineEvents reaches the manager's
+// --routine-events, true by default.
+func TestRoutineEventsValue(t *testing.T) {
+	for _, tc := range []struct {
+		args          []string
+		want, notWant string
+	}{
+		{nil, "--routine-events=true", "--routine-events=false"},
+		{[]string{"--set", "routineEvents=false"}, "--routine-events=false", "--routine-events=true"},
+	} {
+		wantArgs(t, managerArgs(t, decodeObjects(t, helmTemplate(t, tc.args...))), []string{tc.want}, []string{tc.notWant})
+	}
+}
+
+// TestEgressValues: the manager gets no egress flag by default, and each
+// egress list reaches its flag, comma-joined.
+func TestEgressValues(t *testing.T) {
+	for _, arg := range managerArgs(t, decodeObjects(t, helmTemplate(t))) {
+		if strings.HasPrefix(arg, "--egress-") {
+			t.Errorf("by default the manager gets %s", arg)
+		}
+	}
+	args := managerArgs(t, decodeObjects(t, helmTemplate(t, "--set", "egress.allow={10.20.0.0/16}",
+		"--set", "egress.deny={10.20.1.0/24,10.20.2.0/24}", "--set", "egress.plainHTTP={127.0.0.1}")))
+	wantArgs(t, args, []string{"--egress-allow=10.20.0.0/16", "--egress-deny=10.20.1.0/24,10.20.2.0/24", "--egress-plain-http=127.0.0.1"}, nil)
+}
+
+// TestLeaderElectionWithExistingServiceAccount: with leaderElect and
+// serviceAccount.create=false, the manager elects a leader in the release
+// namespace and runs as, and is bound as, the ServiceAccount named, which
+// the chart does not create and cannot do without.
+func TestLeaderElectionWithExistingServiceAccount(t *testing.T) {
+	objects := decodeObjects(t, helmTemplate(t, "--set", "leaderElect=true", "--set", "metrics.enabled=false",
+		"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=sa"))
+	wantArgs(t, managerArgs(t, objects), []string{"--leader-elect=true", "--leader-election-namespace=" + releaseNamespace}, []string{"--leader-elect=false"})
+	if sa := deployment(t, objects, monitoringName).Spec.Template.Spec.ServiceAccountName; sa != "sa" {
+		t.Errorf("the manager runs as the ServiceAccount %q, want sa", sa)
+	}
+	if n := count(objects, "ServiceAccount"); n != 0 {
+		t.Errorf("with serviceAccount.create=false the chart renders %d ServiceAccounts, want none", n)
+	}
+	want := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "sa", Namespace: releaseNamespace}
+	for _, binding := range []struct{ kind, name string }{
+		{"ClusterRoleBinding", chartPrefix + "manager"},
+		{"RoleBinding", chartPrefix + "leader-election"},
+	} {
+		obj := find(objects, binding.kind, binding.name)
+		if obj == nil {
+			t.Errorf("no %s %s rendered", binding.kind, binding.name)
+			continue
+		}
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &b); err != nil {
+			t.Fatalf("%s %s: %v", binding.kind, binding.name, err)
+		}
+		if len(b.Subjects) != 1 || b.Subjects[0] != want {
+			t.Errorf("%s %s binds %+v, want %+v", binding.kind, binding.name, b.Subjects, want)
+		}
+	}
+	if _, err := helmTemplateErr(t, "--set", "serviceAccount.create=false"); err == nil ||
+		!strings.Contains(err.Error(), "serviceAccount.name is required") {
+		t.Errorf("serviceAccount.create=false without a name: err = %v, want the chart to require one", err)
+	}
+}
+
+// deployment is the Deployment name, typed.
+func deployment(t *testing.T, objects []*unstructured.Unstructured, name string) *appsv1.Deployment {
+	t.Helper()
+	obj := find(objects, "Deployment", name)
+	if obj == nil {
+		t.Fatalf("no Deployment %s rendered", name)
+	}
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &d); err != nil {
+		t.Fatalf("Deployment %s: %v", name, err)
+	}
+	return &d
+}
