@@ -120,7 +120,7 @@ func newUserBrowser() context.Context {
 	return tab
 }
 
-// screenshotDir is where the specs that take the README's screenshots write
+// screenshotDir is where the specs that take the screenshots of docs/console.md write
 // them: TOOLLEDGER_SCREENSHOTS (make screenshots sets docs/), else a
 // temporary folder.
 func screenshotDir() string {
