@@ -26,14 +26,7 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 	if b.policyOn != nil && *b.policyOn == on {
 		return nil
 	}
-	path := filepath.Join(b.root, "config", "admission", "outcome_finalizer_policy.yaml")
-	var err error
-	if on {
-		err = testenv.ApplyFile(ctx, b.c.cfg, path, "toolledger-bench")
-	} else {
-		err = testenv.DeleteFile(ctx, b.c.cfg, path)
-	}
-	if err != nil {
+	if err := b.admissionPolicy(ctx, "outcome_finalizer_policy.yaml", on); err != nil {
 		return err
 	}
 	if err := b.c.namespace(ctx, b.fastTool("policy-probe")); err != nil {
@@ -68,14 +61,7 @@ func (b *bench) usePolicy(ctx context.Context, on bool) error {
 // policy and waits until the API server applies the change: a server-side
 // dry run of an action with parameters is refused, or is not.
 func (b *bench) useParametersPolicy(ctx context.Context, namespace string, parameters map[string]apiextensionsv1.JSON, on bool) error {
-	path := filepath.Join(b.root, "config", "admission", "parameters_policy.yaml")
-	var err error
-	if on {
-		err = testenv.ApplyFile(ctx, b.c.cfg, path, "toolledger-bench")
-	} else {
-		err = testenv.DeleteFile(ctx, b.c.cfg, path)
-	}
-	if err != nil {
+	if err := b.admissionPolicy(ctx, "parameters_policy.yaml", on); err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -96,4 +82,13 @@ func (b *bench) useParametersPolicy(ctx context.Context, namespace string, param
 			return err
 		}
 	}
+}
+
+// admissionPolicy installs config/admission's file, or removes it.
+func (b *bench) admissionPolicy(ctx context.Context, file string, on bool) error {
+	path := filepath.Join(b.root, "config", "admission", file)
+	if on {
+		return testenv.ApplyFile(ctx, b.c.cfg, path, "toolledger-bench")
+	}
+	return testenv.DeleteFile(ctx, b.c.cfg, path)
 }
