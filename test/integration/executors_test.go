@@ -82,7 +82,10 @@ var _ = Describe("Several executors", func() {
 			key := ns + "/" + a.Name
 			Expect(downstream.Requests(key)).To(Equal(1), "requests for %s", key)
 			Expect(downstream.Effects(key)).To(Equal(1), "effects for %s", key)
-			Expect(a.Status.Attempts).To(Equal(int32(1)))
+			// Under load an executor may find its claim's lease too short to
+			// send in, and schedule the attempt unsent (LeaseSpentBeforeSend):
+			// every attempt but one went unsent.
+			Expect(a.Status.Attempts-unsentAttempts(&a)).To(Equal(int32(1)), "attempts of %s: %v", key, a.Status.History)
 			executors[a.Status.Claim.Executor]++
 		}
 		conflicts = claimConflicts()
@@ -332,4 +335,16 @@ func claimConflicts() map[string]float64 {
 		}
 	}
 	return out
+}
+
+// unsentAttempts counts the attempts an executor claimed and did not send,
+// its lease too short to send in.
+func unsentAttempts(a *v1alpha1.ToolAction) int32 {
+	var n int32
+	for _, t := range a.Status.History {
+		if t.To == v1alpha1.PhaseRetryScheduled && strings.Contains(t.Message, "(LeaseSpentBeforeSend)") {
+			n++
+		}
+	}
+	return n
 }
