@@ -3,9 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -13,13 +17,12 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-// commit is the one path by which a transition reaches the ledger, the
-// claim included: it writes the status, counts it, emits
-// the events, and schedules what follows a finished action (its
-// compensation link and its retention), so that no branch forgets one. A
-// transition that changes nothing writes and reports nothing. tool may be
-// nil when it was not resolved: what follows a finished action is then left
-// to the caller (a revisit, or the retention sweep).
+// commit is the one path by which the ToolAction controller's transitions
+// reach the ledger, the claim included: the Ledger writes them, and commit
+// schedules what follows a finished action (its compensation link and its
+// retention), so that no branch forgets one. tool may be nil when it was
+// not resolved: what follows a finished action is then left to the caller
+// (a revisit, or the retention sweep).
 func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (ctrl.Result, error) {
 	_, result, err := r.record(ctx, current, tool, t)
 	return result, err
@@ -28,22 +31,11 @@ func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.Too
 // record is commit that also returns the action as recorded: nil when the
 // record moved on without the transition.
 func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, ctrl.Result, error) {
-	next := current.DeepCopy()
-	t.apply(next)
-	if statusEqual(current, next) {
-		return current, ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
-	}
-	recorded, err := r.write(ctx, current, next, t)
-	if err != nil || recorded == nil {
+	recorded, err := r.Ledger().record(ctx, current, tool, t)
+	switch {
+	case err != nil || recorded == nil:
 		return nil, ctrl.Result{}, err
-	}
-	r.observe(ctx, current, recorded, tool, t.tally)
-	for _, e := range t.events {
-		if !e.routine || !r.QuietRoutine {
-			r.Recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
-		}
-	}
-	if recorded.Status.Phase.IsTerminal() && tool != nil {
+	case recorded != current && recorded.Status.Phase.IsTerminal() && tool != nil:
 		// The finished action leaves the cache; what follows is scheduled
 		// here, by the executor that finished it.
 		result, err := r.finish(ctx, recorded, tool)
@@ -52,13 +44,106 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	return recorded, ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
 }
 
+// Ledger is the one writer of ToolAction records. Every controller that
+// changes an action hands it a transition the rules made: the ToolAction
+// controller (its claim included), and the approval and resolution
+// controllers. It writes the status, counts the change, emits the events,
+// and answers a lost race one way: nil, when a newer version of the record
+// won; its watch event brings the action back.
+type Ledger struct {
+	// client writes to the API server; reader reads it directly.
+	client client.Client
+	reader client.Reader
+	// recorder emits the events; quietRoutine leaves out the happy path's
+	// Normal ones.
+	recorder     events.EventRecorder
+	quietRoutine bool
+	clock        clock.PassiveClock
+	// executor names this process in the history and the logs.
+	executor string
+	// tools finds an action's tool for the metrics' labels when the
+	// writer was not given it.
+	tools *Tools
+	// handBack gives a finished action recorded outside the ToolAction
+	// controller to that controller's queue, which schedules what follows
+	// (the compensation link, retention).
+	handBack func(context.Context, *v1alpha1.ToolAction) error
+}
+
+// Ledger is this reconciler's writer, for the controllers beside it.
+func (r *ToolActionReconciler) Ledger() *Ledger {
+	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, quietRoutine: r.QuietRoutine,
+		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.revisit}
+}
+
+// rules are the state machine's decisions, at the clock's time, made by
+// this executor.
+func (l *Ledger) rules() rules {
+	return rules{now: l.clock.Now(), by: l.executor, random: rand.Float64}
+}
+
+// decided records a transition decided outside the ToolAction controller
+// (an approval, a resolution) and hands a finished action back to that
+// controller. It returns nil when a newer version of the record won.
+func (l *Ledger) decided(ctx context.Context, current *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
+	recorded, err := l.record(withActionLog(ctx, current, l.executor), current, nil, t)
+	if err != nil || recorded == nil {
+		return recorded, err
+	}
+	return recorded, l.follow(ctx, recorded)
+}
+
+// follow hands a finished action back to the ToolAction controller, which
+// links its compensation and schedules its retention.
+func (l *Ledger) follow(ctx context.Context, action *v1alpha1.ToolAction) error {
+	if !action.Status.Phase.IsTerminal() {
+		return nil
+	}
+	return l.handBack(ctx, action)
+}
+
+// raceRetry is how soon a decision whose action changed while it was
+// recorded is reconciled again.
+const raceRetry = 100 * time.Millisecond
+
+// lostRace is what a controller answers when a newer version of the action
+// won over the transition it decided: another replica recorded it, or the
+// action changed meanwhile; the next reconcile reads which.
+func lostRace(ctx context.Context, action string) ctrl.Result {
+	log.FromContext(ctx).V(1).Info("Action changed while a decision was recorded; reconciling again", "action", action)
+	return ctrl.Result{RequeueAfter: raceRetry}
+}
+
+// record writes the transition, counts it and emits its events. A
+// transition that changes nothing writes and reports nothing. It returns
+// the action as recorded, or nil when the record moved on without it. tool
+// may be nil.
+func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, error) {
+	next := current.DeepCopy()
+	t.apply(next)
+	if statusEqual(current, next) {
+		return current, nil
+	}
+	recorded, err := l.write(ctx, current, next, t)
+	if err != nil || recorded == nil {
+		return nil, err
+	}
+	l.observe(ctx, current, recorded, tool, t.tally)
+	for _, e := range t.events {
+		if !e.routine || !l.quietRoutine {
+			l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
+		}
+	}
+	return recorded, nil
+}
+
 // write stores next. A transition with reapplyWhile survives changes made
 // to the record meanwhile; any other conflict means a newer version exists,
 // whose watch event brings the action back. It returns nil when the record
 // moved on without this transition.
-func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
+func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
 	if t.reapplyWhile == nil {
-		err := r.Client.Status().Update(ctx, next)
+		err := l.client.Status().Update(ctx, next)
 		if apierrors.IsConflict(err) && t.race != "" {
 			claimConflicts.WithLabelValues(t.race).Inc()
 			log.FromContext(ctx).V(1).Info("Transition lost to a newer version", "race", t.race, "attempt", next.Status.Attempts)
@@ -69,12 +154,12 @@ func (r *ToolActionReconciler) write(ctx context.Context, current, next *v1alpha
 		return next, nil
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := r.Client.Status().Update(ctx, next)
+		err := l.client.Status().Update(ctx, next)
 		if !apierrors.IsConflict(err) {
 			return err
 		}
 		var latest v1alpha1.ToolAction
-		if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(current), &latest); getErr != nil {
+		if getErr := l.reader.Get(ctx, client.ObjectKeyFromObject(current), &latest); getErr != nil {
 			return getErr
 		}
 		if !t.reapplyWhile(&latest) {

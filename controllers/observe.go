@@ -30,7 +30,7 @@ type tally struct {
 // observe counts a change of an action the API server accepted, once:
 // several replicas never count one write twice, as only one wins it. tool
 // may be nil; it is then read from the cache for the class label.
-func (r *ToolActionReconciler) observe(ctx context.Context, before, after *v1alpha1.ToolAction, tool *v1alpha1.Tool, t tally) {
+func (l *Ledger) observe(ctx context.Context, before, after *v1alpha1.ToolAction, tool *v1alpha1.Tool, t tally) {
 	from, to := before.Status.Phase, after.Status.Phase
 	if from == to && t == (tally{}) {
 		return
@@ -38,7 +38,7 @@ func (r *ToolActionReconciler) observe(ctx context.Context, before, after *v1alp
 	if tool == nil {
 		// An action whose tool is gone is counted with an empty class,
 		// and one whose tool never resolved under unresolvedTool.
-		tool, _ = r.findTool(ctx, after)
+		tool, _ = l.tools.find(ctx, after)
 	}
 	labels := prometheus.Labels{"namespace": after.Namespace, "tool_kind": after.Spec.ToolRef.KindOrDefault(),
 		"tool": toolLabel(after, tool), "class": classOf(tool)}
@@ -85,7 +85,7 @@ func (r *ToolActionReconciler) observe(ctx context.Context, before, after *v1alp
 		source := with("source", t.duplicate)
 		duplicateHits.With(source).Inc()
 		if !t.firstCompleted.IsZero() {
-			age := max(r.Clock.Now().Sub(t.firstCompleted), 0)
+			age := max(l.clock.Now().Sub(t.firstCompleted), 0)
 			duplicateAge.With(source).Observe(age.Seconds())
 			if tool != nil && tool.Spec.KeyRetention != nil && tool.Spec.KeyRetention.Duration > 0 {
 				duplicateRetentionRatio.With(source).Observe(age.Seconds() / tool.Spec.KeyRetention.Seconds())

@@ -1,8 +1,9 @@
 // Package controllers holds the ToolAction state machine. The rules
 // (decide.go, transitions.go) say what to do next with an action and what an
-// adapter's answer means, without I/O; one file per step carries them out
-// (attempt, lookup, compensation, retention, deletion, tool resolution), and
-// every transition but the claim is written by one commit path (commit.go).
+// adapter's answer means, without I/O, from facts read beforehand (facts.go);
+// one file per step carries them out (attempt, lookup, compensation,
+// retention, deletion), and every transition, the claim included, is
+// written by one writer, the Ledger (ledger.go).
 // The controller never speaks to a downstream itself: adapters do, and
 // adapters never write status.
 package controllers
@@ -10,7 +11,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,6 +172,4 @@ func (r *ToolActionReconciler) perform(ctx context.Context, action *v1alpha1.Too
 }
 
 // rules are the state machine's decisions, at the clock's time.
-func (r *ToolActionReconciler) rules() rules {
-	return rules{now: r.Clock.Now(), by: r.Executor, random: rand.Float64}
-}
+func (r *ToolActionReconciler) rules() rules { return r.Ledger().rules() }

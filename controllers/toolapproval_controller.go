@@ -52,9 +52,6 @@ const (
 	// unresolvedToolRecheck is how soon an approval refused because its action's tool
 	// cannot be resolved is evaluated again: nothing watches the tools here.
 	unresolvedToolRecheck = time.Minute
-	// approvalRetry is how soon an approval whose action changed while it
-	// was applied is reconciled again.
-	approvalRetry = 100 * time.Millisecond
 )
 
 // approvalActionIndex indexes ToolApprovals by spec.actionName, so that an
@@ -73,9 +70,10 @@ type ToolApprovalReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
-	// Actions records the decision through the ToolAction controller's
-	// commit path, like every other transition of an action.
-	Actions *ToolActionReconciler
+	// Ledger records the decision, like every other transition of an
+	// action; Tools finds the action's tool.
+	Ledger *Ledger
+	Tools  *Tools
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals,verbs=get;list;watch
@@ -112,7 +110,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if decided := action.Status.Approval; decided != nil {
 		if decided.Name == approval.Name && decided.Decision == approval.Spec.Decision && decided.RequestDigest == approval.Spec.RequestDigest {
 			// Applied before a crash or a failed mark.
-			if err := r.handBack(ctx, &action); err != nil {
+			if err := r.Ledger.follow(ctx, &action); err != nil {
 				return ctrl.Result{}, err
 			}
 			return ctrl.Result{}, r.markApplied(ctx, &approval, &action)
@@ -144,31 +142,16 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 		return result, r.refuse(ctx, &approval, &action, refused.reason, refused.message)
 	}
-	rules := r.Actions.rules()
+	rules := r.Ledger.rules()
 	rules.by = approvalActor(&approval)
-	recorded, _, err := r.Actions.record(withActionLog(ctx, &action, r.Actions.Executor), &action, nil, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
+	recorded, err := r.Ledger.decided(ctx, &action, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)
 	case recorded == nil:
-		// Another replica applied it, or the action changed meanwhile: the
-		// next reconcile reads which.
-		log.FromContext(ctx).V(1).Info("Action changed while the approval was applied; reconciling it again", "action", action.Name)
-		return ctrl.Result{RequeueAfter: approvalRetry}, nil
-	}
-	if err := r.handBack(ctx, recorded); err != nil {
-		return ctrl.Result{}, err
+		return lostRace(ctx, action.Name), nil
 	}
 	return ctrl.Result{}, r.markApplied(ctx, &approval, recorded)
-}
-
-// handBack gives an action a denial finished to the ToolAction controller,
-// which schedules its retention.
-func (r *ToolApprovalReconciler) handBack(ctx context.Context, action *v1alpha1.ToolAction) error {
-	if !action.Status.Phase.IsTerminal() {
-		return nil
-	}
-	return r.Actions.revisit(ctx, action)
 }
 
 // refused says why an approval is not applied to an action awaiting one.
@@ -195,7 +178,7 @@ func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1
 			"the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
 			approval.Spec.RequestDigest, action.Name, want, want)}, nil
 	}
-	tool, err := r.Actions.findTool(ctx, action)
+	tool, err := r.Tools.find(ctx, action)
 	var invalid *invalidError
 	switch {
 	case errors.As(err, &invalid):

@@ -36,9 +36,9 @@ type ToolResolutionReconciler struct {
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
-	// Actions records the resolution through the ToolAction controller's
-	// commit path, like every other transition of an action.
-	Actions *ToolActionReconciler
+	// Ledger records the resolution, like every other transition of an
+	// action.
+	Ledger *Ledger
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions,verbs=get;list;watch
@@ -67,7 +67,7 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	by := resolutionActor(&resolution)
 	if appliedTo(&action, by) {
 		// Applied before a crash or a failed mark: what follows is scheduled again.
-		if err := r.follow(ctx, &action); err != nil {
+		if err := r.Ledger.follow(ctx, &action); err != nil {
 			return ctrl.Result{}, err
 		}
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
@@ -81,17 +81,14 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 			fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
 	}
 
-	rules := r.Actions.rules()
+	rules := r.Ledger.rules()
 	rules.by = by
-	recorded, _, err := r.Actions.record(withActionLog(ctx, &action, r.Actions.Executor), &action, nil, rules.resolved(&resolution))
+	recorded, err := r.Ledger.decided(ctx, &action, rules.resolved(&resolution))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)
 	case recorded == nil:
-		return ctrl.Result{}, fmt.Errorf("ToolAction %s changed while resolution %s was applied; applying it again", action.Name, resolution.Name)
-	}
-	if err := r.follow(ctx, recorded); err != nil {
-		return ctrl.Result{}, err
+		return lostRace(ctx, action.Name), nil
 	}
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 }
@@ -111,15 +108,6 @@ func bindingRefusal(resolution *v1alpha1.ToolResolution, action *v1alpha1.ToolAc
 			judged, action.Name, now, phaseOrPending(action.Status.Phase), now)}
 	}
 	return nil
-}
-
-// follow hands an action the resolution finished to the ToolAction
-// controller, which links its compensation and schedules its retention.
-func (r *ToolResolutionReconciler) follow(ctx context.Context, action *v1alpha1.ToolAction) error {
-	if !action.Status.Phase.IsTerminal() {
-		return nil
-	}
-	return r.Actions.revisit(ctx, action)
 }
 
 // resolutionActor names a resolution in the action's history.

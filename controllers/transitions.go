@@ -16,8 +16,8 @@ import (
 )
 
 // transition is one recorded change of an action: what it does to the
-// status and what is reported once it is written. The commit path
-// (commit.go) is its only writer.
+// status and what is reported once it is written. The Ledger (ledger.go)
+// is its only writer.
 type transition struct {
 	apply  func(*v1alpha1.ToolAction)
 	events []report

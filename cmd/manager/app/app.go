@@ -417,7 +417,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("toolledger"),
 		Clock:     opts.Clock,
-		Actions:   reconciler,
+		Ledger:    reconciler.Ledger(),
 	}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
@@ -427,7 +427,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("toolledger"),
 		Clock:     opts.Clock,
-		Actions:   reconciler,
+		Ledger:    reconciler.Ledger(),
+		Tools:     reconciler.Tools(),
 	}
 	if err := approvals.SetupWithManager(context.Background(), mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolApproval controller: %w", err)
