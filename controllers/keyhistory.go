@@ -13,7 +13,7 @@ import (
 
 // keyHistory reads a key's earlier life: what a record since deleted
 // settled under the key. An action's first attempt reads it, and the
-// rules answer the action from it (rules.earlierGate).
+// rules answer the action from it (rules.beforeConnect).
 type keyHistory interface {
 	// earlier returns the key's earlier record, or nil when the key has
 	// none the action's tool still keeps.

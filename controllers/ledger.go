@@ -36,8 +36,9 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	case err != nil || recorded == nil:
 		return nil, ctrl.Result{}, err
 	case recorded != current && recorded.Status.Phase.IsTerminal() && tool != nil:
-		// The finished action leaves the cache; what follows is scheduled
-		// here, by the executor that finished it.
+		// Just finished (current back means nothing was written): the
+		// action leaves the cache, and what follows is scheduled here, by
+		// the executor that finished it.
 		result, err := r.finish(ctx, recorded, tool)
 		return recorded, result, err
 	}
@@ -78,8 +79,11 @@ func (r *ToolActionReconciler) Ledger() *Ledger {
 
 // rules are the state machine's decisions, at the clock's time, made by
 // this executor.
-func (l *Ledger) rules() rules {
-	return rules{now: l.clock.Now(), by: l.executor, random: rand.Float64}
+func (l *Ledger) rules() rules { return rulesAt(l.clock, l.executor) }
+
+// rulesAt are the rules at c's time, made by executor, with random jitter.
+func rulesAt(c clock.PassiveClock, executor string) rules {
+	return rules{now: c.Now(), by: executor, random: rand.Float64}
 }
 
 // decided records a transition decided outside the ToolAction controller
@@ -115,9 +119,9 @@ func lostRace(ctx context.Context, action string) ctrl.Result {
 }
 
 // record writes the transition, counts it and emits its events. A
-// transition that changes nothing writes and reports nothing. It returns
-// the action as recorded, or nil when the record moved on without it. tool
-// may be nil.
+// transition that changes nothing writes and reports nothing, and current
+// itself is returned. Otherwise it returns the action as recorded, or nil
+// when the record moved on without it. tool may be nil.
 func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, error) {
 	next := current.DeepCopy()
 	t.apply(next)

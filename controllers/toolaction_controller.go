@@ -172,4 +172,4 @@ func (r *ToolActionReconciler) perform(ctx context.Context, action *v1alpha1.Too
 }
 
 // rules are the state machine's decisions, at the clock's time.
-func (r *ToolActionReconciler) rules() rules { return r.Ledger().rules() }
+func (r *ToolActionReconciler) rules() rules { return rulesAt(r.Clock, r.Executor) }

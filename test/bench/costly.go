@@ -158,7 +158,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		if !inFlight {
 			hostile.waitAnswered()
 		}
-		answeredAll := time.Now()
+		timedFrom := time.Now()
 		var began []time.Duration
 		run.Beside, began, err = timed(name, s.CostlyHealthy, run)
 		settled, stopErr := hostile.stop(ctx)
@@ -176,7 +176,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		}
 		run.Answered, run.Settled = summarize(answered), summarize(took)
 		if last := hostile.lastSettled(); !last.IsZero() {
-			run.Refusing = max(0, last.Sub(answeredAll))
+			run.Refusing = max(0, last.Sub(timedFrom))
 		}
 		for _, at := range began {
 			if at < run.Refusing {

@@ -28,18 +28,11 @@ func TestParametersPolicy(t *testing.T) {
 	policyName := want[0].GetName()
 
 	rendered := decodeObjects(t, helmTemplate(t, append(servesPolicies, "--set", "parametersPolicy.maxValues=500")...))
-	for _, w := range want {
-		got := find(rendered, w.GetKind(), w.GetName())
-		if got == nil {
-			t.Fatalf("the chart renders no %s %s", w.GetKind(), w.GetName())
-		}
+	checkRenderedAsConfig(t, rendered, want, "with maxValues 500", func(w, _ *unstructured.Unstructured) {
 		if w.GetKind() == "ValidatingAdmissionPolicy" {
 			setMaxValues(t, w, "500")
 		}
-		if diff := cmp.Diff(w.Object, got.Object); diff != "" {
-			t.Errorf("%s %s differs from config/admission's (-want +got):\n%s", w.GetKind(), w.GetName(), diff)
-		}
-	}
+	})
 
 	off := decodeObjects(t, helmTemplate(t, append(servesPolicies, "--set", "parametersPolicy.enabled=false")...))
 	if find(off, "ValidatingAdmissionPolicy", policyName) != nil {
@@ -65,16 +58,7 @@ func TestMutatingPoliciesWhereServed(t *testing.T) {
 		if !slices.ContainsFunc(want, func(o *unstructured.Unstructured) bool { return o.GetKind() == "MutatingAdmissionPolicy" }) {
 			t.Fatalf("config/admission/%s has no MutatingAdmissionPolicy", file)
 		}
-		for _, w := range want {
-			got := find(rendered, w.GetKind(), w.GetName())
-			if got == nil {
-				t.Errorf("where MutatingAdmissionPolicy is served the chart renders no %s %s", w.GetKind(), w.GetName())
-				continue
-			}
-			if diff := cmp.Diff(w.Object, got.Object); diff != "" {
-				t.Errorf("%s %s differs from config/admission/%s (-want +got):\n%s", w.GetKind(), w.GetName(), file, diff)
-			}
-		}
+		checkRenderedAsConfig(t, rendered, want, "where MutatingAdmissionPolicy is served", nil)
 	}
 	unserved := decodeObjects(t, helmTemplate(t))
 	for _, kind := range []string{"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {
@@ -101,18 +85,30 @@ func TestGuardPoliciesExemptTheRelease(t *testing.T) {
 	if n := count(want, "ValidatingAdmissionPolicy"); n != 2 {
 		t.Fatalf("config/admission/tombstone_guard_policy.yaml has %d policies, want the action and the tombstone guards", n)
 	}
-	for _, w := range want {
-		got := find(rendered, w.GetKind(), w.GetName())
-		if got == nil {
-			t.Errorf("the chart renders no %s %s", w.GetKind(), w.GetName())
-			continue
-		}
+	checkRenderedAsConfig(t, rendered, want, "with the release's exemptions", func(w, got *unstructured.Unstructured) {
 		if w.GetKind() == "ValidatingAdmissionPolicy" {
 			checkExemptions(t, got, manager, group)
 		}
 		w.Object = replaceStrings(w.Object, strings.NewReplacer(configManager, manager, configGroup, group)).(map[string]any)
+	})
+}
+
+// checkRenderedAsConfig: the chart renders each of config/admission's
+// objects in want, equal to it once adjust (when set) has made it the
+// release's; when names the rendering in messages.
+func checkRenderedAsConfig(t *testing.T, rendered, want []*unstructured.Unstructured, when string, adjust func(want, got *unstructured.Unstructured)) {
+	t.Helper()
+	for _, w := range want {
+		got := find(rendered, w.GetKind(), w.GetName())
+		if got == nil {
+			t.Errorf("%s: the chart renders no %s %s", when, w.GetKind(), w.GetName())
+			continue
+		}
+		if adjust != nil {
+			adjust(w, got)
+		}
 		if diff := cmp.Diff(w.Object, got.Object); diff != "" {
-			t.Errorf("%s %s differs from config/admission's with the release's exemptions (-want +got):\n%s", w.GetKind(), w.GetName(), diff)
+			t.Errorf("%s: %s %s differs from config/admission's (-want +got):\n%s", when, w.GetKind(), w.GetName(), diff)
 		}
 	}
 }
