@@ -46,8 +46,9 @@ func main() { fmt.Println(sdk.DefaultFieldManager) }
 	tidy := exec.CommandContext(t.Context(), goBin, "mod", "tidy")
 	tidy.Dir = dir
 	// Offline: the module cache holds what the repository builds with, and
-	// nothing is looked up in a proxy or a checksum database.
-	tidy.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off")
+	// nothing is looked up in a proxy or a checksum database, nor a
+	// toolchain downloaded.
+	tidy.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOSUMDB=off", "GOWORK=off", "GOTOOLCHAIN=local")
 	if out, err := tidy.CombinedOutput(); err != nil {
 		t.Fatalf("go mod tidy: %v\n%s", err, out)
 	}
