@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -29,7 +30,7 @@ func (r *ToolActionReconciler) attempt(ctx context.Context, action *v1alpha1.Too
 // one is parked unclaimed, so that no lease runs while it waits. It reads
 // the attempt's facts, has the rules decide, and then either records what
 // they decided or connects, claims and dispatches.
-func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
+func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *dispatch.Slot, action *v1alpha1.ToolAction, tool *resolvedTool, reason string) (ctrl.Result, error) {
 	action, facts, err := r.readAttemptFacts(ctx, action, tool.tool)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -50,14 +51,14 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *slot, action
 	}
 	s := held
 	if s == nil {
-		if s = r.Dispatcher.reserve(laneOf(action, tool.tool), limitsOf(tool.tool), client.ObjectKeyFromObject(action)); s == nil {
+		if s = r.Dispatcher.Reserve(dispatch.LaneOf(action, tool.tool), dispatch.LimitsOf(tool.tool), client.ObjectKeyFromObject(action)); s == nil {
 			return ctrl.Result{}, nil
 		}
 	}
 	d, err := r.claim(ctx, action, tool, conn, reason, facts)
 	if err != nil || d == nil {
 		if held == nil {
-			s.release()
+			s.Release()
 		}
 		return ctrl.Result{}, err
 	}
@@ -90,9 +91,9 @@ func (r *ToolActionReconciler) ensureFinalizer(ctx context.Context, action *v1al
 	return action, nil
 }
 
-// dispatch is a claimed attempt, ready to be sent: everything its sending
+// claimedAttempt is an attempt this executor claimed, ready to be sent: everything its sending
 // and the record of its outcome need, and nothing of the reconcile.
-type dispatch struct {
+type claimedAttempt struct {
 	claimed *v1alpha1.ToolAction
 	tool    *resolvedTool
 	conn    adapter.Connection
@@ -105,7 +106,7 @@ type dispatch struct {
 // dispatches a given attempt; a conflict means another executor (or a newer
 // version of the record) won, and nothing is dispatched (nil is returned).
 func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, conn adapter.Connection,
-	reason string, facts attemptFacts) (*dispatch, error) {
+	reason string, facts attemptFacts) (*claimedAttempt, error) {
 	claimed, _, err := r.record(ctx, action, tool.tool, r.rules().claimed(action, attemptTimeout(conn.Capabilities)+r.LeaseGrace, reason, facts.requestDigest, facts.target))
 	if err != nil || claimed == nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolA
 	// Once connected, the connection's capabilities are the ones that hold.
 	connected := *tool
 	connected.caps = conn.Capabilities
-	return &dispatch{
+	return &claimedAttempt{
 		claimed: claimed,
 		tool:    &connected,
 		conn:    conn,
@@ -146,7 +147,7 @@ func approverOf(action *v1alpha1.ToolAction) string {
 // is sent only within its claim's lease, less the clock margin: past it,
 // another replica may take the claim for lapsed and look the key up before
 // this request arrives, so it is not sent (a definite non-attempt).
-func (r *ToolActionReconciler) dispatch(ctx context.Context, d *dispatch) (ctrl.Result, error) {
+func (r *ToolActionReconciler) dispatch(ctx context.Context, d *claimedAttempt) (ctrl.Result, error) {
 	budget := r.rules().sendBudget(d.claimed.Status.Claim, d.conn.Capabilities, r.LeaseMargin)
 	if budget <= 0 {
 		err := &adapter.RetryableError{Reason: ReasonLeaseSpent, Err: fmt.Errorf(

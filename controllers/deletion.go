@@ -12,10 +12,10 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/requeue"
 )
 
 // listPage bounds what one list request of the finished ledger brings into
@@ -32,9 +32,9 @@ type DeletionWatch struct {
 	Client metadata.Interface
 	// Phase is the final phase watched, Succeeded or Failed.
 	Phase v1alpha1.Phase
-	// Deleting receives each action seen with a deletion timestamp and the
-	// finalizer; the ToolAction controller reconciles it.
-	Deleting chan<- event.GenericEvent
+	// Queue has each action seen with a deletion timestamp and the
+	// finalizer reconciled by the ToolAction controller.
+	Queue *requeue.Queue
 	// Retry is the pause after a failed list or watch.
 	Retry time.Duration
 }
@@ -73,9 +73,7 @@ func (w *DeletionWatch) list(ctx context.Context, resource metadata.Getter) (str
 			return "", fmt.Errorf("cannot list ToolActions: %w", err)
 		}
 		for i := range page.Items {
-			if err := w.consider(ctx, &page.Items[i]); err != nil {
-				return "", err
-			}
+			w.consider(&page.Items[i])
 		}
 		if page.Continue == "" {
 			return page.ResourceVersion, nil
@@ -125,22 +123,15 @@ func (w *DeletionWatch) drain(ctx context.Context, watcher watch.Interface, vers
 		}
 		version = meta.ResourceVersion
 		if ev.Type == watch.Added || ev.Type == watch.Modified {
-			if err := w.consider(ctx, meta); err != nil {
-				return version, err
-			}
+			w.consider(meta)
 		}
 	}
 }
 
-func (w *DeletionWatch) consider(ctx context.Context, meta *metav1.PartialObjectMetadata) error {
-	if meta.DeletionTimestamp == nil || !controllerutil.ContainsFinalizer(meta, v1alpha1.Finalizer) {
-		return nil
-	}
-	select {
-	case w.Deleting <- event.GenericEvent{Object: meta}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+// consider queues an action being deleted that still carries the finalizer.
+func (w *DeletionWatch) consider(meta *metav1.PartialObjectMetadata) {
+	if meta.DeletionTimestamp != nil && controllerutil.ContainsFinalizer(meta, v1alpha1.Finalizer) {
+		w.Queue.Add(client.ObjectKeyFromObject(meta))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
@@ -67,14 +68,14 @@ type Ledger struct {
 	tools *Tools
 	// handBack gives a finished action recorded outside the ToolAction
 	// controller to that controller's queue, which schedules what follows
-	// (the compensation link, retention).
-	handBack func(context.Context, *v1alpha1.ToolAction) error
+	// (the compensation link, retention); it reads the action afresh.
+	handBack func(types.NamespacedName)
 }
 
 // Ledger is this reconciler's writer, for the controllers beside it.
 func (r *ToolActionReconciler) Ledger() *Ledger {
 	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, quietRoutine: r.QuietRoutine,
-		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.revisit}
+		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -94,16 +95,16 @@ func (l *Ledger) decided(ctx context.Context, current *v1alpha1.ToolAction, t tr
 	if err != nil || recorded == nil {
 		return recorded, err
 	}
-	return recorded, l.follow(ctx, recorded)
+	l.follow(recorded)
+	return recorded, nil
 }
 
 // follow hands a finished action back to the ToolAction controller, which
 // links its compensation and schedules its retention.
-func (l *Ledger) follow(ctx context.Context, action *v1alpha1.ToolAction) error {
-	if !action.Status.Phase.IsTerminal() {
-		return nil
+func (l *Ledger) follow(action *v1alpha1.ToolAction) {
+	if action.Status.Phase.IsTerminal() {
+		l.handBack(client.ObjectKeyFromObject(action))
 	}
-	return l.handBack(ctx, action)
 }
 
 // raceRetry is how soon a decision whose action changed while it was

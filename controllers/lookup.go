@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -19,7 +20,7 @@ import (
 // an Unknown action applied; an action that must wait for a slot is parked.
 func (r *ToolActionReconciler) lookup(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(action)
-	s := r.Dispatcher.reserve(laneOf(action, tool.tool), limitsOf(tool.tool), key)
+	s := r.Dispatcher.Reserve(dispatch.LaneOf(action, tool.tool), dispatch.LimitsOf(tool.tool), key)
 	if s == nil {
 		return ctrl.Result{}, nil
 	}
@@ -32,7 +33,7 @@ func (r *ToolActionReconciler) lookup(ctx context.Context, action *v1alpha1.Tool
 // lookUp makes the lookup in slot s and carries out what its answer means
 // (rules.afterLookup): a request proved absent is sent again in the same
 // slot.
-func (r *ToolActionReconciler) lookUp(ctx context.Context, s *slot, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
+func (r *ToolActionReconciler) lookUp(ctx context.Context, s *dispatch.Slot, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
 	// The deadline is judged at the time the lookup was asked.
 	rules := r.rules()
 	outcome, err := r.lookUpKey(ctx, action, tool)

@@ -7,18 +7,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 // Metric labels. An action is counted by its tenant and tool, never by its
 // key: actionLabels are the action's namespace, its tool's kind and name and
 // the tool's idempotency class; toolOfActionLabels leave the class out, for
-// the series the SDK counts too (it reads no tools). The dispatcher's gauges
-// name a tool by toolLabels, its own namespace included.
+// the series the SDK counts too (it reads no tools).
 var (
 	toolOfActionLabels = []string{"namespace", "tool_kind", "tool"}
 	actionLabels       = slices.Concat(toolOfActionLabels, []string{"class"})
-	toolLabels         = []string{"tool_kind", "tool_namespace", "tool"}
 )
 
 // Sources of duplicate hits and key conflicts the manager sees. The SDK
@@ -98,33 +98,16 @@ var (
 		Name: "toolledger_deletion_watch_synced",
 		Help: "1 while the watch for deletions of finished actions in a phase runs on a complete list; 0 while it lists, or retries a failed list or watch.",
 	}, []string{"phase"})
-	dispatchInFlight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "toolledger_dispatch_in_flight",
-		Help: "Downstream calls (attempts and lookups) of a tool that this manager has in flight, or holds a slot for.",
-	}, toolLabels)
-	dispatchWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "toolledger_dispatch_waiting",
-		Help: "Actions of a tool waiting in this manager for a dispatch slot: the tool's in-flight or rate limit, or the namespace's or the manager's bound, is reached.",
-	}, toolLabels)
-	dispatchLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "toolledger_dispatch_limit",
-		Help: "A tool's spec.limits as this manager applies them: limit=in_flight is maxInFlight, limit=per_second is requestsPerSecond.",
-	}, slices.Concat(toolLabels, []string{"limit"}))
-	shardMembers = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "toolledger_shard_members",
-		Help: "Live managers sharing the active actions by key, as this manager last listed their member Leases; 0 until it has listed them.",
-	})
 )
 
 // Metrics are the collectors toolledger registers in controller-runtime's
 // registry, which the manager serves on its metrics endpoint.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{
+	return slices.Concat(dispatch.Metrics(), shard.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
-		duplicateRetentionRatio, deletionWatchSynced, dispatchInFlight, dispatchWaiting, dispatchLimit, shardMembers,
-		ledgerGauges,
-	}
+		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges,
+	})
 }
 
 func init() {

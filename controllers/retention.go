@@ -198,9 +198,8 @@ func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, p
 			if err := s.waitTurn(ctx, action.UID); err != nil {
 				return err
 			}
-			if _, err := r.advance(ctx, action); err != nil {
-				return err
-			}
+			// Its reconcile takes the turn waited for here.
+			r.Queue.Add(client.ObjectKeyFromObject(action))
 		}
 		if page.Continue == "" {
 			return nil

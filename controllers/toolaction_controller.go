@@ -11,19 +11,17 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/requeue"
+	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -48,8 +46,6 @@ type ToolActionReconciler struct {
 	// too: two API writes fewer per action. By default every change of phase
 	// makes one event.
 	QuietRoutine bool
-	// Deleting delivers finished actions being deleted (see DeletionWatch).
-	Deleting <-chan event.GenericEvent
 	// Clock is injected so that leases and backoff can be tested.
 	Clock clock.PassiveClock
 	// Executor identifies this reconciler in claims; unique per process.
@@ -68,26 +64,13 @@ type ToolActionReconciler struct {
 	// Pacer bounds the rate of retention work; nil leaves it unbounded.
 	Pacer *Pacer
 	// Dispatcher makes the downstream calls, off the reconcile workers.
-	Dispatcher *Dispatcher
+	Dispatcher *dispatch.Dispatcher
 	// Shards says which active actions this manager handles; nil handles
 	// every one.
-	Shards *Shards
-
-	// queue is the controller's work queue, for the calls the dispatcher
-	// finishes and the actions it wakes.
-	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
-
-	// revisits delivers actions that left the cache but still need a
-	// reconcile of their own (see revisit).
-	revisits chan event.GenericEvent
-	// reconciled is when a reconcile last returned (Unix nanoseconds), for
-	// Progressing.
-	reconciled atomic.Int64
-
-	// revisited holds the keys whose next reconcile reads the API server:
-	// the cache may still hold the version before the change that made the
-	// revisit.
-	revisited sync.Map
+	Shards *shard.Members
+	// Queue is the one way back into the controller's work queue, and
+	// holds each key for one reconcile, or one call, at a time.
+	Queue *requeue.Queue
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete
@@ -102,14 +85,13 @@ type ToolActionReconciler struct {
 func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A slot the dispatcher held for this action and this reconcile did
 	// not use goes to the next action waiting.
-	defer r.Dispatcher.forget(req.NamespacedName, time.Now())
-	defer func() { r.reconciled.Store(time.Now().UnixNano()) }()
+	defer r.Dispatcher.Forget(req.NamespacedName, time.Now())
 	var action v1alpha1.ToolAction
 	// The cache holds active actions only (ActiveActions): a finished one,
 	// requeued for its key's expiry or reported by the DeletionWatch, is read
 	// from the API server, and so is a revisited one.
 	var err error
-	if _, revisit := r.revisited.LoadAndDelete(req.NamespacedName); revisit {
+	if r.Queue.TakeFresh(req.NamespacedName) {
 		err = r.APIReader.Get(ctx, req.NamespacedName, &action)
 	} else {
 		err = r.getConfirmed(ctx, req.NamespacedName, &action)

@@ -110,9 +110,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if decided := action.Status.Approval; decided != nil {
 		if decided.Name == approval.Name && decided.Decision == approval.Spec.Decision && decided.RequestDigest == approval.Spec.RequestDigest {
 			// Applied before a crash or a failed mark.
-			if err := r.Ledger.follow(ctx, &action); err != nil {
-				return ctrl.Result{}, err
-			}
+			r.Ledger.follow(&action)
 			return ctrl.Result{}, r.markApplied(ctx, &approval, &action)
 		}
 		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonAlreadyDecided,

@@ -67,9 +67,7 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	by := resolutionActor(&resolution)
 	if appliedTo(&action, by) {
 		// Applied before a crash or a failed mark: what follows is scheduled again.
-		if err := r.Ledger.follow(ctx, &action); err != nil {
-			return ctrl.Result{}, err
-		}
+		r.Ledger.follow(&action)
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 	}
 	if refused := bindingRefusal(&resolution, &action); refused != nil {

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	"github.com/toolledger/toolledger/controllers"
+	"github.com/toolledger/toolledger/internal/shard"
 )
 
 // CreateOperatorNamespace creates the operator namespace, which holds the
@@ -30,7 +30,7 @@ func CreateOperatorNamespace(ctx context.Context, c client.Client) error {
 // renewed within the last duration: the managers sharing the actions.
 func LiveMembers(ctx context.Context, c client.Reader, duration time.Duration) (int, error) {
 	var leases coordinationv1.LeaseList
-	if err := c.List(ctx, &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{controllers.MemberLabel: "true"}); err != nil {
+	if err := c.List(ctx, &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{shard.MemberLabel: "true"}); err != nil {
 		return 0, err
 	}
 	live := 0

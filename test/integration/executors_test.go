@@ -19,8 +19,8 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	"github.com/toolledger/toolledger/controllers"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/adapter"
@@ -121,7 +121,7 @@ var _ = Describe("Several executors", func() {
 		// A member that renewed its Lease once and died: about half the keys are its.
 		renewed := metav1.NewMicroTime(time.Now())
 		ghost := &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Namespace: app.DefaultNamespace(), Name: "toolledger-member-ghost", Labels: map[string]string{controllers.MemberLabel: "true"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: app.DefaultNamespace(), Name: "toolledger-member-ghost", Labels: map[string]string{shard.MemberLabel: "true"}},
 			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To(int32(8)), RenewTime: &renewed},
 		}
 		Expect(k8s.Create(ctx, ghost)).To(Succeed())
@@ -138,7 +138,7 @@ var _ = Describe("Several executors", func() {
 			Expect(done.Status.Claim.Executor).To(Equal("executor-b"))
 			// History times are kept to the second.
 			first := done.Status.History[0].Time.Time
-			owner := controllers.ShardOwner([]string{"executor-b", "ghost"}, client.ObjectKey{Namespace: ns, Name: name})
+			owner := shard.Owner([]string{"executor-b", "ghost"}, client.ObjectKey{Namespace: ns, Name: name})
 			owned[owner]++
 			if owner == "ghost" {
 				Expect(first).NotTo(BeTemporally("<", lapsed.Add(-time.Second)), "%s, the ghost's, was handled before its Lease lapsed", name)

@@ -26,7 +26,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -35,7 +34,10 @@ import (
 	"github.com/toolledger/toolledger/controllers"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/requeue"
+	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -80,7 +82,7 @@ type Options struct {
 	// is less, when zero.
 	LeaseMargin time.Duration
 	// NoSharding has every replica race for every action; by default
-	// replicas split the active actions by key (controllers.Shards). Leader
+	// replicas split the active actions by key (shard.Members). Leader
 	// election turns sharding off: the leader handles every action.
 	NoSharding bool
 	// MemberLeaseDuration is how long a replica's member Lease lasts
@@ -334,14 +336,14 @@ func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActio
 	if err != nil {
 		return fmt.Errorf("cannot create the member Lease client: %w", err)
 	}
-	reconciler.Shards = &controllers.Shards{
+	reconciler.Shards = &shard.Members{
 		Client:      leases,
 		Namespace:   opts.Namespace,
 		Identity:    opts.ExecutorID,
 		Duration:    opts.MemberLeaseDuration,
 		Renew:       opts.MemberLeaseDuration / 3,
 		Resync:      reconciler.ResyncOwned,
-		Progressing: reconciler.Progressing,
+		Progressing: reconciler.Queue.Progressing,
 	}
 	if err := mgr.Add(reconciler.Shards); err != nil {
 		return fmt.Errorf("cannot add the member Lease: %w", err)
@@ -368,7 +370,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
-	dispatcher := controllers.NewDispatcher(opts.MaxConcurrentDispatches, opts.MaxDispatchesPerNamespace)
+	queue := requeue.New()
+	dispatcher := dispatch.New(opts.MaxConcurrentDispatches, opts.MaxDispatchesPerNamespace, queue.Add)
 	if err := mgr.Add(dispatcher); err != nil {
 		return fmt.Errorf("cannot add the dispatcher: %w", err)
 	}
@@ -376,14 +379,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("cannot create metadata client: %w", err)
 	}
-	deleting := make(chan event.GenericEvent)
 	reconciler := &controllers.ToolActionReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Adapters:                adapters,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
 		QuietRoutine:            opts.QuietRoutineEvents,
-		Deleting:                deleting,
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
@@ -392,6 +393,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		OperatorNamespace:       opts.Namespace,
 		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
 		Dispatcher:              dispatcher,
+		Queue:                   queue,
 	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
@@ -404,7 +406,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)
 	}
 	for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-		watch := &controllers.DeletionWatch{Client: metadataClient, Phase: phase, Deleting: deleting, Retry: time.Second}
+		watch := &controllers.DeletionWatch{Client: metadataClient, Phase: phase, Queue: queue, Retry: time.Second}
 		if err := mgr.Add(watch); err != nil {
 			return fmt.Errorf("cannot add the deletion watch: %w", err)
 		}

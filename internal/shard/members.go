@@ -1,4 +1,4 @@
-package controllers
+package shard
 
 import (
 	"context"
@@ -30,14 +30,14 @@ const MemberLabel = "toolledger.dev/member"
 // its own, and every listing would read it again.
 const staleMemberLeases = 4
 
-// Shards splits the active actions among the live managers, so that one
+// Members splits the active actions among the live managers, so that one
 // manager, not all of them, writes each action's transitions and claims it:
 // with N replicas racing for every action, N-1 of every claim are writes
 // the API server refuses.
 //
 // Each manager holds a Lease of its own in the operator namespace, labelled
 // MemberLabel and renewed every Renew. An action belongs to the live member
-// that ranks first for its key under rendezvous hashing (ShardOwner), so a
+// that ranks first for its key under rendezvous hashing (Owner), so a
 // member joining or leaving moves only the keys it gains or held. Each
 // manager lists the Leases every Renew and, when the live set changes, has
 // the actions it now owns reconciled (Resync), which hands a dead member's
@@ -53,7 +53,7 @@ const staleMemberLeases = 4
 // different views may both believe they own a key, and the compare-and-set
 // claim keeps the dispatch single. A manager that has not listed the
 // Leases for a whole Duration owns every key, as without sharding.
-type Shards struct {
+type Members struct {
 	// Client reads and writes Leases; not cached, so that no informer
 	// watches Leases across the cluster.
 	Client client.Client
@@ -90,17 +90,17 @@ type sighting struct {
 }
 
 // Owns reports whether this manager handles key's active action.
-func (s *Shards) Owns(key types.NamespacedName) bool {
+func (s *Members) Owns(key types.NamespacedName) bool {
 	if s == nil {
 		return true
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.members == nil || ShardOwner(s.members, key) == s.Identity
+	return s.members == nil || Owner(s.members, key) == s.Identity
 }
 
-// ShardOwner is the member that ranks first for key; "" when there is none.
-func ShardOwner(members []string, key types.NamespacedName) string {
+// Owner is the member that ranks first for key; "" when there is none.
+func Owner(members []string, key types.NamespacedName) string {
 	best, bestScore := "", uint64(0)
 	for _, m := range members {
 		if score := rank(m, key.Namespace+"/"+key.Name); best == "" || score > bestScore {
@@ -128,7 +128,7 @@ func rank(member, key string) uint64 {
 // Join creates this manager's Lease and lists the members once, so that
 // its first reconciles already skip the others' keys; the manager's setup
 // calls it before the controllers start.
-func (s *Shards) Join(ctx context.Context) error {
+func (s *Members) Join(ctx context.Context) error {
 	if err := s.renew(ctx); err != nil {
 		return fmt.Errorf("cannot create this manager's member Lease: %w", err)
 	}
@@ -138,7 +138,7 @@ func (s *Shards) Join(ctx context.Context) error {
 // Start holds this manager's Lease until ctx ends, then deletes it so that
 // the others take its share at their next listing rather than after its
 // duration.
-func (s *Shards) Start(ctx context.Context) error {
+func (s *Members) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("shards")
 	ticker := time.NewTicker(s.Renew)
 	defer ticker.Stop()
@@ -162,9 +162,9 @@ func (s *Shards) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is false: every replica holds a share.
-func (s *Shards) NeedLeaderElection() bool { return false }
+func (s *Members) NeedLeaderElection() bool { return false }
 
-func (s *Shards) now() time.Time {
+func (s *Members) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
 	}
@@ -175,7 +175,7 @@ func (s *Shards) now() time.Time {
 // identity, or, when the identity is no valid name as it is, its valid
 // characters and a hash of it, so that distinct identities never share a
 // Lease.
-func (s *Shards) leaseName() string {
+func (s *Members) leaseName() string {
 	const prefix = "toolledger-member-"
 	if name := prefix + s.Identity; len(validation.IsDNS1123Subdomain(name)) == 0 {
 		return name
@@ -196,11 +196,11 @@ func (s *Shards) leaseName() string {
 }
 
 // leaseSeconds is Duration in whole seconds, rounded up.
-func (s *Shards) leaseSeconds() int32 {
+func (s *Members) leaseSeconds() int32 {
 	return int32(math.Ceil(s.Duration.Seconds()))
 }
 
-func (s *Shards) renew(ctx context.Context) error {
+func (s *Members) renew(ctx context.Context) error {
 	now := metav1.NewMicroTime(s.now())
 	var lease coordinationv1.Lease
 	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.leaseName()}, &lease)
@@ -227,7 +227,7 @@ func (s *Shards) renew(ctx context.Context) error {
 
 // refresh lists the member Leases and, when the live set changed, resyncs.
 // It deletes the Leases lapsed long ago.
-func (s *Shards) refresh(ctx context.Context) error {
+func (s *Members) refresh(ctx context.Context) error {
 	var leases coordinationv1.LeaseList
 	if err := s.Client.List(ctx, &leases, client.InNamespace(s.Namespace), client.MatchingLabels{MemberLabel: "true"}); err != nil {
 		return err
@@ -254,7 +254,7 @@ func (s *Shards) refresh(ctx context.Context) error {
 // forgetMembersIfStale has this manager own every key once it has not
 // listed the Leases for a Lease duration: its view may hold members long
 // dead, whose keys nobody would handle.
-func (s *Shards) forgetMembersIfStale(ctx context.Context) {
+func (s *Members) forgetMembersIfStale(ctx context.Context) {
 	s.mu.Lock()
 	forget := s.members != nil && s.now().Sub(s.listed) > s.Duration
 	if forget {
@@ -266,7 +266,7 @@ func (s *Shards) forgetMembersIfStale(ctx context.Context) {
 	}
 }
 
-func (s *Shards) changed(ctx context.Context, live []string) {
+func (s *Members) changed(ctx context.Context, live []string) {
 	log.FromContext(ctx).WithName("shards").Info("Live members changed; reconciling the actions this manager now owns", "members", live)
 	shardMembers.Set(float64(len(live)))
 	if s.Resync != nil {
@@ -276,7 +276,7 @@ func (s *Shards) changed(ctx context.Context, live []string) {
 
 // judge returns the holders of the live Leases, sorted, and the Leases
 // lapsed for staleMemberLeases durations; s.mu is held.
-func (s *Shards) judge(leases []coordinationv1.Lease, now time.Time) (live []string, stale []coordinationv1.Lease) {
+func (s *Members) judge(leases []coordinationv1.Lease, now time.Time) (live []string, stale []coordinationv1.Lease) {
 	if s.seen == nil {
 		s.seen = map[string]sighting{}
 	}
@@ -314,7 +314,7 @@ func (s *Shards) judge(leases []coordinationv1.Lease, now time.Time) (live []str
 
 // leave deletes this manager's Lease, with a context of its own: the
 // manager's has ended.
-func (s *Shards) leave() {
+func (s *Members) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.leaseName()}}

@@ -1,4 +1,7 @@
-package controllers
+// Package dispatch bounds and orders the downstream calls of attempts and
+// lookups: per tool, per namespace and per process, fairly across tools and
+// tenants.
+package dispatch
 
 import (
 	"context"
@@ -38,16 +41,12 @@ type Dispatcher struct {
 	inFlight int
 	// namespaces counts the slots held per action namespace.
 	namespaces map[string]int
-	lanes      map[laneKey]*lane
+	lanes      map[Lane]*lane
 	// grants are the slots held for woken actions.
 	grants map[types.NamespacedName]grant
-	// calling holds the actions whose call is under way: an action makes
-	// one call at a time, however often it is reconciled meanwhile. A
-	// reconcile refused for that is owed another once the call ends (again).
-	calling, again map[types.NamespacedName]bool
 	// ring is the order in which lanes with waiting actions are served; a
 	// lane served goes to its back.
-	ring []laneKey
+	ring []Lane
 	// pending is the timer that serves a rate-limited lane when its next
 	// token is due, at pendingAt; nil when none is set.
 	pending   *time.Timer
@@ -55,7 +54,7 @@ type Dispatcher struct {
 	// slots counts the slots held (granted or running) so that a shutdown
 	// waits for the calls in flight.
 	slots sync.WaitGroup
-	// wake has an action reconciled again; set by the reconciler.
+	// wake has an action reconciled again.
 	wake func(types.NamespacedName)
 	// reserving is the action whose reserve call is serving the lanes: a
 	// slot granted to it is taken at once, without a wake.
@@ -63,53 +62,55 @@ type Dispatcher struct {
 	now       func() time.Time
 }
 
-// NewDispatcher allows maxInFlight downstream calls at once in this
-// process, at most maxPerNamespace of them for the actions of one namespace.
-func NewDispatcher(maxInFlight, maxPerNamespace int) *Dispatcher {
+// New allows maxInFlight downstream calls at once in this process, at most
+// maxPerNamespace of them for the actions of one namespace; wake has an
+// action reconciled again once a slot is held for it.
+func New(maxInFlight, maxPerNamespace int, wake func(types.NamespacedName)) *Dispatcher {
 	return &Dispatcher{
 		maxInFlight: max(maxInFlight, 1), maxPerNamespace: max(min(maxPerNamespace, maxInFlight), 1),
-		namespaces: map[string]int{}, lanes: map[laneKey]*lane{}, grants: map[types.NamespacedName]grant{},
-		calling: map[types.NamespacedName]bool{}, again: map[types.NamespacedName]bool{}, now: time.Now,
+		namespaces: map[string]int{}, lanes: map[Lane]*lane{}, grants: map[types.NamespacedName]grant{},
+		wake: wake, now: time.Now,
 	}
 }
 
-// laneKey names a tool: limits are the tool's, whoever calls it.
-type laneKey struct {
+// Lane names a tool: limits are the tool's, whoever calls it.
+type Lane struct {
 	kind, namespace, name string
 }
 
-func (k laneKey) String() string {
+func (k Lane) String() string {
 	if k.namespace == "" {
 		return k.kind + "/" + k.name
 	}
 	return k.namespace + "/" + k.name
 }
 
-// toolLimits are a tool's spec.limits, defaults applied.
-type toolLimits struct {
+// Limits are a tool's spec.limits, defaults applied.
+type Limits struct {
 	maxInFlight int
 	perSecond   float64
 }
 
-func limitsOf(tool *v1alpha1.Tool) toolLimits {
+// LimitsOf are tool's limits.
+func LimitsOf(tool *v1alpha1.Tool) Limits {
 	l := tool.Spec.Limits.WithDefaults()
-	return toolLimits{maxInFlight: int(l.MaxInFlight), perSecond: float64(l.RequestsPerSecond)}
+	return Limits{maxInFlight: int(l.MaxInFlight), perSecond: float64(l.RequestsPerSecond)}
 }
 
-// laneOf is the lane of an action's tool. A ClusterTool resolves to a Tool
+// LaneOf is the lane of an action's tool. A ClusterTool resolves to a Tool
 // in the operator's namespace, so the reference's kind tells them apart.
-func laneOf(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) laneKey {
+func LaneOf(action *v1alpha1.ToolAction, tool *v1alpha1.Tool) Lane {
 	kind := action.Spec.ToolRef.KindOrDefault()
 	if kind == v1alpha1.KindClusterTool {
-		return laneKey{kind: kind, name: tool.Name}
+		return Lane{kind: kind, name: tool.Name}
 	}
-	return laneKey{kind: kind, namespace: tool.Namespace, name: tool.Name}
+	return Lane{kind: kind, namespace: tool.Namespace, name: tool.Name}
 }
 
 // lane is one tool's share of the dispatcher.
 type lane struct {
-	key     laneKey
-	limits  toolLimits
+	key     Lane
+	limits  Limits
 	limiter *rate.Limiter
 	// held counts the tool's slots, granted or running.
 	held int
@@ -123,37 +124,32 @@ type lane struct {
 // grant is a slot held for a woken action since at; unused, it passes on
 // when its timer fires.
 type grant struct {
-	lane  laneKey
+	lane  Lane
 	at    time.Time
 	timer *time.Timer
 }
 
-func newLane(key laneKey, limits toolLimits) *lane {
+func newLane(key Lane, limits Limits) *lane {
 	return &lane{key: key, limits: limits, limiter: rate.NewLimiter(rate.Limit(limits.perSecond), limits.maxInFlight),
 		waiting: map[string][]types.NamespacedName{}, parked: map[types.NamespacedName]bool{}}
 }
 
-// slot is the right to make one downstream call; it is released exactly once.
-type slot struct {
+// Slot is the right to make one downstream call; it is released exactly once.
+type Slot struct {
 	d        *Dispatcher
-	lane     laneKey
+	lane     Lane
 	action   types.NamespacedName
 	released bool
 }
 
-// reserve returns a slot for a call of action's tool, or nil when the
+// Reserve returns a slot for a call of action's tool, or nil when the
 // action must wait: it is then parked, and reconciled again once a slot is
-// held for it. An action whose call is under way gets none, and is
-// reconciled again when that call ends: the call's own record may have been
-// read before the change that made this reconcile.
-func (d *Dispatcher) reserve(key laneKey, limits toolLimits, action types.NamespacedName) *slot {
+// held for it. The caller makes one call per action at a time (the
+// requeue.Queue holds the action's key until its call ends).
+func (d *Dispatcher) Reserve(key Lane, limits Limits, action types.NamespacedName) *Slot {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopping {
-		return nil
-	}
-	if d.calling[action] {
-		d.again[action] = true
 		return nil
 	}
 	l := d.lane(key, limits)
@@ -162,8 +158,7 @@ func (d *Dispatcher) reserve(key laneKey, limits toolLimits, action types.Namesp
 	}
 	if len(l.parked) == 0 && d.roomLocked(l, action.Namespace) && l.limiter.AllowN(d.now(), 1) {
 		d.holdLocked(l, action.Namespace)
-		d.calling[action] = true
-		return &slot{d: d, lane: key, action: action}
+		return &Slot{d: d, lane: key, action: action}
 	}
 	if !l.parked[action] {
 		l.parked[action] = true
@@ -184,21 +179,20 @@ func (d *Dispatcher) reserve(key laneKey, limits toolLimits, action types.Namesp
 
 // takeGrantLocked turns the slot held for action on lane key into its
 // call's slot; nil when none is held.
-func (d *Dispatcher) takeGrantLocked(key laneKey, action types.NamespacedName) *slot {
+func (d *Dispatcher) takeGrantLocked(key Lane, action types.NamespacedName) *Slot {
 	g, ok := d.grants[action]
 	if !ok || g.lane != key {
 		return nil
 	}
 	g.timer.Stop()
 	delete(d.grants, action)
-	d.calling[action] = true
-	return &slot{d: d, lane: key, action: action}
+	return &Slot{d: d, lane: key, action: action}
 }
 
-// forget gives back a slot held for action since before began that the
+// Forget gives back a slot held for action since before began that the
 // action's reconcile, begun then, did not use. A slot held later is for the
 // reconcile the wake queued.
-func (d *Dispatcher) forget(action types.NamespacedName, began time.Time) {
+func (d *Dispatcher) Forget(action types.NamespacedName, began time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	g, ok := d.grants[action]
@@ -213,16 +207,16 @@ func (d *Dispatcher) forget(action types.NamespacedName, began time.Time) {
 	d.serveLocked()
 }
 
-// run makes the call in its own goroutine and releases the slot after it.
-func (s *slot) run(call func()) {
+// Run makes the call in its own goroutine and releases the slot after it.
+func (s *Slot) Run(call func()) {
 	go func() {
-		defer s.release()
+		defer s.Release()
 		call()
 	}()
 }
 
-// release gives the slot back; a slot that made no call is released too.
-func (s *slot) release() {
+// Release gives the slot back; a slot that made no call is released too.
+func (s *Slot) Release() {
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -230,13 +224,6 @@ func (s *slot) release() {
 		return
 	}
 	s.released = true
-	delete(d.calling, s.action)
-	if d.again[s.action] {
-		delete(d.again, s.action)
-		if d.wake != nil && !d.stopping {
-			d.wake(s.action)
-		}
-	}
 	if l, ok := d.lanes[s.lane]; ok {
 		d.freeLocked(l, s.action.Namespace)
 	}
@@ -244,7 +231,7 @@ func (s *slot) release() {
 }
 
 // lane returns key's lane, with limits as the tool states them now.
-func (d *Dispatcher) lane(key laneKey, limits toolLimits) *lane {
+func (d *Dispatcher) lane(key Lane, limits Limits) *lane {
 	l, ok := d.lanes[key]
 	switch {
 	case !ok:
@@ -325,9 +312,9 @@ func (d *Dispatcher) serveLocked() {
 			l.limiter.AllowN(now, 1)
 			d.grantLocked(l, action)
 			granted = true
-			d.ring = append(slices.DeleteFunc(d.ring, func(k laneKey) bool { return k == key }), key)
+			d.ring = append(slices.DeleteFunc(d.ring, func(k Lane) bool { return k == key }), key)
 		}
-		d.ring = slices.DeleteFunc(d.ring, func(k laneKey) bool { l := d.lanes[k]; return l == nil || len(l.parked) == 0 })
+		d.ring = slices.DeleteFunc(d.ring, func(k Lane) bool { l := d.lanes[k]; return l == nil || len(l.parked) == 0 })
 		if !granted || d.inFlight >= d.maxInFlight {
 			break
 		}
@@ -382,7 +369,7 @@ func (d *Dispatcher) pickLocked(l *lane) (types.NamespacedName, bool) {
 func (d *Dispatcher) grantLocked(l *lane, action types.NamespacedName) {
 	d.holdLocked(l, action.Namespace)
 	now := d.now()
-	d.grants[action] = grant{lane: l.key, at: now, timer: time.AfterFunc(grantTTL, func() { d.forget(action, now) })}
+	d.grants[action] = grant{lane: l.key, at: now, timer: time.AfterFunc(grantTTL, func() { d.Forget(action, now) })}
 	if d.wake != nil && (d.reserving == nil || *d.reserving != action) {
 		d.wake(action)
 	}

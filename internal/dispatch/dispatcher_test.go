@@ -1,4 +1,4 @@
-package controllers
+package dispatch
 
 import (
 	"context"
@@ -22,12 +22,12 @@ type testDispatcher struct {
 }
 
 func newTestDispatcher(t *testing.T, maxInFlight, maxPerNamespace int) *testDispatcher {
-	td := &testDispatcher{Dispatcher: NewDispatcher(maxInFlight, maxPerNamespace), t: t, clock: time.Unix(1_000_000, 0), tick: time.Millisecond}
+	td := &testDispatcher{t: t, clock: time.Unix(1_000_000, 0), tick: time.Millisecond}
+	td.Dispatcher = New(maxInFlight, maxPerNamespace, func(key types.NamespacedName) { td.woken = append(td.woken, key) })
 	td.now = func() time.Time {
 		td.clock = td.clock.Add(td.tick)
 		return td.clock
 	}
-	td.wake = func(key types.NamespacedName) { td.woken = append(td.woken, key) }
 	t.Cleanup(func() {
 		td.mu.Lock()
 		defer td.mu.Unlock()
@@ -42,12 +42,12 @@ func newTestDispatcher(t *testing.T, maxInFlight, maxPerNamespace int) *testDisp
 }
 
 var (
-	toolA = laneKey{kind: "Tool", namespace: "a", name: "charge"}
-	toolB = laneKey{kind: "Tool", namespace: "b", name: "ticket"}
+	toolA = Lane{kind: "Tool", namespace: "a", name: "charge"}
+	toolB = Lane{kind: "Tool", namespace: "b", name: "ticket"}
 	// shared is a ClusterTool that actions of several namespaces call.
-	shared = laneKey{kind: "ClusterTool", name: "shared"}
+	shared = Lane{kind: "ClusterTool", name: "shared"}
 	// unpaced has rate limits far above what a test reaches.
-	unpaced = func(n int) toolLimits { return toolLimits{maxInFlight: n, perSecond: 1e6} }
+	unpaced = func(n int) Limits { return Limits{maxInFlight: n, perSecond: 1e6} }
 )
 
 func key(namespace, name string) types.NamespacedName {
@@ -71,48 +71,48 @@ func (td *testDispatcher) takeWoken() []types.NamespacedName {
 
 func TestDispatcherBoundsATool(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
-	s1 := td.reserve(toolA, unpaced(2), key("a", "1"))
-	s2 := td.reserve(toolA, unpaced(2), key("a", "2"))
+	s1 := td.Reserve(toolA, unpaced(2), key("a", "1"))
+	s2 := td.Reserve(toolA, unpaced(2), key("a", "2"))
 	if s1 == nil || s2 == nil {
 		t.Fatalf("the first two calls within maxInFlight 2 got no slot: %v, %v", s1, s2)
 	}
-	if s := td.reserve(toolA, unpaced(2), key("a", "3")); s != nil {
+	if s := td.Reserve(toolA, unpaced(2), key("a", "3")); s != nil {
 		t.Fatal("a third call of a tool with maxInFlight 2 got a slot")
 	}
-	if s := td.reserve(toolB, unpaced(2), key("b", "1")); s == nil {
+	if s := td.Reserve(toolB, unpaced(2), key("b", "1")); s == nil {
 		t.Fatal("another tool's call waited behind a full tool")
 	}
 	td.expectWoken("before any slot was freed")
-	s1.release()
+	s1.Release()
 	td.expectWoken("after a release", key("a", "3"))
 	// The slot is held for a/3: a newcomer waits behind it.
-	if s := td.reserve(toolA, unpaced(2), key("a", "4")); s != nil {
+	if s := td.Reserve(toolA, unpaced(2), key("a", "4")); s != nil {
 		t.Fatal("a newcomer took the slot held for the woken action")
 	}
-	if s := td.reserve(toolA, unpaced(2), key("a", "3")); s == nil {
+	if s := td.Reserve(toolA, unpaced(2), key("a", "3")); s == nil {
 		t.Fatal("the woken action got no slot")
 	}
-	s1.release() // a second release of one slot frees nothing
+	s1.Release() // a second release of one slot frees nothing
 	td.expectWoken("after a slot was released twice")
 }
 
 func TestDispatcherServesNamespacesOfAToolInTurn(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
-	running := td.reserve(shared, unpaced(1), key("x", "0"))
+	running := td.Reserve(shared, unpaced(1), key("x", "0"))
 	for _, k := range []types.NamespacedName{key("x", "1"), key("x", "2"), key("x", "3"), key("y", "1"), key("z", "1"), key("y", "2")} {
-		if s := td.reserve(shared, unpaced(1), k); s != nil {
+		if s := td.Reserve(shared, unpaced(1), k); s != nil {
 			t.Fatalf("%v got a slot of a full tool", k)
 		}
 	}
 	var order []string
 	for range 6 {
-		running.release()
+		running.Release()
 		w := td.takeWoken()
 		if len(w) != 1 {
 			t.Fatalf("one release woke %v", w)
 		}
 		order = append(order, w[0].String())
-		running = td.reserve(shared, unpaced(1), w[0])
+		running = td.Reserve(shared, unpaced(1), w[0])
 		if running == nil {
 			t.Fatalf("woken %v got no slot", w[0])
 		}
@@ -125,13 +125,13 @@ func TestDispatcherServesNamespacesOfAToolInTurn(t *testing.T) {
 
 func TestDispatcherServesToolsInTurnWithinTheProcessBound(t *testing.T) {
 	td := newTestDispatcher(t, 1, 1)
-	running := td.reserve(toolA, unpaced(8), key("a", "0"))
-	td.reserve(toolA, unpaced(8), key("a", "1"))
-	td.reserve(toolA, unpaced(8), key("a", "2"))
-	td.reserve(toolB, unpaced(8), key("a", "b1"))
+	running := td.Reserve(toolA, unpaced(8), key("a", "0"))
+	td.Reserve(toolA, unpaced(8), key("a", "1"))
+	td.Reserve(toolA, unpaced(8), key("a", "2"))
+	td.Reserve(toolB, unpaced(8), key("a", "b1"))
 	var order []string
 	for range 3 {
-		running.release()
+		running.Release()
 		w := td.takeWoken()
 		if len(w) != 1 {
 			t.Fatalf("one release woke %v", w)
@@ -141,7 +141,7 @@ func TestDispatcherServesToolsInTurnWithinTheProcessBound(t *testing.T) {
 		if w[0].Name == "b1" {
 			lane = toolB
 		}
-		running = td.reserve(lane, unpaced(8), w[0])
+		running = td.Reserve(lane, unpaced(8), w[0])
 	}
 	if want := []string{"1", "b1", "2"}; !slices.Equal(order, want) {
 		t.Fatalf("served %v, want %v", order, want)
@@ -150,13 +150,13 @@ func TestDispatcherServesToolsInTurnWithinTheProcessBound(t *testing.T) {
 
 func TestDispatcherBoundsANamespace(t *testing.T) {
 	td := newTestDispatcher(t, 4, 2)
-	if td.reserve(toolA, unpaced(8), key("a", "1")) == nil || td.reserve(toolB, unpaced(8), key("a", "2")) == nil {
+	if td.Reserve(toolA, unpaced(8), key("a", "1")) == nil || td.Reserve(toolB, unpaced(8), key("a", "2")) == nil {
 		t.Fatal("the first two calls of a namespace got no slot")
 	}
-	if td.reserve(toolA, unpaced(8), key("a", "3")) != nil {
+	if td.Reserve(toolA, unpaced(8), key("a", "3")) != nil {
 		t.Fatal("a namespace got a third slot with maxPerNamespace 2")
 	}
-	if td.reserve(toolA, unpaced(8), key("c", "1")) == nil {
+	if td.Reserve(toolA, unpaced(8), key("c", "1")) == nil {
 		t.Fatal("another namespace waited behind a namespace at its bound")
 	}
 	td.expectWoken("for a call that got its slot at once")
@@ -165,15 +165,15 @@ func TestDispatcherBoundsANamespace(t *testing.T) {
 func TestDispatcherPacesATool(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
 	td.tick = 0
-	limits := toolLimits{maxInFlight: 2, perSecond: 2}
+	limits := Limits{maxInFlight: 2, perSecond: 2}
 	for i := range 2 {
-		s := td.reserve(toolA, limits, key("a", fmt.Sprint(i)))
+		s := td.Reserve(toolA, limits, key("a", fmt.Sprint(i)))
 		if s == nil {
 			t.Fatalf("call %d of the first burst got no slot", i)
 		}
-		s.release()
+		s.Release()
 	}
-	if td.reserve(toolA, limits, key("a", "2")) != nil {
+	if td.Reserve(toolA, limits, key("a", "2")) != nil {
 		t.Fatal("a call beyond the burst got a slot without waiting")
 	}
 	td.mu.Lock()
@@ -191,47 +191,25 @@ func TestDispatcherPacesATool(t *testing.T) {
 
 func TestDispatcherPassesOnAnUnusedSlot(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
-	running := td.reserve(toolA, unpaced(1), key("a", "0"))
-	td.reserve(toolA, unpaced(1), key("a", "1"))
-	td.reserve(toolA, unpaced(1), key("a", "2"))
+	running := td.Reserve(toolA, unpaced(1), key("a", "0"))
+	td.Reserve(toolA, unpaced(1), key("a", "1"))
+	td.Reserve(toolA, unpaced(1), key("a", "2"))
 	began := td.clock
-	running.release()
+	running.Release()
 	td.takeWoken()
 	// A reconcile of a/1 begun before the grant must not give it away: the
 	// grant is for the reconcile its wake queued.
-	td.forget(key("a", "1"), began)
+	td.Forget(key("a", "1"), began)
 	td.expectWoken("when a reconcile begun before the grant ended")
 	// That reconcile did not use it (the action was claimed elsewhere).
-	td.forget(key("a", "1"), td.now())
+	td.Forget(key("a", "1"), td.now())
 	td.expectWoken("when the unused slot passed on", key("a", "2"))
-}
-
-func TestDispatcherMakesOneCallPerActionAtATime(t *testing.T) {
-	td := newTestDispatcher(t, 64, 64)
-	s := td.reserve(toolA, unpaced(4), key("a", "1"))
-	if s == nil {
-		t.Fatal("no slot")
-	}
-	if td.reserve(toolA, unpaced(4), key("a", "1")) != nil {
-		t.Fatal("an action got a second slot while its call is under way")
-	}
-	td.expectWoken("while its call is under way")
-	// The refused reconcile may have seen a change the call's record did
-	// not: the action is reconciled again once the call ends.
-	s.release()
-	td.expectWoken("after the call, once", key("a", "1"))
-	s2 := td.reserve(toolA, unpaced(4), key("a", "1"))
-	if s2 == nil {
-		t.Fatal("no slot once the call ended")
-	}
-	s2.release()
-	td.expectWoken("after a call nobody was refused during")
 }
 
 func TestDispatcherDrainsOnStop(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
-	running := td.reserve(toolA, unpaced(1), key("a", "0"))
-	td.reserve(toolA, unpaced(1), key("a", "1"))
+	running := td.Reserve(toolA, unpaced(1), key("a", "0"))
+	td.Reserve(toolA, unpaced(1), key("a", "1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error)
 	go func() { stopped <- td.Start(ctx) }()
@@ -241,7 +219,7 @@ func TestDispatcherDrainsOnStop(t *testing.T) {
 		t.Fatalf("the dispatcher stopped with a call in flight: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	running.release()
+	running.Release()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -251,7 +229,7 @@ func TestDispatcherDrainsOnStop(t *testing.T) {
 		t.Fatal("the dispatcher did not stop once its last call ended")
 	}
 	td.expectWoken("while stopping")
-	if td.reserve(toolB, unpaced(1), key("b", "1")) != nil {
+	if td.Reserve(toolB, unpaced(1), key("b", "1")) != nil {
 		t.Fatal("a slot was given after the stop")
 	}
 }

@@ -1,4 +1,4 @@
-package controllers
+package shard
 
 import (
 	"context"
@@ -13,12 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
+
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
 
 // shardKeys are 3000 action keys over three namespaces, named as agents name them.
 func shardKeys() []types.NamespacedName {
@@ -33,7 +35,7 @@ func TestShardsSplitKeysEvenly(t *testing.T) {
 	members := []string{"toolledger-7d9f-abc123", "toolledger-7d9f-abc124", "toolledger-7d9f-abc125"}
 	counts := map[string]int{}
 	for _, k := range shardKeys() {
-		counts[ShardOwner(members, k)]++
+		counts[Owner(members, k)]++
 	}
 	for _, m := range members {
 		// 1000 each on average; 850 is more than five standard deviations off.
@@ -48,7 +50,7 @@ func TestShardsMoveOnlyTheKeysOfAMemberThatLeaves(t *testing.T) {
 	two := []string{"a-1", "c-3"}
 	moved := 0
 	for _, k := range shardKeys() {
-		before, after := ShardOwner(three, k), ShardOwner(two, k)
+		before, after := Owner(three, k), Owner(two, k)
 		if before != after {
 			moved++
 			if before != "b-2" {
@@ -65,20 +67,20 @@ func TestShardsMoveOnlyTheKeysOfAMemberThatLeaves(t *testing.T) {
 }
 
 func TestShardsOwnEveryKeyUntilMembersAreKnown(t *testing.T) {
-	s := &Shards{Identity: "a-1"}
+	s := &Members{Identity: "a-1"}
 	k := key("shop", "order-1")
 	if !s.Owns(k) {
 		t.Fatal("a manager that has not listed the members must own every key")
 	}
 	s.members = []string{"a-1", "b-2"}
-	if s.Owns(k) != (ShardOwner(s.members, k) == "a-1") {
-		t.Fatalf("Owns(%s) disagrees with owner %s", k, ShardOwner(s.members, k))
+	if s.Owns(k) != (Owner(s.members, k) == "a-1") {
+		t.Fatalf("Owns(%s) disagrees with owner %s", k, Owner(s.members, k))
 	}
 	s.members = []string{"b-2"}
 	if s.Owns(k) {
 		t.Fatal("a manager missing from the live members must own no key")
 	}
-	var unsharded *Shards
+	var unsharded *Members
 	if !unsharded.Owns(k) {
 		t.Fatal("without sharding every key is owned")
 	}
@@ -97,7 +99,7 @@ func memberLease(name, holder, version string, renewed time.Time) coordinationv1
 
 func TestShardsJudgeLivenessOnTheirOwnClock(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	s := &Shards{}
+	s := &Members{}
 	deleting := memberLease("d", "d-4", "1", now)
 	deleting.DeletionTimestamp = &metav1.Time{Time: now}
 	live, stale := s.judge([]coordinationv1.Lease{
@@ -131,7 +133,7 @@ func TestShardsJudgeLivenessOnTheirOwnClock(t *testing.T) {
 func TestShardsOwnEveryKeyWhenTheirViewIsStale(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	resynced := 0
-	s := &Shards{Identity: "a-1", Duration: 15 * time.Second, Now: func() time.Time { return now },
+	s := &Members{Identity: "a-1", Duration: 15 * time.Second, Now: func() time.Time { return now },
 		members: []string{"a-1", "b-2"}, listed: now.Add(-10 * time.Second)}
 	s.Resync = func(_ context.Context, _ func(types.NamespacedName) bool) { resynced++ }
 	s.forgetMembersIfStale(context.Background())
@@ -148,7 +150,7 @@ func TestShardsOwnEveryKeyWhenTheirViewIsStale(t *testing.T) {
 func TestLeaseNameIsAValidNameOfItsOwn(t *testing.T) {
 	names := map[string]string{}
 	for _, identity := range []string{"toolledger-7d9f-abc123", "Build_Host-01-ab12cd", "build-host-01-ab12cd", "a..b", "a_b", "a-b"} {
-		name := (&Shards{Identity: identity}).leaseName()
+		name := (&Members{Identity: identity}).leaseName()
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			t.Errorf("lease name %q of %q is invalid: %v", name, identity, errs)
 		}
@@ -157,7 +159,7 @@ func TestLeaseNameIsAValidNameOfItsOwn(t *testing.T) {
 		}
 		names[name] = identity
 	}
-	if got := (&Shards{Identity: "toolledger-7d9f-abc123"}).leaseName(); got != "toolledger-member-toolledger-7d9f-abc123" {
+	if got := (&Members{Identity: "toolledger-7d9f-abc123"}).leaseName(); got != "toolledger-member-toolledger-7d9f-abc123" {
 		t.Errorf("a valid identity's lease name is %q, want it kept as it is", got)
 	}
 }
@@ -169,7 +171,7 @@ func TestShardsStopRenewingWhileTheWorkersAreWedged(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	var progressing atomic.Bool
-	s := &Shards{Client: c, Namespace: "toolledger-system", Identity: "a-1", Duration: time.Second, Renew: 10 * time.Millisecond,
+	s := &Members{Client: c, Namespace: "toolledger-system", Identity: "a-1", Duration: time.Second, Renew: 10 * time.Millisecond,
 		Progressing: func(time.Duration) bool { return progressing.Load() }}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -201,27 +203,5 @@ func TestShardsStopRenewingWhileTheWorkersAreWedged(t *testing.T) {
 	<-stopped
 	if err := c.Get(context.Background(), key, &coordinationv1.Lease{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the Lease outlived its manager's stop: %v", err)
-	}
-}
-
-func TestProgressingWhenNothingWaitsOrAReconcileReturnedLately(t *testing.T) {
-	r := &ToolActionReconciler{}
-	if !r.Progressing(time.Second) {
-		t.Fatal("a controller not started is taken to progress")
-	}
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	defer q.ShutDown()
-	r.queue.Store(&q)
-	q.Add(reconcile.Request{NamespacedName: key("shop", "order-1")})
-	if !r.Progressing(time.Second) {
-		t.Fatal("before the first reconcile returns, the workers are taken to progress")
-	}
-	r.reconciled.Store(time.Now().Add(-2 * time.Second).UnixNano())
-	if r.Progressing(time.Second) {
-		t.Fatal("work queued and no reconcile for 2s is progress over a 1s period")
-	}
-	r.reconciled.Store(time.Now().UnixNano())
-	if !r.Progressing(time.Second) {
-		t.Fatal("a reconcile that just returned is progress")
 	}
 }
