@@ -72,6 +72,20 @@ type Ledger struct {
 	handBack func(types.NamespacedName)
 }
 
+// Decisions is what the controllers of people's decisions about an action
+// (ToolResolutions, ToolApprovals) share: they read the decision and the
+// action, have the Ledger record the decision on the action, and then mark
+// the decision's own status.
+type Decisions struct {
+	Client    client.Client
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// Ledger records the decision, like every other transition of an
+	// action.
+	Ledger *Ledger
+}
+
 // Ledger is this reconciler's writer, for the controllers beside it.
 func (r *ToolActionReconciler) Ledger() *Ledger {
 	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, quietRoutine: r.QuietRoutine,

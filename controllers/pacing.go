@@ -34,40 +34,34 @@ func NewPacer(perSecond float64, burst int) *Pacer {
 // zero means now. A record that comes back at its reserved time takes that
 // turn, not another.
 func (p *Pacer) turn(uid types.UID, now time.Time) time.Duration {
-	if p == nil {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if at, ok := p.turns[uid]; ok {
-		if !now.Before(at) {
-			delete(p.turns, uid)
-			return 0
-		}
-		return at.Sub(now)
-	}
-	wait := p.take(now)
-	if wait > 0 {
-		p.turns[uid] = now.Add(wait)
-	}
-	return wait
+	return p.schedule(uid, now, false)
 }
 
 // reserve takes uid's turn for a caller that waits for it itself (the
 // sweep) and hands it on: the record's own turn call at or after the
 // returned wait goes ahead without taking another.
 func (p *Pacer) reserve(uid types.UID, now time.Time) time.Duration {
+	return p.schedule(uid, now, true)
+}
+
+// schedule is how long uid waits for its turn, taken now unless it holds
+// one; the turn is kept while it is ahead, or to be handed on.
+func (p *Pacer) schedule(uid types.UID, now time.Time, handOn bool) time.Duration {
 	if p == nil {
 		return 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.turns[uid]; ok {
-		return max(p.turns[uid].Sub(now), 0)
+	at, held := p.turns[uid]
+	if !held {
+		at = now.Add(p.take(now))
 	}
-	wait := p.take(now)
-	p.turns[uid] = now.Add(wait)
-	return wait
+	if handOn || now.Before(at) {
+		p.turns[uid] = at
+		return max(at.Sub(now), 0)
+	}
+	delete(p.turns, uid)
+	return 0
 }
 
 // take takes a token at now, first dropping the turns of records that

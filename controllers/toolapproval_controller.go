@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,14 +64,9 @@ const approvalActionIndex = "spec.actionName"
 // condition and an event on both objects say why. Who may decide is RBAC's
 // to say; who did, the API server's (the identity policies stamp it).
 type ToolApprovalReconciler struct {
-	Client    client.Client
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	// Ledger records the decision, like every other transition of an
-	// action; Tools finds the action's tool.
-	Ledger *Ledger
-	Tools  *Tools
+	Decisions
+	// Tools finds the action's tool.
+	Tools *Tools
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolapprovals,verbs=get;list;watch

@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,13 +30,7 @@ const (
 // Escalated action. The action keeps everything it recorded; the resolution
 // is appended to its history.
 type ToolResolutionReconciler struct {
-	Client    client.Client
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	// Ledger records the resolution, like every other transition of an
-	// action.
-	Ledger *Ledger
+	Decisions
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolresolutions,verbs=get;list;watch

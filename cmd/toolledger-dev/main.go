@@ -101,37 +101,14 @@ func run(opts options) error {
 	}
 	defer stopDownstream()
 
-	if opts.admissionPolicy != "" {
-		if err := testenv.ApplyFile(ctx, cfg, opts.admissionPolicy, "toolledger-dev"); err != nil {
-			// Clusters before Kubernetes 1.36 do not serve the policy; the
-			// controller adds the finalizer itself there.
-			fmt.Fprintln(os.Stderr, "toolledger-dev: the admission policy is not installed:", err)
-		}
-	}
-	guarded := false
-	if opts.guardPolicy != "" {
-		// Clusters before Kubernetes 1.30 do not serve the policies.
-		if err := testenv.ApplyFile(ctx, cfg, opts.guardPolicy, "toolledger-dev"); err != nil {
-			fmt.Fprintln(os.Stderr, "toolledger-dev: the guard policy is not installed:", err)
-		} else {
-			guarded = true
-		}
-	}
-	if opts.parametersPolicy != "" {
-		// Clusters before Kubernetes 1.30 do not serve the policy; only the
-		// controller's bound of 1 MiB applies there.
-		if err := testenv.ApplyFile(ctx, cfg, opts.parametersPolicy, "toolledger-dev"); err != nil {
-			fmt.Fprintln(os.Stderr, "toolledger-dev: the parameters policy is not installed:", err)
-		}
-	}
-	stamped := false
-	if opts.identityPolicy != "" {
-		if err := testenv.ApplyFile(ctx, cfg, opts.identityPolicy, "toolledger-dev"); err != nil {
-			fmt.Fprintln(os.Stderr, "toolledger-dev: the identity policy is not installed (no approval can be applied):", err)
-		} else {
-			stamped = true
-		}
-	}
+	// A cluster that refuses a policy (the admission policy before
+	// Kubernetes 1.36, the others before 1.30) runs without it: the
+	// controller adds the finalizer itself, and only its own bound of 1 MiB
+	// applies to parameters.
+	applyPolicy(ctx, cfg, opts.admissionPolicy, "admission policy", "")
+	guarded := applyPolicy(ctx, cfg, opts.guardPolicy, "guard policy", "")
+	applyPolicy(ctx, cfg, opts.parametersPolicy, "parameters policy", "")
+	stamped := applyPolicy(ctx, cfg, opts.identityPolicy, "identity policy", " (no approval can be applied)")
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err
 	}
@@ -339,4 +316,18 @@ func printBanner(kubeconfig, downstreamURL string, opts options, guarded bool) {
 	}
 	fmt.Println("  try:         kubectl apply -f config/samples/toolledger_v1alpha1_toolaction.yaml")
 	fmt.Println()
+}
+
+// applyPolicy installs the admission policy in file, if one is given, and
+// reports whether it is installed; what it is and what its absence means
+// are printed when the cluster refuses it.
+func applyPolicy(ctx context.Context, cfg *rest.Config, file, what, absence string) bool {
+	if file == "" {
+		return false
+	}
+	if err := testenv.ApplyFile(ctx, cfg, file, "toolledger-dev"); err != nil {
+		fmt.Fprintf(os.Stderr, "toolledger-dev: the %s is not installed%s: %v\n", what, absence, err)
+		return false
+	}
+	return true
 }

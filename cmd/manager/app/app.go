@@ -414,24 +414,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(&controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}); err != nil {
 		return fmt.Errorf("cannot add the retention sweep: %w", err)
 	}
-	resolutions := &controllers.ToolResolutionReconciler{
+	decisions := controllers.Decisions{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("toolledger"),
 		Clock:     opts.Clock,
 		Ledger:    reconciler.Ledger(),
 	}
+	resolutions := &controllers.ToolResolutionReconciler{Decisions: decisions}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
 	}
-	approvals := &controllers.ToolApprovalReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("toolledger"),
-		Clock:     opts.Clock,
-		Ledger:    reconciler.Ledger(),
-		Tools:     reconciler.Tools(),
-	}
+	approvals := &controllers.ToolApprovalReconciler{Decisions: decisions, Tools: reconciler.Tools()}
 	if err := approvals.SetupWithManager(context.Background(), mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolApproval controller: %w", err)
 	}
