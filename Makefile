@@ -61,7 +61,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) chromium vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use; installs chromium).
+test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) chromium postgresql vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use; installs chromium and PostgreSQL).
 	go test ./... -race -count=1 -timeout 20m
 
 # The web console's browser tests drive Debian's chromium (headless). It is a
@@ -73,6 +73,16 @@ chromium: ## Install Debian's chromium for the web console's browser tests, when
 		echo ">> installing Debian's chromium for the web console's browser tests"; \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; }
+
+# The archive's tests run a real PostgreSQL server of Debian's postgresql
+# package, started by the tests themselves (as nobody when run as root, which
+# the server refuses), bound to 127.0.0.1. Installed like chromium.
+.PHONY: postgresql
+postgresql: ## Install Debian's PostgreSQL server for the archive's tests, when it is missing.
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+		echo ">> installing Debian's postgresql for the archive's tests"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends postgresql; }
 
 .PHONY: screenshots
 screenshots: controlplane chromium ## Take the web console's screenshots of docs/images with the browser tests.

@@ -1,0 +1,201 @@
+// Package archive keeps the ledger's history outside the control plane:
+// finished ToolAction records, and the keys they guard, in PostgreSQL. etcd
+// keeps the live actions and the recently finished; a record leaves it only
+// once its row here is committed, and a new action's key is checked here
+// before its first dispatch.
+//
+// The schema keeps to what PostgreSQL and the engines that speak its wire
+// protocol share: plain tables, b-tree indexes, INSERT … ON CONFLICT, and
+// one advisory lock around migrations.
+package archive
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// Store is the archive in one PostgreSQL database, shared by every replica.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects to the database at dsn (a PostgreSQL URL or key=value
+// string) and migrates its schema to this version's.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("invalid archive DSN: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Record is what the archive keeps of a finished action: the columns an
+// auditor and the key check query, and the action itself (its spec, with
+// the parameters that enter the digest, and its status; never anything
+// read from a Secret, which the action does not hold).
+type Record struct {
+	UID       types.UID
+	Namespace string
+	// Key is the action's name: its idempotency key.
+	Key              string
+	Tool             v1alpha1.ToolReference
+	IdempotencyClass v1alpha1.IdempotencyClass
+	RequestDigest    string
+	Phase            v1alpha1.Phase
+	ErrorClass       v1alpha1.ErrorClass
+	ErrorReason      string
+	ExternalRef      string
+	Attempts         int32
+	// GuardsKey is whether the record may have caused an effect (it was
+	// dispatched), so that its key answers from it.
+	GuardsKey      bool
+	CompletionTime time.Time
+	// Cause is why the record left etcd (v1alpha1.TombstoneCause*);
+	// DeletedBy who deleted it, when the manager did.
+	Cause     string
+	DeletedBy string
+	// DeletionTime is when the record left etcd, or was asked to.
+	DeletionTime time.Time
+	// Action is the ToolAction as it was retired, in JSON.
+	Action json.RawMessage
+}
+
+// NewRecord is the archive's record of a finished action, which leaves etcd
+// for cause; tool is the action's tool when it could be read.
+func NewRecord(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted time.Time) (Record, error) {
+	if a.Status.CompletionTime == nil {
+		return Record{}, fmt.Errorf("ToolAction %s/%s has not finished: it cannot be archived", a.Namespace, a.Name)
+	}
+	kept := a.DeepCopy()
+	kept.ManagedFields = nil
+	action, err := json.Marshal(kept)
+	if err != nil {
+		return Record{}, fmt.Errorf("cannot encode ToolAction %s/%s: %w", a.Namespace, a.Name, err)
+	}
+	r := Record{
+		UID: a.UID, Namespace: a.Namespace, Key: a.Name,
+		Tool:          v1alpha1.ToolReference{Kind: a.Spec.ToolRef.KindOrDefault(), Name: a.Spec.ToolRef.Name},
+		RequestDigest: a.Status.RequestDigest, Phase: a.Status.Phase, ExternalRef: a.Status.ExternalRef,
+		Attempts: a.Status.Attempts, GuardsKey: a.Status.Attempts > 0,
+		CompletionTime: a.Status.CompletionTime.Time, Cause: cause, DeletedBy: deletedBy, DeletionTime: deleted,
+		Action: action,
+	}
+	if tool != nil {
+		r.IdempotencyClass = tool.Spec.IdempotencyClass
+	}
+	if e := a.Status.Error; e != nil {
+		r.ErrorClass, r.ErrorReason = e.Class, e.Reason
+	}
+	return r, nil
+}
+
+// Tombstone is the record as the key check reads it: what a Tombstone
+// would hold.
+func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
+	return v1alpha1.TombstoneRecord{
+		ActionUID: r.UID, RequestDigest: r.RequestDigest, Phase: r.Phase, ExternalRef: r.ExternalRef,
+		Attempts: r.Attempts, CompletionTime: metaTime(r.CompletionTime), ToolRef: r.Tool,
+		IdempotencyClass: r.IdempotencyClass, ErrorClass: r.ErrorClass, ErrorReason: r.ErrorReason,
+		Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metaTime(r.DeletionTime),
+	}
+}
+
+// Keep archives r. Keeping a record already archived changes nothing, so a
+// replica that crashed after the commit and before the etcd delete may keep
+// it again.
+func (s *Store) Keep(ctx context.Context, r Record) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by,
+	deletion_time, action)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+ON CONFLICT (uid) DO NOTHING`,
+		string(r.UID), r.Namespace, r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
+		string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
+		r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action)
+	if err != nil {
+		return fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
+	}
+	return nil
+}
+
+// Guarding returns the newest archived record that guards the key of
+// namespace, or nil when none does: one indexed query.
+func (s *Store) Guarding(ctx context.Context, namespace, key string) (*Record, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT `+recordColumns+`
+FROM toolledger_records
+WHERE namespace = $1 AND key = $2 AND guards_key
+ORDER BY completion_time DESC
+LIMIT 1`, namespace, key)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the archive for key %s/%s: %w", namespace, key, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRecord)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot read the archive for key %s/%s: %w", namespace, key, err)
+	}
+	return &r, nil
+}
+
+// Get returns the archived record of the action uid, or nil.
+func (s *Store) Get(ctx context.Context, uid types.UID) (*Record, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records WHERE uid = $1`, string(uid))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the archived record %s: %w", uid, err)
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanRecord)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot read the archived record %s: %w", uid, err)
+	}
+	return &r, nil
+}
+
+const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
+	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action`
+
+func scanRecord(row pgx.CollectableRow) (Record, error) {
+	var (
+		r                             Record
+		uid, class, phase, errorClass string
+	)
+	err := row.Scan(&uid, &r.Namespace, &r.Key, &r.Tool.Kind, &r.Tool.Name, &class, &r.RequestDigest, &phase,
+		&errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
+		&r.DeletedBy, &r.DeletionTime, &r.Action)
+	r.UID, r.IdempotencyClass, r.Phase, r.ErrorClass = types.UID(uid), v1alpha1.IdempotencyClass(class), v1alpha1.Phase(phase), v1alpha1.ErrorClass(errorClass)
+	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
+	return r, err
+}
+
+func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t) }

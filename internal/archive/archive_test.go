@@ -1,0 +1,211 @@
+package archive
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// server is a real PostgreSQL server for the package's tests; each test
+// has a database of its own.
+var server *testenv.Postgres
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	var err error
+	if server, err = testenv.StartPostgres(ctx, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "cannot start PostgreSQL for the archive's tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := server.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "cannot stop PostgreSQL:", err)
+	}
+	os.Exit(code)
+}
+
+// database creates the test's own database and returns its DSN.
+func database(t *testing.T) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	dsn, err := server.Database(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+func open(t *testing.T, dsn string) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// query runs sql on dsn outside the Store, as an auditor's psql would.
+func query[T any](t *testing.T, dsn, sql string, args ...any) T {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v T
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+// finished is a finished action of tool "charge" in namespace "shop".
+func finished(name, uid string, attempts int32, completed time.Time) *v1alpha1.ToolAction {
+	return &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid),
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"},
+			Parameters: map[string]apiextensionsv1.JSON{"amount": {Raw: []byte(`1200`)}, "currency": {Raw: []byte(`"eur"`)}}},
+		Status: v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseSucceeded, RequestDigest: "sha256:" + uid, Attempts: attempts,
+			ExternalRef: "ch_" + uid, CompletionTime: &metav1.Time{Time: completed}},
+	}
+}
+
+func record(t *testing.T, a *v1alpha1.ToolAction) Record {
+	t.Helper()
+	tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.KeyProtected}}
+	r, err := NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestReplicasStartingAtOnceMigrateTheSchemaOnce(t *testing.T) {
+	dsn := database(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := Open(context.Background(), dsn)
+			if err == nil {
+				s.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_schema_migrations`); n != SchemaVersion() {
+		t.Errorf("%d migrations recorded, want %d", n, SchemaVersion())
+	}
+	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records`); n != 0 {
+		t.Errorf("a new archive holds %d records", n)
+	}
+}
+
+func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
+	dsn := database(t)
+	open(t, dsn).Close()
+	query[int](t, dsn, `INSERT INTO toolledger_schema_migrations (version) VALUES ($1) RETURNING version`, SchemaVersion()+1)
+	_, err := Open(context.Background(), dsn)
+	want := fmt.Sprintf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", SchemaVersion()+1, SchemaVersion())
+	if err == nil || err.Error() != want {
+		t.Fatalf("Open on a newer schema: %v, want %q", err, want)
+	}
+}
+
+func TestKeepingARecordAgainChangesNothing(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	r := record(t, finished("order-1", "u-1", 1, t0))
+	// A replica that crashed between the commit and the etcd delete keeps
+	// it again, maybe while another replica does.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Keep(context.Background(), r); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records WHERE key = 'order-1'`); n != 1 {
+		t.Fatalf("%d rows after keeping one record 8 times, want 1", n)
+	}
+	got, err := s.Get(context.Background(), "u-1")
+	if err != nil || got == nil {
+		t.Fatalf("Get: %v, %v", got, err)
+	}
+	if got.Tombstone() != r.Tombstone() {
+		t.Errorf("read back %+v, want %+v", got.Tombstone(), r.Tombstone())
+	}
+	var action v1alpha1.ToolAction
+	if err := json.Unmarshal(got.Action, &action); err != nil {
+		t.Fatal(err)
+	}
+	if params, _ := json.Marshal(action.Spec.Parameters); string(params) != `{"amount":1200,"currency":"eur"}` || action.ManagedFields != nil {
+		t.Errorf("archived action: parameters %s, managedFields %v; want the parameters and no managedFields", params, action.ManagedFields)
+	}
+}
+
+func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	older, newer := finished("order-1", "u-old", 1, t0), finished("order-1", "u-new", 2, t0.Add(time.Hour))
+	// Rejected before any dispatch: it caused nothing, and guards nothing.
+	rejected := finished("order-1", "u-rejected", 0, t0.Add(2*time.Hour))
+	rejected.Status.Phase = v1alpha1.PhaseFailed
+	elsewhere := finished("order-1", "u-elsewhere", 1, t0.Add(3*time.Hour))
+	elsewhere.Namespace = "other-tenant"
+	for _, a := range []*v1alpha1.ToolAction{older, newer, rejected, elsewhere} {
+		if err := s.Keep(ctx, record(t, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Guarding(ctx, "shop", "order-1")
+	if err != nil || got == nil {
+		t.Fatalf("Guarding: %v, %v", got, err)
+	}
+	if got.UID != "u-new" || got.ExternalRef != "ch_u-new" || !got.GuardsKey {
+		t.Errorf("the key answers from %s (%s), want u-new", got.UID, got.ExternalRef)
+	}
+	if none, err := s.Guarding(ctx, "shop", "order-2"); none != nil || err != nil {
+		t.Errorf("a key never archived: %v, %v; want nil, nil", none, err)
+	}
+}
+
+func TestAnUnfinishedActionIsNotArchived(t *testing.T) {
+	a := finished("order-1", "u-1", 1, t0)
+	a.Status.CompletionTime = nil
+	_, err := NewRecord(a, nil, v1alpha1.TombstoneCauseDeleted, "", t0)
+	if want := "ToolAction shop/order-1 has not finished: it cannot be archived"; err == nil || err.Error() != want {
+		t.Fatalf("NewRecord of an unfinished action: %v, want %q", err, want)
+	}
+}

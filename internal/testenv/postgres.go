@@ -1,0 +1,179 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// unprivilegedUID is the user a PostgreSQL server runs as when this process
+// is root, which the server refuses to run as: nobody.
+const unprivilegedUID = 65534
+
+// Postgres is a PostgreSQL server of the machine's binaries (Debian's
+// postgresql package), for the archive's tests and the local runner: its
+// data in a directory of its own, bound to 127.0.0.1 only, without fsync
+// (nothing in it must survive the machine).
+type Postgres struct {
+	// DSN connects to its database "postgres" as the superuser "toolledger".
+	DSN string
+	// Dir holds the data and the server's log (postgres.log).
+	Dir  string
+	cmd  *exec.Cmd
+	port int
+	exit chan error
+}
+
+// PostgresBinDir is where initdb and postgres are: pg_config's bindir, else
+// the last of Debian's /usr/lib/postgresql/*/bin.
+func PostgresBinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "postgres")); err == nil {
+			return dirs[i], nil
+		}
+	}
+	return "", errors.New("no PostgreSQL server binaries (initdb, postgres) found: install Debian's postgresql package (make test does)")
+}
+
+// StartPostgres initialises a cluster in a new directory under parent (the
+// system's temporary directory when empty) and starts its server on a free
+// port of 127.0.0.1. Stop stops it and removes the directory.
+func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
+	bin, err := PostgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(parent, "toolledger-postgres-")
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{Dir: dir, exit: make(chan error, 1)}
+	if err := p.start(ctx, bin); err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Postgres) start(ctx context.Context, bin string) error {
+	credential, err := p.ownDir()
+	if err != nil {
+		return err
+	}
+	data := filepath.Join(p.Dir, "data")
+	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "toolledger", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: credential}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	if p.port, err = freePort(); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(p.Dir, "postgres.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	p.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
+		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	// Its own process group: an interrupt of the test run reaches the
+	// test, which stops the server, not the server first.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: credential, Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("cannot start postgres: %w", err)
+	}
+	go func() { p.exit <- p.cmd.Wait() }()
+	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	return p.waitReady(ctx)
+}
+
+// ownDir hands the directory to the unprivileged user when this process is
+// root, and returns the credential to run the server's commands with (nil:
+// as this process).
+func (p *Postgres) ownDir() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	if err := os.Chown(p.Dir, unprivilegedUID, unprivilegedUID); err != nil {
+		return nil, fmt.Errorf("cannot hand %s to the unprivileged user: %w", p.Dir, err)
+	}
+	return &syscall.Credential{Uid: unprivilegedUID, Gid: unprivilegedUID, NoSetGroups: true}, nil
+}
+
+func (p *Postgres) waitReady(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, p.DSN)
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case exitErr := <-p.exit:
+			p.exit <- exitErr
+			log, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
+			return fmt.Errorf("postgres exited (%v): %s", exitErr, log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres did not accept connections within 30s: %w", err)
+		}
+	}
+}
+
+// Database creates a database of its own for one test and returns its DSN.
+func (p *Postgres) Database(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, p.DSN)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("cannot create database %s: %w", name, err)
+	}
+	return fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/%s?sslmode=disable", p.port, name), nil
+}
+
+// Stop stops the server (a fast shutdown) and removes its directory.
+func (p *Postgres) Stop() error {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.exit:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.exit
+		}
+	}
+	return os.RemoveAll(p.Dir)
+}
+
+// freePort is a TCP port of 127.0.0.1 that nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
