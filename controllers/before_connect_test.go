@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 )
 
 // beforeConnectResult is what rules.beforeConnect decided: "connect" (the
@@ -57,14 +58,19 @@ func TestBeforeConnect(t *testing.T) {
 			where: "Tombstone order-1001-charge", settledReason: ReasonSettledByTombstone, conflictReason: ReasonTombstoneConflict, source: sourceTombstone,
 		}
 	}
+	// archived is the key's earlier record as the archive keeps it.
+	archived := func(digest string) *earlierRecord {
+		return fromArchive(&archive.Record{UID: "u-1001", Key: "order-1001-charge", RequestDigest: digest, Phase: v1alpha1.PhaseSucceeded,
+			ExternalRef: "ch_1", CompletionTime: completed.Time, DeletionTime: deleted.Time, Cause: v1alpha1.TombstoneCauseRecordRetention})
+	}
 	original := func(phase v1alpha1.Phase, compensatedBy ...string) *compensated {
 		a := newAction(phase)
 		a.Name, a.Status.CompensatedBy = "order-1000-charge", compensatedBy
 		return &compensated{name: a.Name, record: a}
 	}
 	buried := func(phase v1alpha1.Phase, class v1alpha1.ErrorClass) *compensated {
-		return &compensated{name: "order-1000-charge", tombstone: &v1alpha1.Tombstone{
-			ObjectMeta: metav1.ObjectMeta{Name: "order-1000-charge"}, Record: v1alpha1.TombstoneRecord{Phase: phase, ErrorClass: class}}}
+		return &compensated{name: "order-1000-charge", kept: fromTombstone(&v1alpha1.Tombstone{
+			ObjectMeta: metav1.ObjectMeta{Name: "order-1000-charge"}, Record: v1alpha1.TombstoneRecord{Phase: phase, ErrorClass: class}})}
 	}
 	full := make([]string, v1alpha1.MaxCompensations)
 	for i := range full {
@@ -107,6 +113,24 @@ func TestBeforeConnect(t *testing.T) {
 			beforeConnectResult{Kind: "record", Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDuplicateConflict, Reason: ReasonTombstoneConflict,
 				Message: "this key settled a different request before (digest sha256:other, Succeeded at 2026-12-01T10:00:00Z; Tombstone order-1001-charge); " +
 					"this request, digest sha256:request, is not dispatched: use a new name for a new intent"}},
+		{"the archive keeps the key's record of this request: answered from it, never dispatched", newAction(""),
+			attemptFacts{requestDigest: request, earlier: archived(request)},
+			beforeConnectResult{Kind: "record", Phase: v1alpha1.PhaseSucceeded, Reason: ReasonSettledByArchive, ExternalRef: "ch_1",
+				Message: "this key settled the same request before: Succeeded at 2026-12-01T10:00:00Z, external reference ch_1 " +
+					"(the archived record of order-1001-charge (UID u-1001): the record was retired by the tool's recordRetention at 2026-12-01T11:00:00Z); it is not dispatched again"}},
+		{"the archive keeps the key's record of another request: DuplicateConflict, never dispatched", newAction(""),
+			attemptFacts{requestDigest: request, earlier: archived(other)},
+			beforeConnectResult{Kind: "record", Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDuplicateConflict, Reason: ReasonArchiveConflict,
+				Message: "this key settled a different request before (digest sha256:other, Succeeded at 2026-12-01T10:00:00Z; the archived record of order-1001-charge (UID u-1001)); " +
+					"this request, digest sha256:request, is not dispatched: use a new name for a new intent"}},
+		{"the archive cannot check the key: it waits, with backoff, before a compensation's wait and an approval", newAction(""),
+			attemptFacts{requestDigest: request, unchecked: errors.New("the archive cannot be used: connection refused"),
+				original: original(v1alpha1.PhaseExecuting), target: approvalRequired},
+			beforeConnectResult{Kind: "record", Phase: v1alpha1.PhaseAccepted, Reason: ReasonArchiveUnavailable, Retried: true,
+				Message: "waiting for the archive to check key order-1001-charge before the first dispatch: the archive cannot be used: connection refused"}},
+		{"invalid parameters are rejected though the archive cannot check the key", newAction(""),
+			attemptFacts{refused: invalidParameters, unchecked: errors.New("connection refused")},
+			rejected(ReasonInvalidParameters, "amount: must be at least 1")},
 		{"the key's earlier record comes before a compensation's wait and an approval", newAction(""),
 			attemptFacts{requestDigest: request, earlier: earlier(request, v1alpha1.PhaseSucceeded, ""), original: original(v1alpha1.PhaseExecuting), target: approvalRequired},
 			beforeConnectResult{Kind: "record", Phase: v1alpha1.PhaseSucceeded, Reason: ReasonSettledByTombstone, ExternalRef: "ch_1",
@@ -135,7 +159,11 @@ func TestBeforeConnect(t *testing.T) {
 			attemptFacts{requestDigest: request, original: buried(v1alpha1.PhaseSucceeded, "")}, beforeConnectResult{Kind: "connect"}},
 		{"compensation: the original's tombstone says it failed: rejected", newAction(""),
 			attemptFacts{requestDigest: request, original: buried(v1alpha1.PhaseFailed, v1alpha1.ErrorClassDenied)},
-			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" failed (its Tombstone says Denied), so there is no effect to compensate`)},
+			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" failed (Tombstone order-1000-charge says Denied), so there is no effect to compensate`)},
+		{"compensation: the archive says the original failed: rejected", newAction(""),
+			attemptFacts{requestDigest: request, original: &compensated{name: "order-1000-charge", kept: fromArchive(&archive.Record{
+				UID: "u-1000", Key: "order-1000-charge", Phase: v1alpha1.PhaseFailed, ErrorClass: v1alpha1.ErrorClassDenied})}},
+			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" failed (the archived record of order-1000-charge (UID u-1000) says Denied), so there is no effect to compensate`)},
 		{"compensation: neither the original nor its tombstone exists: rejected", newAction(""),
 			attemptFacts{requestDigest: request, original: &compensated{name: "order-1000-charge"}},
 			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" not found in namespace "shop", and no tombstone of it either`)},

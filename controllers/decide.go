@@ -22,6 +22,9 @@ type rules struct {
 	by string
 	// random returns jitter in [0, 1) for backoff.
 	random func() float64
+	// keepsEveryRecord: every finished record is kept (archived) before it
+	// leaves etcd, not only those whose key it guards.
+	keepsEveryRecord bool
 }
 
 // resolvedTool is the action's tool with its adapter's capabilities, or why
@@ -130,16 +133,17 @@ func mayHaveApplied(phase v1alpha1.Phase) bool {
 
 // decideDeleted: a deleted action that may have caused an effect leaves a
 // tombstone, unless its tool's keyRetention has passed already; one that
-// caused nothing just goes. A tool that is gone keeps the tombstone.
+// caused nothing just goes. A tool that is gone keeps the tombstone. With
+// an archive, every finished action is archived before it goes.
 func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 	switch {
-	case !needsTombstone(a):
+	case !needsTombstone(a) && !(p.keepsEveryRecord && a.Status.Phase.IsTerminal()):
 		return step{kind: stepRelease}
 	case tool == nil:
 		return step{kind: stepResolveTool}
 	case tool.err != nil && !isInvalid(tool.err):
 		return step{kind: stepFail, err: tool.err}
-	case tool.err == nil && keyRetentionPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
+	case !p.keepsEveryRecord && tool.err == nil && keyRetentionPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
 		return step{kind: stepRelease}
 	}
 	return step{kind: stepBury}
@@ -325,6 +329,9 @@ func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transitio
 		t = p.rejection(invalid)
 	case f.refused != nil:
 		return nil, f.refused
+	case f.unchecked != nil:
+		t = p.waiting(f.requestDigest, ReasonArchiveUnavailable,
+			fmt.Sprintf("waiting for the archive to check key %s before the first dispatch: %v", a.Name, f.unchecked))
 	case f.earlier != nil && f.earlier.record.RequestDigest == f.requestDigest:
 		t = p.settledBefore(f.earlier, f.requestDigest)
 	case f.earlier != nil:
@@ -357,10 +364,10 @@ func (p rules) compensationGate(a *v1alpha1.ToolAction, original *compensated, r
 	}
 	if original.record == nil {
 		switch {
-		case original.tombstone == nil:
+		case original.kept == nil:
 			return reject("spec.compensates: ToolAction %q not found in namespace %q, and no tombstone of it either", original.name, a.Namespace)
-		case original.tombstone.Record.Phase != v1alpha1.PhaseSucceeded:
-			return reject("spec.compensates: ToolAction %q failed (its Tombstone says %s), so there is no effect to compensate", original.name, original.tombstone.Record.ErrorClass)
+		case original.kept.record.Phase != v1alpha1.PhaseSucceeded:
+			return reject("spec.compensates: ToolAction %q failed (%s says %s), so there is no effect to compensate", original.name, original.kept.where, original.kept.record.ErrorClass)
 		}
 		return nil
 	}

@@ -273,6 +273,36 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// With an archive every finished record is archived before it leaves etcd,
+// whatever its key: the history keeps what the key check would not need.
+func TestDecideDeletedWithAnArchive(t *testing.T) {
+	archiving := atT0()
+	archiving.keepsEveryRecord = true
+	invalid := &resolvedTool{err: &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound, message: `tool "charge" not found`}}
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		tool   *resolvedTool
+		want   result
+	}{
+		{"accepted action deleted: released, nothing finished to keep", newAction(v1alpha1.PhaseAccepted, deleting), nil, result{Kind: "release"}},
+		{"answered from the archive (never dispatched), deleted: archived too", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(0)), nil,
+			result{Kind: "resolveTool"}},
+		{"dispatched action deleted: archived, then released", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)),
+			withTool(v1alpha1.KeyProtected), result{Kind: "bury"}},
+		{"dispatched action deleted after its key retention: archived all the same",
+			newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(2*time.Hour)), keyRetention(time.Hour), result{Kind: "bury"}},
+		{"its tool is gone: archived", newAction(v1alpha1.PhaseFailed, deleting, attempts(0)), invalid, result{Kind: "bury"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, summarize(tt.action, archiving.decide(tt.action, tt.tool))); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestAfterDispatch(t *testing.T) {
 	tool := withTool(v1alpha1.KeyProtected)
 	executing := func(n int32, opts ...actionOption) *v1alpha1.ToolAction {

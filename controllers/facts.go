@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/catalog"
 )
 
@@ -25,6 +27,9 @@ type attemptFacts struct {
 	// earlier is the key's earlier record, read for a first attempt only;
 	// nil when it has none.
 	earlier *earlierRecord
+	// unchecked is why the archive could not check the key: the action
+	// waits, and is never dispatched unchecked.
+	unchecked error
 	// original is what a compensation's original shows; nil for an action
 	// that compensates nothing.
 	original *compensated
@@ -35,11 +40,12 @@ type attemptFacts struct {
 }
 
 // compensated is what a compensation's original shows: its record, or,
-// once that is gone, its tombstone; neither when both are gone.
+// once that left etcd, what its key's history kept of it; neither when
+// both are gone.
 type compensated struct {
-	name      string
-	record    *v1alpha1.ToolAction
-	tombstone *v1alpha1.Tombstone
+	name   string
+	record *v1alpha1.ToolAction
+	kept   *earlierRecord
 }
 
 // readAttemptFacts reads what the decision about an attempt needs, and
@@ -59,7 +65,11 @@ func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1a
 	}
 	f.requestDigest, f.parameters, f.refused = verifyRequest(action, tool, schema)
 	if action.Status.Attempts == 0 {
-		if f.earlier, err = r.keys().earlier(ctx, action, tool); err != nil {
+		f.earlier, err = r.keys().earlier(ctx, action, tool)
+		switch {
+		case errors.Is(err, archive.ErrUnavailable):
+			f.unchecked = err
+		case err != nil:
 			return nil, f, err
 		}
 	}
@@ -73,7 +83,8 @@ func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1a
 }
 
 // compensatedBy reads the original of a compensation: its record, confirmed
-// with the API server when the cache lacks it, else its tombstone.
+// with the API server when the cache lacks it, else what its key's history
+// kept of it.
 func (r *ToolActionReconciler) compensatedBy(ctx context.Context, action *v1alpha1.ToolAction) (*compensated, error) {
 	key := types.NamespacedName{Namespace: action.Namespace, Name: action.Spec.Compensates}
 	c := &compensated{name: key.Name}
@@ -85,12 +96,7 @@ func (r *ToolActionReconciler) compensatedBy(ctx context.Context, action *v1alph
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("cannot get ToolAction %s: %w", key, err)
 	}
-	var tomb v1alpha1.Tombstone
-	switch err := r.APIReader.Get(ctx, key, &tomb); {
-	case err == nil:
-		c.tombstone = &tomb
-	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("cannot get the Tombstone %s: %w", key, err)
-	}
-	return c, nil
+	kept, err := r.keys().settled(ctx, key)
+	c.kept = kept
+	return c, err
 }

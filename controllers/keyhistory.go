@@ -4,20 +4,32 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 )
 
-// keyHistory reads a key's earlier life: what a record since deleted
-// settled under the key. An action's first attempt reads it, and the
-// rules answer the action from it (rules.beforeConnect).
+// keyHistory keeps a key's earlier life: what a record since deleted
+// settled under the key. A record is kept before it leaves etcd; an
+// action's first attempt reads it, and the rules answer the action from it
+// (rules.beforeConnect).
 type keyHistory interface {
 	// earlier returns the key's earlier record, or nil when the key has
 	// none the action's tool still keeps.
 	earlier(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*earlierRecord, error)
+	// settled returns what the key's newest kept record settled, whatever
+	// the retention: how a compensation finds an original that left etcd.
+	settled(ctx context.Context, key types.NamespacedName) (*earlierRecord, error)
+	// keep keeps a finished action before its record leaves etcd for
+	// cause; tool is nil when it could not be read.
+	keep(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) error
 }
 
 // earlierRecord is what a key settled before, and where that is kept, for
@@ -41,26 +53,130 @@ type tombstoneHistory struct {
 	clock  clock.PassiveClock
 }
 
-// keys is where this reconciler reads a key's earlier life.
+// keys is where this reconciler keeps a key's earlier life: the archive
+// when it has one, else Tombstones.
 func (r *ToolActionReconciler) keys() keyHistory {
-	return tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
+	tombstones := tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
+	if r.Archive != nil {
+		return archiveHistory{store: r.Archive, clock: r.Clock, tombstones: tombstones}
+	}
+	return tombstones
 }
 
 // earlier reads the key's tombstone. A tombstone whose key retention has
 // passed by the action's tool is deleted and reported absent: the key may
 // mean a new intent.
 func (h tombstoneHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*earlierRecord, error) {
+	tomb, err := h.read(ctx, client.ObjectKeyFromObject(action))
+	if tomb == nil || err != nil {
+		return nil, err
+	}
+	if sameTool(action, tomb.Record.ToolRef) && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, h.clock.Now()) {
+		return nil, unbury(ctx, h.client, tomb)
+	}
+	return fromTombstone(tomb), nil
+}
+
+func (h tombstoneHistory) settled(ctx context.Context, key types.NamespacedName) (*earlierRecord, error) {
+	tomb, err := h.read(ctx, key)
+	if tomb == nil || err != nil {
+		return nil, err
+	}
+	return fromTombstone(tomb), nil
+}
+
+// read reads key's Tombstone; nil when it has none.
+func (h tombstoneHistory) read(ctx context.Context, key types.NamespacedName) (*v1alpha1.Tombstone, error) {
 	var tomb v1alpha1.Tombstone
-	if err := h.reader.Get(ctx, client.ObjectKeyFromObject(action), &tomb); err != nil {
+	if err := h.reader.Get(ctx, key, &tomb); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("cannot read the Tombstone of key %s: %w", action.Name, err)
+		return nil, fmt.Errorf("cannot read the Tombstone of key %s: %w", key.Name, err)
 	}
-	sameTool := tomb.Record.ToolRef.Name == action.Spec.ToolRef.Name && tomb.Record.ToolRef.Kind == action.Spec.ToolRef.KindOrDefault()
-	if sameTool && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, h.clock.Now()) {
-		return nil, unbury(ctx, h.client, &tomb)
-	}
+	return &tomb, nil
+}
+
+func fromTombstone(tomb *v1alpha1.Tombstone) *earlierRecord {
 	return &earlierRecord{record: tomb.Record, where: "Tombstone " + tomb.Name,
-		settledReason: ReasonSettledByTombstone, conflictReason: ReasonTombstoneConflict, source: sourceTombstone}, nil
+		settledReason: ReasonSettledByTombstone, conflictReason: ReasonTombstoneConflict, source: sourceTombstone}
+}
+
+// sameTool reports whether a kept record was made by the action's tool,
+// whose key retention then applies to it.
+func sameTool(action *v1alpha1.ToolAction, ref v1alpha1.ToolReference) bool {
+	return ref.Name == action.Spec.ToolRef.Name && ref.Kind == action.Spec.ToolRef.KindOrDefault()
+}
+
+// keep writes the action's tombstone. A tombstone already there keeps the
+// key: it is this action's from an earlier try, or an older one the key
+// still answers to.
+func (h tombstoneHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) error {
+	err := h.client.Create(ctx, newTombstone(action, tool, cause, deletedBy, deleted))
+	switch {
+	case err == nil || apierrors.IsAlreadyExists(err):
+		log.FromContext(ctx).V(1).Info("Tombstone written", "cause", cause)
+		return nil
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
+		// The tenant is being deleted, and its tombstones with it: there is
+		// no key left to guard, and holding the record would hold the
+		// namespace in Terminating for good.
+		log.FromContext(ctx).Info("No tombstone: the namespace is being deleted", "cause", cause)
+		return nil
+	}
+	return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
+}
+
+// archiveHistory keeps a key's earlier life in the archive, and reads the
+// Tombstones written before the manager had one.
+type archiveHistory struct {
+	store      *archive.Store
+	clock      clock.PassiveClock
+	tombstones tombstoneHistory
+}
+
+// earlier reads the newest archived record that guards the key. One whose
+// key retention has passed by the action's tool answers nothing: the key
+// may mean a new intent.
+func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*earlierRecord, error) {
+	rec, err := h.store.Guarding(ctx, action.Namespace, action.Name)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return h.tombstones.earlier(ctx, action, tool)
+	}
+	if sameTool(action, rec.Tool) && keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now()) {
+		return nil, nil
+	}
+	return fromArchive(rec), nil
+}
+
+func (h archiveHistory) settled(ctx context.Context, key types.NamespacedName) (*earlierRecord, error) {
+	rec, err := h.store.Guarding(ctx, key.Namespace, key.Name)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return h.tombstones.settled(ctx, key)
+	}
+	return fromArchive(rec), nil
+}
+
+func fromArchive(rec *archive.Record) *earlierRecord {
+	return &earlierRecord{record: rec.Tombstone(), where: fmt.Sprintf("the archived record of %s (UID %s)", rec.Key, rec.UID),
+		settledReason: ReasonSettledByArchive, conflictReason: ReasonArchiveConflict, source: sourceArchive}
+}
+
+// keep archives the action; keeping it again changes nothing.
+func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) error {
+	rec, err := archive.NewRecord(action, tool, cause, deletedBy, deleted.Time)
+	if err != nil {
+		return err
+	}
+	if err := h.store.Keep(ctx, rec); err != nil {
+		return err
+	}
+	log.FromContext(ctx).V(1).Info("Record archived", "cause", cause)
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -26,6 +27,7 @@ var (
 // writes nothing, so it never reaches the controller.
 const (
 	sourceTombstone        = "tombstone"
+	sourceArchive          = "archive"
 	sourceDownstreamReplay = "downstream_replay"
 )
 
@@ -103,7 +105,7 @@ var (
 // Metrics are the collectors toolledger registers in controller-runtime's
 // registry, which the manager serves on its metrics endpoint.
 func Metrics() []prometheus.Collector {
-	return slices.Concat(dispatch.Metrics(), shard.Metrics(), []prometheus.Collector{
+	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
 		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges,

@@ -77,8 +77,12 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	if wait := r.Pacer.turn(action.UID, r.Clock.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if due == toTombstone && needsTombstone(action) {
-		if err := r.bury(ctx, action, tool, v1alpha1.TombstoneCauseRecordRetention); err != nil {
+	if r.Archive != nil || (due == toTombstone && needsTombstone(action)) {
+		cause := v1alpha1.TombstoneCauseRecordRetention
+		if due == freeKey {
+			cause = v1alpha1.TombstoneCauseKeyRetention
+		}
+		if err := r.bury(ctx, action, tool, cause); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -59,6 +59,11 @@ const (
 	ReasonKeyTooLong            = "KeyTooLong"
 	ReasonSettledByTombstone    = v1alpha1.ReasonSettledByTombstone
 	ReasonTombstoneConflict     = v1alpha1.ReasonTombstoneConflict
+	ReasonSettledByArchive      = v1alpha1.ReasonSettledByArchive
+	ReasonArchiveConflict       = v1alpha1.ReasonArchiveConflict
+	// ReasonArchiveUnavailable: the archive cannot check a new action's
+	// key, so the action waits.
+	ReasonArchiveUnavailable = "ArchiveUnavailable"
 )
 
 // The set* functions below are the only writers of phase, conditions and

@@ -2,12 +2,8 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -53,10 +49,9 @@ func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy 
 	}
 }
 
-// bury writes the action's tombstone. It is written before the record may
-// disappear (its finalizer released), so a ToolAction created again under
-// the key always finds it. A tombstone already there keeps the key: it is
-// this action's from an earlier try, or an older one the key still answers to.
+// bury keeps the action's record in the key's history (its tombstone, or
+// the archive) before the record may disappear (its finalizer released), so
+// a ToolAction created again under the key always finds it.
 func (r *ToolActionReconciler) bury(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause string) error {
 	deleted, deletedBy := metav1.NewTime(r.Clock.Now()), "toolledger ("+r.Executor+")"
 	if cause == v1alpha1.TombstoneCauseDeleted {
@@ -65,18 +60,5 @@ func (r *ToolActionReconciler) bury(ctx context.Context, action *v1alpha1.ToolAc
 			deleted = *action.DeletionTimestamp
 		}
 	}
-	tomb := newTombstone(action, tool, cause, deletedBy, deleted)
-	err := r.Client.Create(ctx, tomb)
-	switch {
-	case err == nil || apierrors.IsAlreadyExists(err):
-		log.FromContext(ctx).V(1).Info("Tombstone written", "cause", cause)
-		return nil
-	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-		// The tenant is being deleted, and its tombstones with it: there is
-		// no key left to guard, and holding the record would hold the
-		// namespace in Terminating for good.
-		log.FromContext(ctx).Info("No tombstone: the namespace is being deleted", "cause", cause)
-		return nil
-	}
-	return fmt.Errorf("cannot write the Tombstone of %s: %w", action.Name, err)
+	return r.keys().keep(ctx, action, tool, cause, deletedBy, deleted)
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/shard"
@@ -71,6 +72,9 @@ type ToolActionReconciler struct {
 	// Queue is the one way back into the controller's work queue, and
 	// holds each key for one reconcile, or one call, at a time.
 	Queue *requeue.Queue
+	// Archive keeps finished records and their keys outside etcd; nil
+	// keeps keys in Tombstones.
+	Archive *archive.Store
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete
@@ -154,4 +158,8 @@ func (r *ToolActionReconciler) perform(ctx context.Context, action *v1alpha1.Too
 }
 
 // rules are the state machine's decisions, at the clock's time.
-func (r *ToolActionReconciler) rules() rules { return rulesAt(r.Clock, r.Executor) }
+func (r *ToolActionReconciler) rules() rules {
+	p := rulesAt(r.Clock, r.Executor)
+	p.keepsEveryRecord = r.Archive != nil
+	return p
+}

@@ -37,6 +37,9 @@ const (
 	TombstoneCauseDeleted = "Deleted"
 	// TombstoneCauseRecordRetention: the tool's recordRetention passed.
 	TombstoneCauseRecordRetention = "RecordRetention"
+	// TombstoneCauseKeyRetention: the tool's keyRetention passed; only an
+	// archived record has this cause (its key is free, its history kept).
+	TombstoneCauseKeyRetention = "KeyRetention"
 )
 
 // TombstoneRecord is what a late duplicate of a deleted action needs, and
@@ -144,4 +147,15 @@ const (
 	// ReasonTombstoneConflict: another request was settled before under
 	// this key; the action fails with DuplicateConflict.
 	ReasonTombstoneConflict = "TombstoneConflict"
+)
+
+// Reasons of a ToolAction created again under a key whose record the
+// archive keeps (a manager run with --archive-dsn).
+const (
+	// ReasonSettledByArchive: the same request was settled before under
+	// this key; the action shows that outcome and is not dispatched again.
+	ReasonSettledByArchive = "SettledByArchive"
+	// ReasonArchiveConflict: another request was settled before under this
+	// key; the action fails with DuplicateConflict.
+	ReasonArchiveConflict = "ArchiveConflict"
 )

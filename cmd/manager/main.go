@@ -54,6 +54,7 @@ func main() {
 		}
 		return nil
 	})
+	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", os.Getenv("TOOLLEDGER_ARCHIVE_DSN"), "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()

@@ -51,8 +51,19 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 // Close closes the store's connections.
 func (s *Store) Close() { s.pool.Close() }
 
+// ErrUnavailable wraps every failure to use the archive: the database
+// cannot be reached, or refused the statement.
+var ErrUnavailable = errors.New("the archive cannot be used")
+
 // Ping reports whether the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+func (s *Store) Ping(ctx context.Context) error {
+	err := s.pool.Ping(ctx)
+	observe("ping", err)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
 
 // Record is what the archive keeps of a finished action: the columns an
 // auditor and the key check query, and the action itself (its spec, with
@@ -138,8 +149,9 @@ ON CONFLICT (uid) DO NOTHING`,
 		string(r.UID), r.Namespace, r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
 		string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
 		r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action)
+	observe("keep", err)
 	if err != nil {
-		return fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
+		return fmt.Errorf("%w: cannot archive ToolAction %s/%s: %w", ErrUnavailable, r.Namespace, r.Key, err)
 	}
 	return nil
 }
@@ -153,33 +165,20 @@ FROM toolledger_records
 WHERE namespace = $1 AND key = $2 AND guards_key
 ORDER BY completion_time DESC
 LIMIT 1`, namespace, key)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the archive for key %s/%s: %w", namespace, key, err)
+	if err == nil {
+		var r Record
+		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
+		if errors.Is(err, pgx.ErrNoRows) {
+			observe("check", nil)
+			return nil, nil
+		}
+		if err == nil {
+			observe("check", nil)
+			return &r, nil
+		}
 	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanRecord)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("cannot read the archive for key %s/%s: %w", namespace, key, err)
-	}
-	return &r, nil
-}
-
-// Get returns the archived record of the action uid, or nil.
-func (s *Store) Get(ctx context.Context, uid types.UID) (*Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records WHERE uid = $1`, string(uid))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the archived record %s: %w", uid, err)
-	}
-	r, err := pgx.CollectExactlyOneRow(rows, scanRecord)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("cannot read the archived record %s: %w", uid, err)
-	}
-	return &r, nil
+	observe("check", err)
+	return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
 }
 
 const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,

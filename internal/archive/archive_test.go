@@ -1,4 +1,4 @@
-package archive
+package archive_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -48,9 +49,9 @@ func database(t *testing.T) string {
 	return dsn
 }
 
-func open(t *testing.T, dsn string) *Store {
+func open(t *testing.T, dsn string) *archive.Store {
 	t.Helper()
-	s, err := Open(context.Background(), dsn)
+	s, err := archive.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +89,10 @@ func finished(name, uid string, attempts int32, completed time.Time) *v1alpha1.T
 	}
 }
 
-func record(t *testing.T, a *v1alpha1.ToolAction) Record {
+func record(t *testing.T, a *v1alpha1.ToolAction) archive.Record {
 	t.Helper()
 	tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.KeyProtected}}
-	r, err := NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
+	r, err := archive.NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestReplicasStartingAtOnceMigrateTheSchemaOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := Open(context.Background(), dsn)
+			s, err := archive.Open(context.Background(), dsn)
 			if err == nil {
 				s.Close()
 			}
@@ -119,8 +120,8 @@ func TestReplicasStartingAtOnceMigrateTheSchemaOnce(t *testing.T) {
 			t.Errorf("replica %d: %v", i, err)
 		}
 	}
-	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_schema_migrations`); n != SchemaVersion() {
-		t.Errorf("%d migrations recorded, want %d", n, SchemaVersion())
+	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_schema_migrations`); n != archive.SchemaVersion() {
+		t.Errorf("%d migrations recorded, want %d", n, archive.SchemaVersion())
 	}
 	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records`); n != 0 {
 		t.Errorf("a new archive holds %d records", n)
@@ -130,9 +131,9 @@ func TestReplicasStartingAtOnceMigrateTheSchemaOnce(t *testing.T) {
 func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
 	dsn := database(t)
 	open(t, dsn).Close()
-	query[int](t, dsn, `INSERT INTO toolledger_schema_migrations (version) VALUES ($1) RETURNING version`, SchemaVersion()+1)
-	_, err := Open(context.Background(), dsn)
-	want := fmt.Sprintf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", SchemaVersion()+1, SchemaVersion())
+	query[int](t, dsn, `INSERT INTO toolledger_schema_migrations (version) VALUES ($1) RETURNING version`, archive.SchemaVersion()+1)
+	_, err := archive.Open(context.Background(), dsn)
+	want := fmt.Sprintf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", archive.SchemaVersion()+1, archive.SchemaVersion())
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open on a newer schema: %v, want %q", err, want)
 	}
@@ -158,7 +159,7 @@ func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records WHERE key = 'order-1'`); n != 1 {
 		t.Fatalf("%d rows after keeping one record 8 times, want 1", n)
 	}
-	got, err := s.Get(context.Background(), "u-1")
+	got, err := s.Guarding(context.Background(), "shop", "order-1")
 	if err != nil || got == nil {
 		t.Fatalf("Get: %v, %v", got, err)
 	}
@@ -204,7 +205,7 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 func TestAnUnfinishedActionIsNotArchived(t *testing.T) {
 	a := finished("order-1", "u-1", 1, t0)
 	a.Status.CompletionTime = nil
-	_, err := NewRecord(a, nil, v1alpha1.TombstoneCauseDeleted, "", t0)
+	_, err := archive.NewRecord(a, nil, v1alpha1.TombstoneCauseDeleted, "", t0)
 	if want := "ToolAction shop/order-1 has not finished: it cannot be archived"; err == nil || err.Error() != want {
 		t.Fatalf("NewRecord of an unfinished action: %v, want %q", err, want)
 	}

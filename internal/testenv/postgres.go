@@ -28,10 +28,12 @@ type Postgres struct {
 	// DSN connects to its database "postgres" as the superuser "toolledger".
 	DSN string
 	// Dir holds the data and the server's log (postgres.log).
-	Dir  string
-	cmd  *exec.Cmd
-	port int
-	exit chan error
+	Dir        string
+	bin        string
+	credential *syscall.Credential
+	cmd        *exec.Cmd
+	port       int
+	exit       chan error
 }
 
 // PostgresBinDir is where initdb and postgres are: pg_config's bindir, else
@@ -64,45 +66,51 @@ func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: dir, exit: make(chan error, 1)}
-	if err := p.start(ctx, bin); err != nil {
+	p := &Postgres{Dir: dir, bin: bin}
+	if err := p.initialise(ctx); err != nil {
 		_ = p.Stop()
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Postgres) start(ctx context.Context, bin string) error {
-	credential, err := p.ownDir()
-	if err != nil {
+// initialise creates the cluster and starts its server.
+func (p *Postgres) initialise(ctx context.Context) error {
+	var err error
+	if p.credential, err = p.ownDir(); err != nil {
 		return err
 	}
-	data := filepath.Join(p.Dir, "data")
-	initdb := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", data, "-U", "toolledger", "-A", "trust",
+	initdb := exec.CommandContext(ctx, filepath.Join(p.bin, "initdb"), "-D", filepath.Join(p.Dir, "data"), "-U", "toolledger", "-A", "trust",
 		"-E", "UTF8", "--locale=C", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: credential}
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.credential}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	if p.port, err = freePort(); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(p.Dir, "postgres.log"))
+	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	return p.serve(ctx)
+}
+
+// serve starts the server on the cluster and waits until it answers.
+func (p *Postgres) serve(ctx context.Context) error {
+	logFile, err := os.OpenFile(filepath.Join(p.Dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	p.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
+	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Its own process group: an interrupt of the test run reaches the
 	// test, which stops the server, not the server first.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: credential, Setpgid: true}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.credential, Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("cannot start postgres: %w", err)
 	}
+	p.exit = make(chan error, 1)
 	go func() { p.exit <- p.cmd.Wait() }()
-	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
 	return p.waitReady(ctx)
 }
 
@@ -156,16 +164,31 @@ func (p *Postgres) Database(ctx context.Context, name string) (string, error) {
 
 // Stop stops the server (a fast shutdown) and removes its directory.
 func (p *Postgres) Stop() error {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-p.exit:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.exit
-		}
-	}
+	p.Halt()
 	return os.RemoveAll(p.Dir)
+}
+
+// Halt stops the server, keeping its data: Resume starts it again.
+func (p *Postgres) Halt() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.exit:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exit
+	}
+	p.cmd = nil
+}
+
+// Resume starts a halted server again, on the same port and data.
+func (p *Postgres) Resume(ctx context.Context) error {
+	if p.cmd != nil {
+		return errors.New("postgres is running")
+	}
+	return p.serve(ctx)
 }
 
 // freePort is a TCP port of 127.0.0.1 that nothing listens on now.

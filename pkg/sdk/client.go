@@ -196,11 +196,12 @@ func WaitForApproval() InvokeOption {
 	return func(o *invokeOptions) { o.waitForApproval = true }
 }
 
-// tombstoneConflict turns an outcome that settled as a TombstoneConflict
-// (the key's record was deleted, and its tombstone records a different
-// request) into the *DuplicateConflictError an existing record would give.
+// tombstoneConflict turns an outcome that settled as a TombstoneConflict or
+// an ArchiveConflict (the key's record was deleted, and its tombstone or
+// archived record holds a different request) into the
+// *DuplicateConflictError an existing record would give.
 func tombstoneConflict(outcome *Outcome, err error) (*Outcome, error) {
-	if err != nil || outcome == nil || outcome.ErrorReason != v1alpha1.ReasonTombstoneConflict {
+	if err != nil || outcome == nil || (outcome.ErrorReason != v1alpha1.ReasonTombstoneConflict && outcome.ErrorReason != v1alpha1.ReasonArchiveConflict) {
 		return outcome, err
 	}
 	return outcome, &DuplicateConflictError{Namespace: outcome.Namespace, Key: outcome.Key, Err: errors.New(outcome.Message)}

@@ -146,13 +146,16 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 }
 
 // settledByTombstone reports an action created again under a deleted key
-// and answered by the key's tombstone, without a dispatch.
+// and answered by the key's tombstone or archived record, without a
+// dispatch.
 func settledByTombstone(action *v1alpha1.ToolAction) bool {
+	reason := ""
 	if e := action.Status.Error; e != nil {
-		return e.Reason == v1alpha1.ReasonSettledByTombstone
+		reason = e.Reason
+	} else if c := meta.FindStatusCondition(action.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil {
+		reason = c.Reason
 	}
-	c := meta.FindStatusCondition(action.Status.Conditions, v1alpha1.ConditionSucceeded)
-	return c != nil && c.Reason == v1alpha1.ReasonSettledByTombstone
+	return reason == v1alpha1.ReasonSettledByTombstone || reason == v1alpha1.ReasonSettledByArchive
 }
 
 // applyConfiguration is the server-side apply body: only what the caller

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/toolledger/toolledger/controllers"
 	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
 	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/requeue"
@@ -116,6 +118,9 @@ type Options struct {
 	// resolved nor any address dialed outside loopback.
 	EgressResolver egress.Resolver
 	EgressDial     func(ctx context.Context, network, address string) (net.Conn, error)
+	// ArchiveDSN is the PostgreSQL database that keeps finished records
+	// and their keys (docs/archive.md); empty keeps keys in Tombstones.
+	ArchiveDSN string
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -395,6 +400,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Dispatcher:              dispatcher,
 		Queue:                   queue,
 	}
+	if opts.ArchiveDSN != "" {
+		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
+			return err
+		}
+	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
 	if !opts.NoSharding && !opts.LeaderElection {
@@ -445,4 +455,36 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("cannot add ready check: %w", err)
 	}
 	return nil
+}
+
+// openArchive connects to the archive and migrates its schema, and closes
+// it when the manager stops. A manager that cannot reach it does not start:
+// it must not retire records nor check keys without it.
+func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := archive.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	// Pinged every 10s, so that toolledger_archive_up tells of an archive
+	// lost while no action needs it; closed when the manager stops.
+	watch := manager.RunnableFunc(func(ctx context.Context) error {
+		defer store.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Second):
+				if err := store.Ping(ctx); err != nil && ctx.Err() == nil {
+					ctrl.Log.WithName("archive").Error(err, "The archive cannot be reached: new actions wait for their key check, and no record retires")
+				}
+			}
+		}
+	})
+	if err := mgr.Add(watch); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("cannot add the archive: %w", err)
+	}
+	return store, nil
 }

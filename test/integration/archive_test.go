@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// With an archive, a finished record leaves etcd for a row in PostgreSQL,
+// and its key is answered from there. The retentions pass on an injected
+// clock; the PostgreSQL server is real, started for the spec.
+var _ = Describe("The archive", func() {
+	var (
+		ctx    context.Context
+		ns     string
+		clock  *clocktesting.FakeClock
+		server *testenv.Postgres
+		dsn    string
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = env.NewTenant()
+		var err error
+		server, err = testenv.StartPostgres(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.Stop)
+		dsn = server.DSN
+		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
+	})
+
+	charge := func(name string, amount int64) *v1alpha1.ToolAction {
+		return &v1alpha1.ToolAction{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}, Parameters: map[string]apiextensionsv1.JSON{
+				"amount": {Raw: []byte(fmt.Sprint(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(`"cus_1"`)}}},
+		}
+	}
+	gone := func(obj client.Object) func() bool {
+		return func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)) }
+	}
+	recreate := func(obj *v1alpha1.ToolAction) {
+		GinkgoHelper()
+		Expect(k8s.Delete(ctx, obj)).To(Succeed())
+		Eventually(gone(obj)).Should(BeTrue())
+	}
+	// psql reads the archive as an auditor would: rows of |-separated
+	// columns.
+	psql := func(sql string) []string {
+		GinkgoHelper()
+		bin, err := testenv.PostgresBinDir()
+		Expect(err).NotTo(HaveOccurred())
+		out, err := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-X", "-A", "-t", "-d", dsn, "-c", sql).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "psql: %s", out)
+		return strings.Fields(strings.TrimSpace(string(out)))
+	}
+
+	It("keeps a retired record and answers its key from PostgreSQL, without a request downstream or a Tombstone", func() {
+		key := ns + "/order-1001-charge"
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("recordRetention passes: the record leaves etcd for a row in the archive, and no Tombstone is written")
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-1001-charge"}, &v1alpha1.Tombstone{}))).To(BeTrue())
+		Expect(psql(fmt.Sprintf(`SELECT uid, phase, external_ref, request_digest, attempts, guards_key, cause, action->'spec'->'parameters'->>'amount'
+			FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1001-charge'`, ns))).To(Equal([]string{
+			fmt.Sprintf("%s|Succeeded|%s|%s|1|t|RecordRetention|1200", first.UID, first.Status.ExternalRef, first.Status.RequestDigest)}))
+
+		By("the same manifest applied again: the original outcome from the archive, no request")
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(again.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(again.Status.Attempts).To(BeZero())
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
+		Expect(meta.FindStatusCondition(again.Status.Conditions, v1alpha1.ConditionSucceeded).Message).To(
+			ContainSubstring(fmt.Sprintf("the archived record of order-1001-charge (UID %s)", first.UID)))
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("the SDK reports the answer as deduplicated")
+		recreate(again)
+		invoker, err := sdk.NewClient(env.Config)
+		Expect(err).NotTo(HaveOccurred())
+		outcome, err := invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Deduplicated).To(BeTrue())
+		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("different parameters under the key: DuplicateConflict, never sent")
+		recreate(env.Get(ns, "order-1001-charge"))
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 9900))).To(Succeed())
+		conflict := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseFailed)
+		Expect(conflict.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDuplicateConflict))
+		Expect(conflict.Status.Error.Reason).To(Equal(v1alpha1.ReasonArchiveConflict))
+		Expect(conflict.Status.Error.Message).To(ContainSubstring(first.Status.RequestDigest))
+		Expect(conflict.Status.Attempts).To(BeZero())
+		Expect(downstream.Requests(key)).To(Equal(1))
+		recreate(conflict)
+		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 9900, "currency": "EUR", "customer": "cus_1"}})
+		Expect(errors.Is(err, sdk.ErrDuplicateConflict)).To(BeTrue(), "Invoke: %v", err)
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("keyRetention passes: the key executes as a new intent, and the archive keeps both records")
+		clock.Step(24 * time.Hour)
+		Eventually(gone(env.Get(ns, "order-1001-charge"))).Should(BeTrue())
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		fresh := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
+		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
+		Expect(downstream.Requests(key)).To(Equal(2))
+		Expect(psql(fmt.Sprintf(`SELECT count(*) FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1001-charge' AND guards_key`, ns))).
+			To(Equal([]string{"1"}))
+	})
+
+	It("holds a new action while the archive cannot check its key, and dispatches it once it can", func() {
+		key := ns + "/order-2001-charge"
+		server.Halt()
+		Expect(k8s.Create(ctx, charge("order-2001-charge", 1500))).To(Succeed())
+		Eventually(func() string {
+			a := env.Get(ns, "order-2001-charge")
+			c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady)
+			if c == nil {
+				return ""
+			}
+			return string(a.Status.Phase) + " " + c.Reason + ": " + c.Message
+		}).Should(And(HavePrefix("Accepted ArchiveUnavailable: waiting for the archive to check key order-2001-charge before the first dispatch: "),
+			ContainSubstring("the archive cannot be used")))
+		Consistently(func() int { return downstream.Requests(key) }, 2*time.Second).Should(BeZero())
+		Expect(env.Get(ns, "order-2001-charge").Status.Attempts).To(BeZero())
+
+		By("the archive is back: the key is checked and the action dispatched, once")
+		Expect(server.Resume(ctx)).To(Succeed())
+		Eventually(func() v1alpha1.Phase { return env.Get(ns, "order-2001-charge").Status.Phase }, 2*time.Minute).Should(Equal(v1alpha1.PhaseSucceeded))
+		Expect(downstream.Requests(key)).To(Equal(1))
+	})
+})
