@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/toolref"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -64,21 +66,60 @@ func (l *Ledger) FindTombstone(ctx context.Context, namespace, name string) (*v1
 	return findObject[v1alpha1.Tombstone](ctx, l, resourceTombstones, "Tombstone", namespace, name)
 }
 
-// findToolSpec reads the spec of the tool a tombstone in namespace names;
-// nil when the tool does not exist.
+// findToolSpec reads the spec of the tool that ref names for an action in
+// namespace, as the controllers find it (toolref.Find): nil when namespace
+// has no such tool, because it does not exist or is a ClusterTool that does
+// not admit namespace.
 func (l *Ledger) findToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
+	tool, err := toolref.Find(ctx, ledgerTools{l}, namespace, ref)
+	var notFound *toolref.NotFoundError
+	var notAdmitted *toolref.NotAdmittedError
+	switch {
+	case errors.As(err, &notFound), errors.As(err, &notAdmitted):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &tool.Spec, nil
+}
+
+// namedToolSpec reads the spec of the Tool or ClusterTool that ref names,
+// whatever namespaces a ClusterTool admits: the manager's retention sweep
+// frees a tombstone's key by the keyRetention of the tool its record names.
+// nil when the tool does not exist.
+func (l *Ledger) namedToolSpec(ctx context.Context, namespace string, ref v1alpha1.ToolReference) (*v1alpha1.ToolSpec, error) {
+	tools := ledgerTools{l}
 	if ref.KindOrDefault() == v1alpha1.KindClusterTool {
-		tool, err := findObject[v1alpha1.ClusterTool](ctx, l, resourceClusterTools, v1alpha1.KindClusterTool, "", ref.Name)
+		tool, err := tools.ClusterTool(ctx, ref.Name)
 		if tool == nil {
 			return nil, err
 		}
 		return &tool.Spec.ToolSpec, nil
 	}
-	tool, err := findObject[v1alpha1.Tool](ctx, l, resourceTools, v1alpha1.KindTool, namespace, ref.Name)
+	tool, err := tools.Tool(ctx, namespace, ref.Name)
 	if tool == nil {
 		return nil, err
 	}
 	return &tool.Spec, nil
+}
+
+// ledgerTools is the Ledger as toolref.Find reads it.
+type ledgerTools struct{ l *Ledger }
+
+func (s ledgerTools) Tool(ctx context.Context, namespace, name string) (*v1alpha1.Tool, error) {
+	return findObject[v1alpha1.Tool](ctx, s.l, resourceTools, v1alpha1.KindTool, namespace, name)
+}
+
+func (s ledgerTools) ClusterTool(ctx context.Context, name string) (*v1alpha1.ClusterTool, error) {
+	return findObject[v1alpha1.ClusterTool](ctx, s.l, resourceClusterTools, v1alpha1.KindClusterTool, "", name)
+}
+
+func (s ledgerTools) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
+	labels, err := toolref.NamespaceLabelsOver(ctx, s.l.rest, namespace)
+	if err != nil {
+		return nil, describeGetError(err, "Namespace", "", namespace)
+	}
+	return labels, nil
 }
 
 // ListInPhases lists the ToolActions of namespace ("" for all) in each of

@@ -88,7 +88,7 @@ func keyFreed(tomb *v1alpha1.Tombstone, tools toolCatalog) KeyFreed {
 func (l *Ledger) toolOf(ctx context.Context, tomb *v1alpha1.Tombstone) toolCatalog {
 	tools := newToolCatalog()
 	key := toolKeyOf(tomb)
-	spec, err := l.findToolSpec(ctx, tomb.Namespace, tomb.Record.ToolRef)
+	spec, err := l.namedToolSpec(ctx, tomb.Namespace, tomb.Record.ToolRef)
 	switch {
 	case err != nil:
 		tools.unreadable[key.kind] = err

@@ -39,7 +39,8 @@ type ToolQueueItem struct {
 	Unknown          int `json:"unknown"`
 	Escalated        int `json:"escalated"`
 	// Limits are the tool's spec.limits, per replica, defaults applied;
-	// nil when the tool does not exist.
+	// nil when the namespace has no such tool (it does not exist, or is a
+	// ClusterTool that does not admit the namespace).
 	Limits *v1alpha1.DispatchLimits `json:"limits,omitempty"`
 }
 
