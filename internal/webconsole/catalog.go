@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 type toolsPage struct {
@@ -124,7 +124,7 @@ func countByTool(actions []v1alpha1.ToolAction) ([]countRow, countRow) {
 	totals := countRow{Tool: "all tools", Counts: make([]int, len(dashboardPhases))}
 	for i := range actions {
 		a := &actions[i]
-		tool := console.ToolName(a.Spec.ToolRef)
+		tool := ledgerclient.ToolName(a.Spec.ToolRef)
 		key := fmt.Sprintf("%s/%s", a.Namespace, tool)
 		at, seen := index[key]
 		if !seen {
@@ -132,7 +132,7 @@ func countByTool(actions []v1alpha1.ToolAction) ([]countRow, countRow) {
 			index[key] = at
 			rows = append(rows, countRow{Namespace: a.Namespace, Tool: tool, Counts: make([]int, len(dashboardPhases))})
 		}
-		column := slices.Index(dashboardPhases, console.PhaseOf(a))
+		column := slices.Index(dashboardPhases, ledgerclient.PhaseOf(a))
 		if column < 0 {
 			continue
 		}

@@ -1,4 +1,4 @@
-package console
+package kubectlplugin
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 // statusValueWidth bounds a parameter's value in status; -o json|yaml
@@ -70,7 +71,7 @@ there is no ToolAction (without managedFields).`,
 			if format != outputText {
 				return printStructured(c.streams.Out, format, forOutput(tomb, "Tombstone"))
 			}
-			return writeTombstone(c.streams.Out, tomb, keyFreed(tomb, ledger.toolOf(ctx, tomb)), c.now())
+			return writeTombstone(c.streams.Out, tomb, ledger.KeyFreed(ctx, tomb), c.now())
 		},
 	}
 	addOutputFlag(cmd, &format, "the ToolAction, or the Tombstone")
@@ -94,7 +95,7 @@ func keyArg(cmd *cobra.Command, args []string) error {
 // marked where they enter the digest, and the key's Tombstone, if any. An
 // error says why one could not be read; neither hides the record.
 type statusFacts struct {
-	parameters    []Parameter
+	parameters    []ledgerclient.Parameter
 	parametersErr error
 	tomb          *v1alpha1.Tombstone
 	tombErr       error
@@ -146,8 +147,8 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 
 	field("Name", action.Name)
 	field("Namespace", action.Namespace)
-	field("Tool", ToolName(action.Spec.ToolRef))
-	field("Phase", string(PhaseOf(action)))
+	field("Tool", ledgerclient.ToolName(action.Spec.ToolRef))
+	field("Phase", string(ledgerclient.PhaseOf(action)))
 	requestedBy := "<unstamped> (the identity admission policies are not installed)"
 	if user := action.Annotations[v1alpha1.RequestedByAnnotation]; user != "" {
 		requestedBy = user + " (verified: stamped by the API server)"
@@ -202,7 +203,7 @@ func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 // writeParameters lists every parameter, one leaf a line, and whether it
 // enters the request digest: an approval binds the digest, and the others
 // are sent as they are.
-func writeParameters(w io.Writer, parameters []Parameter, err error) {
+func writeParameters(w io.Writer, parameters []ledgerclient.Parameter, err error) {
 	fmt.Fprintln(w, "Parameters (all are sent; IN-DIGEST says which enter the request digest, which an approval binds):")
 	switch {
 	case err != nil:
@@ -265,7 +266,7 @@ func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
 
 // writeTombstone prints the tombstone of a deleted record, with the
 // fields of writeFields that the tombstone keeps.
-func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now time.Time) error {
+func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed ledgerclient.KeyFreed, now time.Time) error {
 	r := &tomb.Record
 	tw := printers.GetNewTabWriter(w)
 	field := func(label, value string) {
@@ -275,7 +276,7 @@ func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now t
 	field("Namespace", tomb.Namespace)
 	field("Record", "deleted; this is its Tombstone, which keeps the key")
 	field("Deleted", timestamp(r.DeletionTime)+" ("+age(now, r.DeletionTime)+" ago)")
-	field("Cause", DescribeCause(r.Cause))
+	field("Cause", ledgerclient.DescribeCause(r.Cause))
 	if r.DeletedBy != "" {
 		field("Deleted by", r.DeletedBy)
 	}
@@ -291,7 +292,7 @@ func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed KeyFreed, now t
 	field("Error", errorText)
 	field("Attempts", strconv.Itoa(int(r.Attempts)))
 	field("Completed", timestamp(r.CompletionTime)+" ("+age(now, r.CompletionTime)+" ago)")
-	field("Tool", ToolName(r.ToolRef))
+	field("Tool", ledgerclient.ToolName(r.ToolRef))
 	class := string(r.IdempotencyClass)
 	if class == "" {
 		class = "<unknown>"
@@ -318,32 +319,10 @@ func outcomeOf(r *v1alpha1.TombstoneRecord) string {
 	return string(r.Phase) + " (" + string(r.ErrorClass) + ")"
 }
 
-// DescribeCause says in words why a tombstone's record was deleted.
-func DescribeCause(cause string) string {
-	switch cause {
-	case v1alpha1.TombstoneCauseDeleted:
-		return cause + ": someone deleted the ToolAction (a user, a GitOps prune, the garbage collector)"
-	case v1alpha1.TombstoneCauseRecordRetention:
-		return cause + ": the tool's recordRetention passed"
-	default:
-		return cause
+// digestMark is how status marks a parameter in the IN-DIGEST column.
+func digestMark(p ledgerclient.Parameter) string {
+	if p.InDigest {
+		return "yes"
 	}
-}
-
-// ToolName names the tool an action refers to: its name, prefixed with its
-// kind ("ClusterTool/charge") when that is not the default, Tool.
-func ToolName(ref v1alpha1.ToolReference) string {
-	if ref.KindOrDefault() == v1alpha1.KindTool {
-		return ref.Name
-	}
-	return ref.Kind + "/" + ref.Name
-}
-
-// PhaseOf names the phase of an action the controller has not seen yet as
-// Pending, as the controller itself does.
-func PhaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
-	if action.Status.Phase == "" {
-		return v1alpha1.PhasePending
-	}
-	return action.Status.Phase
+	return "no"
 }

@@ -1,4 +1,4 @@
-package console
+package ledgerclient
 
 import (
 	"bytes"
@@ -30,21 +30,20 @@ type Parameter struct {
 // order of their pointers, marked where they enter the request digest, so
 // that an approver sees what is sent as well as what the approval binds.
 func (l *Ledger) Parameters(ctx context.Context, action *v1alpha1.ToolAction) ([]Parameter, error) {
-	return actionParameters(ctx, l, map[toolKey]*v1alpha1.ToolSpec{}, action)
+	return actionParameters(ctx, l, map[toolUse]*v1alpha1.ToolSpec{}, action)
 }
 
 // actionParameters are Parameters, with the tools read cached in tools.
 // When the tool is gone every parameter is marked as in the digest, as it
 // is for a tool that names no consequentialFields.
-func actionParameters(ctx context.Context, l *Ledger, tools map[toolKey]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) ([]Parameter, error) {
+func actionParameters(ctx context.Context, l *Ledger, tools map[toolUse]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) ([]Parameter, error) {
 	parameters, err := toolcatalog.Parameters(a.Spec.Parameters)
 	if err != nil {
 		return nil, fmt.Errorf("ToolAction %q: %w", a.Name, err)
 	}
-	key := toolKey{namespace: a.Namespace, kind: a.Spec.ToolRef.KindOrDefault(), name: a.Spec.ToolRef.Name}
-	if key.kind == v1alpha1.KindClusterTool {
-		key.namespace = ""
-	}
+	// Per namespace, a ClusterTool's too: whether it admits the namespace
+	// decides whether it is the action's tool.
+	key := useOf(a)
 	spec, seen := tools[key]
 	if !seen {
 		if spec, err = l.findToolSpec(ctx, a.Namespace, a.Spec.ToolRef); err != nil {
@@ -136,12 +135,4 @@ func leaves(raw json.RawMessage) ([]Parameter, error) {
 
 func escapePointer(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-// digestMark is how the text front ends mark a parameter.
-func digestMark(p Parameter) string {
-	if p.InDigest {
-		return "yes"
-	}
-	return "no"
 }

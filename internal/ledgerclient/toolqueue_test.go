@@ -1,8 +1,6 @@
-package console
+package ledgerclient
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 	"time"
 
@@ -46,18 +44,4 @@ func TestBuildToolQueueCountsPerNamespaceAndTool(t *testing.T) {
 		t.Fatalf("buildToolQueue (-want +got):\n%s", diff)
 	}
 
-	var table bytes.Buffer
-	if err := writeToolQueue(&table, got, true); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("table:\n%s\nwant a header and three rows", table.String())
-	}
-	if f := strings.Fields(lines[3]); strings.Join(f, " ") != "shop charge 1 3 1 1 1 0 2 10" {
-		t.Errorf("charge row = %q, want its counts and its limits", lines[3])
-	}
-	if f := strings.Fields(lines[1]); f[len(f)-1] != "tool>" {
-		t.Errorf("row of a tool that does not exist = %q, want <no tool> for its limits", lines[1])
-	}
 }

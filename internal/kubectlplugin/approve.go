@@ -1,11 +1,10 @@
-package console
+package kubectlplugin
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 const (
@@ -24,33 +24,6 @@ const (
 )
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
-// Approvals is what `approvals -o json|yaml` prints: the actions that await
-// a decision, oldest first.
-type Approvals struct {
-	Items []ApprovalItem `json:"items"`
-}
-
-// ApprovalItem is one action awaiting approval, with what an approver
-// decides about.
-type ApprovalItem struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	// Tool is the tool's name, prefixed with its kind when that is not Tool.
-	Tool string `json:"tool"`
-	// RequestedBy is the verified requester (toolledger.dev/requested-by).
-	RequestedBy string `json:"requestedBy,omitempty"`
-	// Principals are the ones the caller claims (spec.provenance.principals).
-	Principals []string    `json:"principals,omitempty"`
-	Since      metav1.Time `json:"since"`
-	AgeSeconds int64       `json:"ageSeconds"`
-	// RequestDigest is the digest an approval must name.
-	RequestDigest string `json:"requestDigest"`
-	// Parameters are every parameter sent downstream, each marked where it
-	// enters the digest (all of them do when the tool names no
-	// consequentialFields).
-	Parameters []Parameter `json:"parameters"`
-}
 
 func newApprovalsCommand(c *console) *cobra.Command {
 	var (
@@ -83,11 +56,11 @@ Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
 			if err != nil {
 				return err
 			}
-			approvals, err := buildApprovals(cmd.Context(), ledger, actions, c.now())
+			approvals, err := ledgerclient.BuildApprovals(cmd.Context(), ledger, actions, c.now())
 			if err != nil {
 				return err
 			}
-			return c.printList(format, approvals, len(approvals.Items) == 0, fmt.Sprintf("No ToolActions await approval in %s.", scope(namespace)),
+			return c.printList(format, approvals, len(approvals.Items) == 0, fmt.Sprintf("No ToolActions await approval in %s.", ledgerclient.Scope(namespace)),
 				func(w io.Writer) error { return writeApprovals(w, approvals, allNamespaces) })
 		},
 	}
@@ -96,33 +69,7 @@ Decide with 'kubectl toolledger approve KEY --digest DIGEST --reason TEXT' or
 	return cmd
 }
 
-func buildApprovals(ctx context.Context, l *Ledger, actions []v1alpha1.ToolAction, now time.Time) (Approvals, error) {
-	approvals := Approvals{Items: []ApprovalItem{}}
-	tools := map[toolKey]*v1alpha1.ToolSpec{}
-	for i := range actions {
-		a := &actions[i]
-		parameters, err := actionParameters(ctx, l, tools, a)
-		if err != nil {
-			return Approvals{}, err
-		}
-		item := ApprovalItem{
-			Namespace: a.Namespace, Name: a.Name, Tool: ToolName(a.Spec.ToolRef),
-			RequestedBy: a.Annotations[v1alpha1.RequestedByAnnotation],
-			Since:       a.CreationTimestamp, AgeSeconds: int64(now.Sub(a.CreationTimestamp.Time) / time.Second),
-			RequestDigest: a.Status.RequestDigest, Parameters: parameters,
-		}
-		if p := a.Spec.Provenance; p != nil {
-			item.Principals = p.Principals
-		}
-		approvals.Items = append(approvals.Items, item)
-	}
-	slices.SortStableFunc(approvals.Items, func(a, b ApprovalItem) int {
-		return oldestFirst(a.Since, b.Since, a.Namespace, b.Namespace, a.Name, b.Name)
-	})
-	return approvals, nil
-}
-
-func writeApprovals(w io.Writer, approvals Approvals, withNamespace bool) error {
+func writeApprovals(w io.Writer, approvals ledgerclient.Approvals, withNamespace bool) error {
 	columns := []string{"NAME", "AGE", "TOOL", "REQUESTED-BY", "DIGEST", "IN-DIGEST", "NOT-IN-DIGEST"}
 	return writeTable(w, "approvals", columns, withNamespace, len(approvals.Items), func(i int) (string, []string) {
 		item := approvals.Items[i]
@@ -137,7 +84,7 @@ func writeApprovals(w io.Writer, approvals Approvals, withNamespace bool) error 
 
 // joinParameters writes the parameters that enter the digest, or those
 // that do not, as path=value pairs; "" when there are none.
-func joinParameters(parameters []Parameter, inDigest bool) string {
+func joinParameters(parameters []ledgerclient.Parameter, inDigest bool) string {
 	var pairs []string
 	for _, p := range parameters {
 		if p.InDigest == inDigest {
@@ -261,7 +208,7 @@ func (o decideOptions) validate() error {
 
 // approval is the object `approve` or `deny` creates about action.
 func (o decideOptions) approval(action *v1alpha1.ToolAction, now time.Time) *v1alpha1.ToolApproval {
-	a := NewApproval(action, o.decision, o.reason)
+	a := ledgerclient.NewApproval(action, o.decision, o.reason)
 	if o.expiresIn > 0 {
 		expires := metav1.NewTime(now.Add(o.expiresIn).Truncate(time.Second))
 		a.Spec.ExpiresAt = &expires
@@ -295,7 +242,7 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 	}
 	return report(ctx, c, ledger, created, "ToolApproval", "tappr", key, opts.format, opts.wait, opts.timeout,
 		func(ctx context.Context) (*v1alpha1.ToolApproval, []metav1.Condition, error) {
-			read, err := ledger.getApproval(ctx, namespace, created.Name)
+			read, err := ledger.GetApproval(ctx, namespace, created.Name)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -303,11 +250,11 @@ func (c *console) decide(ctx context.Context, key string, opts decideOptions) er
 		})
 }
 
-func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters []Parameter) {
+func writeDecision(w io.Writer, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction, parameters []ledgerclient.Parameter) {
 	fmt.Fprintf(w, "toolapproval.%s/%s created\n", v1alpha1.GroupVersion.Group, approval.Name)
 	fmt.Fprintf(w, "  action:        %s\n", approval.Spec.ActionName)
 	fmt.Fprintf(w, "  decision:      %s\n", approval.Spec.Decision)
-	fmt.Fprintf(w, "  tool:          %s\n", ToolName(action.Spec.ToolRef))
+	fmt.Fprintf(w, "  tool:          %s\n", ledgerclient.ToolName(action.Spec.ToolRef))
 	fmt.Fprintf(w, "  requested by:  %s\n", orUnstamped(action.Annotations[v1alpha1.RequestedByAnnotation]))
 	fmt.Fprintf(w, "  request:       %s\n", approval.Spec.RequestDigest)
 	fmt.Fprintf(w, "  in digest:     %s\n", cell(joinParameters(parameters, true)))

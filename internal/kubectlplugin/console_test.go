@@ -1,10 +1,9 @@
-package console
+package kubectlplugin
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 var now = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -88,60 +86,9 @@ func TestResolutionName(t *testing.T) {
 	}
 }
 
-func queued(namespace, name string, phase v1alpha1.Phase, created time.Duration, unknownSince *metav1.Time) v1alpha1.ToolAction {
-	return v1alpha1.ToolAction{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, CreationTimestamp: at(created)},
-		Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}},
-		Status:     v1alpha1.ToolActionStatus{Phase: phase, UnknownSince: unknownSince, Attempts: 1},
-	}
-}
-
-func TestBuildQueueOrdersOldestFirst(t *testing.T) {
-	// Created long ago, but unknown only for a minute: it waits since then.
-	recentlyUnknown := queued("shop", "old-but-recently-unknown", v1alpha1.PhaseUnknown, -time.Hour, timePtr(-time.Minute))
-	recentlyUnknown.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: "Timeout", Message: "no answer"}
-	escalated := queued("shop", "escalated", v1alpha1.PhaseEscalated, -20*time.Minute, timePtr(-10*time.Minute))
-	waiting := queued("billing", "waiting", v1alpha1.PhaseAccepted, -5*time.Minute, nil)
-	waiting.Status.Conditions = []metav1.Condition{{
-		Type: v1alpha1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: "CompensationTargetPending", Message: "waiting for order-1",
-	}}
-	// Listed again in a later phase: it shows once, as last listed.
-	advanced := escalated
-	advanced.Status.Lookups = 3
-
-	queue := BuildQueue(lastSightings([]v1alpha1.ToolAction{waiting, recentlyUnknown, escalated, advanced}), now)
-
-	var names []string
-	for _, item := range queue.Items {
-		names = append(names, item.Name)
-	}
-	if got, want := strings.Join(names, " "), "escalated waiting old-but-recently-unknown"; got != want {
-		t.Fatalf("queue order = %q, want %q", got, want)
-	}
-	first := queue.Items[0]
-	if first.AgeSeconds != 600 || first.Lookups != 3 || !first.Since.Equal(timePtr(-10*time.Minute)) {
-		t.Errorf("escalated item = %+v, want 600s since unknownSince and the last sighting's 3 lookups", first)
-	}
-	if w := queue.Items[1]; w.AgeSeconds != 300 || w.Reason != "CompensationTargetPending" || w.Message != "waiting for order-1" {
-		t.Errorf("accepted item = %+v, want its age from creation and the Reconciling reason", w)
-	}
-	if u := queue.Items[2]; u.Reason != "Timeout" || u.Message != "no answer" {
-		t.Errorf("unknown item = %+v, want the error's reason and message", u)
-	}
-
-	var table bytes.Buffer
-	if err := writeQueue(&table, queue, true); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAMESPACE") || !strings.Contains(lines[1], "10m") {
-		t.Errorf("table:\n%s\nwant a header with NAMESPACE and the escalated action first, 10m old", table.String())
-	}
-}
-
 func TestBuildQueueEmptyIsAList(t *testing.T) {
 	var out bytes.Buffer
-	if err := printStructured(&out, outputJSON, BuildQueue(nil, now)); err != nil {
+	if err := printStructured(&out, outputJSON, ledgerclient.BuildQueue(nil, now)); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(strings.Fields(out.String()), ""); got != `{"items":[]}` {
@@ -203,35 +150,6 @@ func TestWriteStatus(t *testing.T) {
 	succeeded := strings.Index(text, "Unknown → Succeeded")
 	if executing < 0 || unknown < executing || succeeded < unknown {
 		t.Errorf("timeline out of order:\n%s", text)
-	}
-}
-
-func TestToolName(t *testing.T) {
-	for ref, want := range map[v1alpha1.ToolReference]string{
-		{Name: "charge"}:                      "charge",
-		{Kind: "Tool", Name: "charge"}:        "charge",
-		{Kind: "ClusterTool", Name: "charge"}: "ClusterTool/charge",
-	} {
-		if got := ToolName(ref); got != want {
-			t.Errorf("ToolName(%+v) = %q, want %q", ref, got, want)
-		}
-	}
-}
-
-func TestDescribeGetError(t *testing.T) {
-	resource := schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: resourceActions}
-	missing := describeGetError(apierrors.NewNotFound(resource, "order-1"), "ToolAction", "shop", "order-1")
-	if got, want := missing.Error(), `ToolAction "order-1" not found in namespace "shop"`; got != want {
-		t.Errorf("missing object: %q, want %q", got, want)
-	}
-	// What client-go makes of a 404 that is not an API status: no such resource.
-	unserved := apierrors.NewGenericServerResponse(http.StatusNotFound, http.MethodGet, resource, "order-1", "404 page not found", 0, true)
-	if got := describeGetError(unserved, "ToolAction", "shop", "order-1").Error(); !strings.Contains(got, "is toolledger installed") {
-		t.Errorf("unserved resource: %q, want a hint that toolledger is not installed", got)
-	}
-	forbidden := apierrors.NewForbidden(resource, "order-1", errors.New("no"))
-	if err := describeGetError(forbidden, "ToolAction", "shop", "order-1"); !apierrors.IsForbidden(err) {
-		t.Errorf("forbidden: %v, want the API error wrapped", err)
 	}
 }
 
@@ -450,5 +368,52 @@ func TestWriteStatusEscapesDownstreamText(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("status lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+func queued(namespace, name string, phase v1alpha1.Phase, created time.Duration, unknownSince *metav1.Time) v1alpha1.ToolAction {
+	return v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, CreationTimestamp: at(created)},
+		Spec:       v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}},
+		Status:     v1alpha1.ToolActionStatus{Phase: phase, UnknownSince: unknownSince, Attempts: 1},
+	}
+}
+
+func TestWriteQueue(t *testing.T) {
+	escalated := queued("shop", "escalated", v1alpha1.PhaseEscalated, -20*time.Minute, timePtr(-10*time.Minute))
+	unknown := queued("shop", "old-but-recently-unknown", v1alpha1.PhaseUnknown, -time.Hour, timePtr(-time.Minute))
+	waiting := queued("billing", "waiting", v1alpha1.PhaseAccepted, -5*time.Minute, nil)
+	queue := ledgerclient.BuildQueue([]v1alpha1.ToolAction{waiting, unknown, escalated}, now)
+
+	var table bytes.Buffer
+	if err := writeQueue(&table, queue, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAMESPACE") || !strings.Contains(lines[1], "10m") {
+		t.Errorf("table:\n%s\nwant a header with NAMESPACE and the escalated action first, 10m old", table.String())
+	}
+}
+
+func TestWriteToolQueue(t *testing.T) {
+	queue := ledgerclient.ToolQueue{Items: []ledgerclient.ToolQueueItem{
+		{Namespace: "billing", Tool: "ClusterTool/notify", Escalated: 1},
+		{Namespace: "shop", Tool: "ClusterTool/notify", Accepted: 1},
+		{Namespace: "shop", Tool: "charge", Executing: 1, Accepted: 3, AwaitingApproval: 1, RetryScheduled: 1, Unknown: 1,
+			Limits: &v1alpha1.DispatchLimits{MaxInFlight: 2, RequestsPerSecond: 10}},
+	}}
+	var table bytes.Buffer
+	if err := writeToolQueue(&table, queue, true); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(table.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("table:\n%s\nwant a header and three rows", table.String())
+	}
+	if f := strings.Fields(lines[3]); strings.Join(f, " ") != "shop charge 1 3 1 1 1 0 2 10" {
+		t.Errorf("charge row = %q, want its counts and its limits", lines[3])
+	}
+	if f := strings.Fields(lines[1]); f[len(f)-1] != "tool>" {
+		t.Errorf("row of a tool that does not exist = %q, want <no tool> for its limits", lines[1])
 	}
 }

@@ -1,12 +1,14 @@
-// Package console is the operator console behind the kubectl plugin
-// kubectl-toolledger: it shows an action's ledger record (or the tombstone
+// Package kubectlplugin is the kubectl plugin kubectl-toolledger, the
+// operator console on the command line: its commands and their output. It
+// shows an action's ledger record (or the tombstone
 // of a deleted one), lists the actions that need a human and the tombstones,
 // records ToolResolutions, and lists the actions awaiting approval and
 // records ToolApprovals. It never writes a ToolAction: the record stays the
 // controller's to write, and the console needs no more than the
 // toolledger-resolver role (resolve) or the toolledger-approver role
-// (approve, deny).
-package console
+// (approve, deny). What it reads and writes it does through ledgerclient,
+// which the web console shares.
+package kubectlplugin
 
 import (
 	"context"
@@ -17,6 +19,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 // Exit codes of the plugin. Scripts may rely on them.
@@ -83,7 +87,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 A ToolAction is one business intent: its namespace is the tenant and its name
 the idempotency key (KEY below). A deleted ToolAction that was dispatched
 leaves a Tombstone of the same name, which keeps the key. The console never
-edits a ToolAction; it only reads the ledger (ToolActions, Tombstones and
+edits a ToolAction; it only reads the ledger (ToolActions, ledgerclient.Tombstones and
 their tools) and creates ToolResolutions and ToolApprovals.
 
 Exit status: 0 when the command did what it was asked; 1 on invalid arguments
@@ -124,7 +128,7 @@ func (c *console) namespace() (string, error) {
 
 // connect returns the namespace of the request and a ledger client for the
 // API server that the kubeconfig and flags select.
-func (c *console) connect() (string, *Ledger, error) {
+func (c *console) connect() (string, *ledgerclient.Ledger, error) {
 	namespace, err := c.namespace()
 	if err != nil {
 		return "", nil, err
@@ -138,7 +142,7 @@ func (c *console) connect() (string, *Ledger, error) {
 
 // connectList is connect for a list command: with all, the namespace is
 // "", every namespace.
-func (c *console) connectList(all bool) (string, *Ledger, error) {
+func (c *console) connectList(all bool) (string, *ledgerclient.Ledger, error) {
 	if all {
 		ledger, err := c.ledger()
 		return "", ledger, err
@@ -147,11 +151,11 @@ func (c *console) connectList(all bool) (string, *Ledger, error) {
 }
 
 // ledger connects to the API server that the kubeconfig and flags select.
-func (c *console) ledger() (*Ledger, error) {
+func (c *console) ledger() (*ledgerclient.Ledger, error) {
 	cfg, err := c.config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cannot load the kubeconfig: %w", err)
 	}
 	cfg.WarningHandler = rest.NewWarningWriter(c.streams.ErrOut, rest.WarningWriterOptions{Deduplicate: true})
-	return NewLedger(cfg, "kubectl-toolledger")
+	return ledgerclient.NewLedger(cfg, "kubectl-toolledger")
 }

@@ -1,4 +1,10 @@
-package console
+// Package ledgerclient is the front ends' data layer: the kubectl plugin
+// (kubectlplugin) and the web console (webconsole) read the ledger through
+// it (ToolActions, the queue, approvals, resolutions, Tombstones and when
+// their keys are freed, and each action's tool, found as the controllers
+// find it) and record ToolApprovals and ToolResolutions through it, with the
+// checks every front end makes first. It never writes a ToolAction.
+package ledgerclient
 
 import (
 	"context"
@@ -30,9 +36,9 @@ const (
 	listPageSize = 250
 )
 
-// Ledger is the console's client for the toolledger API, shared by the
+// Ledger is the front ends' client for the toolledger API, shared by the
 // kubectl plugin and the web console. It speaks REST to the API server
-// without discovery: the console uses a few resources of one known group,
+// without discovery: the front ends use a few resources of one known group,
 // so every command makes only the requests it needs, and its errors are
 // about those requests.
 type Ledger struct {
@@ -51,8 +57,8 @@ func NewLedger(cfg *rest.Config, userAgent string) (*Ledger, error) {
 	return &Ledger{rest: client}, nil
 }
 
-// getAction reads one ToolAction; a missing one is reported in plain words.
-func (l *Ledger) getAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
+// GetAction reads one ToolAction; a missing one is reported in plain words.
+func (l *Ledger) GetAction(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
 	return getObject[v1alpha1.ToolAction](ctx, l, resourceActions, "ToolAction", namespace, name)
 }
 
@@ -163,46 +169,46 @@ func (l *Ledger) ListActions(ctx context.Context, namespace, fieldSelector strin
 	err := listPages(ctx, l, resourceActions, namespace, metav1.ListOptions{FieldSelector: fieldSelector},
 		func(page *v1alpha1.ToolActionList) { items = append(items, page.Items...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list ToolActions (%s) in %s: %w", fieldSelector, scope(namespace), err)
+		return nil, fmt.Errorf("cannot list ToolActions (%s) in %s: %w", fieldSelector, Scope(namespace), err)
 	}
 	return items, nil
 }
 
-// listTombstones reads the Tombstones of a namespace ("" for all) that match
+// ListTombstones reads the Tombstones of a namespace ("" for all) that match
 // the label selector.
-func (l *Ledger) listTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
+func (l *Ledger) ListTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
 	var items []v1alpha1.Tombstone
 	err := listPages(ctx, l, resourceTombstones, namespace, metav1.ListOptions{LabelSelector: labelSelector},
 		func(page *v1alpha1.TombstoneList) { items = append(items, page.Items...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list Tombstones in %s: %w", scope(namespace), err)
+		return nil, fmt.Errorf("cannot list Tombstones in %s: %w", Scope(namespace), err)
 	}
 	return items, nil
 }
 
 // listToolRetentions reads the keyRetention of every Tool of a namespace
 // ("" for all), by namespace and name.
-func (l *Ledger) listToolRetentions(ctx context.Context, namespace string) (map[toolKey]*metav1.Duration, error) {
-	retentions := map[toolKey]*metav1.Duration{}
+func (l *Ledger) listToolRetentions(ctx context.Context, namespace string) (map[ToolKey]*metav1.Duration, error) {
+	retentions := map[ToolKey]*metav1.Duration{}
 	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) {
 		for i := range page.Items {
 			t := &page.Items[i]
-			retentions[toolKey{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name}] = t.Spec.KeyRetention
+			retentions[ToolKey{Kind: v1alpha1.KindTool, Namespace: t.Namespace, Name: t.Name}] = t.Spec.KeyRetention
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cannot list Tools in %s: %w", scope(namespace), err)
+		return nil, fmt.Errorf("cannot list Tools in %s: %w", Scope(namespace), err)
 	}
 	return retentions, nil
 }
 
 // listClusterToolRetentions reads the keyRetention of every ClusterTool.
-func (l *Ledger) listClusterToolRetentions(ctx context.Context) (map[toolKey]*metav1.Duration, error) {
-	retentions := map[toolKey]*metav1.Duration{}
+func (l *Ledger) listClusterToolRetentions(ctx context.Context) (map[ToolKey]*metav1.Duration, error) {
+	retentions := map[ToolKey]*metav1.Duration{}
 	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) {
 		for i := range page.Items {
 			t := &page.Items[i]
-			retentions[toolKey{kind: v1alpha1.KindClusterTool, name: t.Name}] = t.Spec.KeyRetention
+			retentions[ToolKey{Kind: v1alpha1.KindClusterTool, Name: t.Name}] = t.Spec.KeyRetention
 		}
 	})
 	if err != nil {
@@ -244,7 +250,7 @@ func (l *Ledger) collection(resource, namespace string, opts *metav1.ListOptions
 	return req
 }
 
-func (l *Ledger) getResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
+func (l *Ledger) GetResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
 	return getObject[v1alpha1.ToolResolution](ctx, l, resourceResolutions, "ToolResolution", namespace, name)
 }
 
@@ -299,7 +305,7 @@ func (l *Ledger) createResolution(ctx context.Context, resolution *v1alpha1.Tool
 	return &created, nil
 }
 
-func (l *Ledger) getApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
+func (l *Ledger) GetApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
 	return getObject[v1alpha1.ToolApproval](ctx, l, resourceApprovals, "ToolApproval", namespace, name)
 }
 
@@ -337,7 +343,7 @@ func isMissing(err error) bool {
 	return apierrors.IsNotFound(err) && !apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse)
 }
 
-func scope(namespace string) string {
+func Scope(namespace string) string {
 	if namespace == "" {
 		return "all namespaces"
 	}

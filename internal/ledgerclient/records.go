@@ -1,4 +1,4 @@
-package console
+package ledgerclient
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func NewApproval(action *v1alpha1.ToolAction, decision v1alpha1.ApprovalDecision
 // see. It returns the approval created and the action it is about.
 func (l *Ledger) Decide(ctx context.Context, namespace, key, reviewedDigest string,
 	build func(*v1alpha1.ToolAction) *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, *v1alpha1.ToolAction, error) {
-	action, err := l.getAction(ctx, namespace, key)
+	action, err := l.GetAction(ctx, namespace, key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w; nothing was created", err)
 	}
@@ -84,7 +84,7 @@ func NewResolution(namespace, key string, judged Judged, outcome v1alpha1.Resolu
 // Applied condition (StaleAttempt, ActionReplaced, NotResolvable).
 func (l *Ledger) Resolve(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
 	key := resolution.Spec.ActionName
-	action, err := l.getAction(ctx, resolution.Namespace, key)
+	action, err := l.GetAction(ctx, resolution.Namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w; nothing was created", err)
 	}
@@ -106,7 +106,7 @@ func (l *Ledger) Resolve(ctx context.Context, resolution *v1alpha1.ToolResolutio
 
 // KeyFreed says when the tombstone's key is freed, reading its tool.
 func (l *Ledger) KeyFreed(ctx context.Context, tomb *v1alpha1.Tombstone) KeyFreed {
-	return keyFreed(tomb, l.toolOf(ctx, tomb))
+	return l.toolOf(ctx, tomb).KeyFreed(tomb)
 }
 
 // ListApprovals reads the ToolApprovals of the action key, the decisions
@@ -116,7 +116,7 @@ func (l *Ledger) ListApprovals(ctx context.Context, namespace, key string) ([]v1
 	err := listPages(ctx, l, resourceApprovals, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
 		func(page *v1alpha1.ToolApprovalList) { items = append(items, page.Items...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list the ToolApprovals of %q in %s: %w", key, scope(namespace), err)
+		return nil, fmt.Errorf("cannot list the ToolApprovals of %q in %s: %w", key, Scope(namespace), err)
 	}
 	return items, nil
 }
@@ -127,7 +127,7 @@ func (l *Ledger) ListResolutions(ctx context.Context, namespace, key string) ([]
 	err := listPages(ctx, l, resourceResolutions, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
 		func(page *v1alpha1.ToolResolutionList) { items = append(items, page.Items...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list the ToolResolutions of %q in %s: %w", key, scope(namespace), err)
+		return nil, fmt.Errorf("cannot list the ToolResolutions of %q in %s: %w", key, Scope(namespace), err)
 	}
 	return items, nil
 }
@@ -141,7 +141,7 @@ func (l *Ledger) ListTools(ctx context.Context, namespace string) ([]v1alpha1.To
 	var items []v1alpha1.Tool
 	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) { items = append(items, page.Items...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list Tools in %s: %w", scope(namespace), err)
+		return nil, fmt.Errorf("cannot list Tools in %s: %w", Scope(namespace), err)
 	}
 	return items, nil
 }
@@ -163,12 +163,12 @@ func (l *Ledger) WatchActions(ctx context.Context, namespace, fieldSelector stri
 	var list v1alpha1.ToolActionList
 	listOpts := metav1.ListOptions{FieldSelector: fieldSelector, Limit: 1}
 	if err := l.collection(resourceActions, namespace, &listOpts).Do(ctx).Into(&list); err != nil {
-		return nil, fmt.Errorf("cannot list ToolActions in %s: %w", scope(namespace), err)
+		return nil, fmt.Errorf("cannot list ToolActions in %s: %w", Scope(namespace), err)
 	}
 	watchOpts := metav1.ListOptions{FieldSelector: fieldSelector, Watch: true, ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true}
 	w, err := l.collection(resourceActions, namespace, &watchOpts).Watch(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cannot watch ToolActions in %s: %w", scope(namespace), err)
+		return nil, fmt.Errorf("cannot watch ToolActions in %s: %w", Scope(namespace), err)
 	}
 	return w, nil
 }

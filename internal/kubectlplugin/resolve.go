@@ -1,4 +1,4 @@
-package console
+package kubectlplugin
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 // Limits of ToolResolutionSpec, checked before anything is sent so that a
@@ -145,7 +146,7 @@ func nameProblem(name, kind string, limit int) string {
 
 // resolution is the object `resolve` creates.
 func (o resolveOptions) resolution(namespace, key string) *v1alpha1.ToolResolution {
-	r := NewResolution(namespace, key, Judged{Attempt: o.attempt}, v1alpha1.ResolutionOutcome(o.outcome), o.externalRef, o.reason)
+	r := ledgerclient.NewResolution(namespace, key, ledgerclient.Judged{Attempt: o.attempt}, v1alpha1.ResolutionOutcome(o.outcome), o.externalRef, o.reason)
 	if o.name != "" {
 		r.GenerateName, r.Name = "", o.name
 	}
@@ -171,7 +172,7 @@ func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) 
 	// once applied the action shows the outcome.
 	return report(ctx, c, ledger, created, "ToolResolution", "tres", key, opts.format, opts.wait, opts.timeout,
 		func(ctx context.Context) (*v1alpha1.ToolResolution, []metav1.Condition, error) {
-			read, err := ledger.getResolution(ctx, namespace, created.Name)
+			read, err := ledger.GetResolution(ctx, namespace, created.Name)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -191,7 +192,7 @@ type appliedRecord interface {
 // until its Applied condition is set, for at most timeout, and then the
 // action's phase. kind and short (kubectl's short name) name the record.
 // A record that was not applied is an error.
-func report[T appliedRecord](ctx context.Context, c *console, l *Ledger, created T, kind, short, key string, format output, wait bool,
+func report[T appliedRecord](ctx context.Context, c *console, l *ledgerclient.Ledger, created T, kind, short, key string, format output, wait bool,
 	timeout time.Duration, read func(context.Context) (T, []metav1.Condition, error)) error {
 	if !wait {
 		if format != outputText {
@@ -222,11 +223,11 @@ func report[T appliedRecord](ctx context.Context, c *console, l *Ledger, created
 		return fmt.Errorf("%s %q was not applied: %s", kind, latest.GetName(), cell(applied.Message))
 	}
 	if format == outputText {
-		after, err := l.getAction(ctx, created.GetNamespace(), key)
+		after, err := l.GetAction(ctx, created.GetNamespace(), key)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, PhaseOf(after))
+		fmt.Fprintf(c.streams.Out, "ToolAction %s is now %s\n", key, ledgerclient.PhaseOf(after))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package console
+package kubectlplugin
 
 import (
 	"encoding/json"

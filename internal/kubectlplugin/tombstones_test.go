@@ -1,4 +1,4 @@
-package console
+package kubectlplugin
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 func tombstone(namespace, name string, tool v1alpha1.ToolReference) v1alpha1.Tombstone {
@@ -39,52 +40,18 @@ var (
 
 // catalog has charge (keyRetention 24h) and refund (none) in shop, and
 // ClusterTool platform-charge (keyRetention 1h).
-func catalog() toolCatalog {
-	tools := newToolCatalog()
-	tools.retentions[toolKey{kind: v1alpha1.KindTool, namespace: "shop", name: "charge"}] = &metav1.Duration{Duration: 24 * time.Hour}
-	tools.retentions[toolKey{kind: v1alpha1.KindTool, namespace: "shop", name: "refund"}] = nil
-	tools.retentions[toolKey{kind: v1alpha1.KindClusterTool, name: "platform-charge"}] = &metav1.Duration{Duration: time.Hour}
+func catalog() ledgerclient.ToolRetentions {
+	tools := ledgerclient.NewToolRetentions()
+	tools.Retentions[ledgerclient.ToolKey{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge"}] = &metav1.Duration{Duration: 24 * time.Hour}
+	tools.Retentions[ledgerclient.ToolKey{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "refund"}] = nil
+	tools.Retentions[ledgerclient.ToolKey{Kind: v1alpha1.KindClusterTool, Name: "platform-charge"}] = &metav1.Duration{Duration: time.Hour}
 	return tools
-}
-
-func TestKeyFreed(t *testing.T) {
-	unreadable := catalog()
-	unreadable.unreadable[v1alpha1.KindClusterTool] = errors.New("cannot list ClusterTools: forbidden")
-	tests := []struct {
-		name  string
-		tomb  v1alpha1.Tombstone
-		tools toolCatalog
-		want  KeyFreed
-	}{
-		{name: "by keyRetention", tomb: tombstone("shop", "a", chargeTool), tools: catalog(),
-			want: KeyFreed{By: freedByKeyRetention, Time: timePtr(19 * time.Hour), KeyRetention: &metav1.Duration{Duration: 24 * time.Hour}}},
-		{name: "a ClusterTool's keyRetention, passed", tomb: tombstone("shop", "a", platformTool), tools: catalog(),
-			want: KeyFreed{By: freedByKeyRetention, Time: timePtr(-4 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
-		{name: "no keyRetention", tomb: tombstone("shop", "a", refundTool), tools: catalog(), want: KeyFreed{By: freedByAdministrator}},
-		{name: "tool gone", tomb: tombstone("shop", "a", goneTool), tools: catalog(), want: KeyFreed{By: freedUnknown, Reason: "tool not found"}},
-		// Tools are namespaced: billing's charge is another tool.
-		{name: "same tool name elsewhere", tomb: tombstone("billing", "a", chargeTool), tools: catalog(), want: KeyFreed{By: freedUnknown, Reason: "tool not found"}},
-		{name: "kind left empty means Tool", tomb: tombstone("shop", "a", v1alpha1.ToolReference{Name: "refund"}), tools: catalog(), want: KeyFreed{By: freedByAdministrator}},
-		{name: "kind unreadable", tomb: tombstone("shop", "a", platformTool), tools: unreadable,
-			want: KeyFreed{By: freedUnknown, Reason: "cannot list ClusterTools: forbidden"}},
-		{name: "other kind still read", tomb: tombstone("shop", "a", refundTool), tools: unreadable, want: KeyFreed{By: freedByAdministrator}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := keyFreed(&tt.tomb, tt.tools)
-			if got.By != tt.want.By || got.Reason != tt.want.Reason ||
-				(got.Time == nil) != (tt.want.Time == nil) || (got.Time != nil && !got.Time.Equal(tt.want.Time)) ||
-				(got.KeyRetention == nil) != (tt.want.KeyRetention == nil) || (got.KeyRetention != nil && *got.KeyRetention != *tt.want.KeyRetention) {
-				t.Errorf("keyFreed = %+v, want %+v", got, tt.want)
-			}
-		})
-	}
 }
 
 func TestWriteTombstone(t *testing.T) {
 	tomb := tombstone("shop", "order-1", chargeTool)
 	var out bytes.Buffer
-	if err := writeTombstone(&out, &tomb, keyFreed(&tomb, catalog()), now); err != nil {
+	if err := writeTombstone(&out, &tomb, catalog().KeyFreed(&tomb), now); err != nil {
 		t.Fatal(err)
 	}
 	want := `Name:                order-1
@@ -115,7 +82,7 @@ func TestWriteTombstoneOfARetiredFailure(t *testing.T) {
 	tomb.Record.ErrorClass, tomb.Record.ErrorReason = v1alpha1.ErrorClassRetriesExhausted, "ProviderUnavailable"
 	tomb.Record.Cause, tomb.Record.DeletedBy = v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)"
 	var out bytes.Buffer
-	if err := writeTombstone(&out, &tomb, keyFreed(&tomb, catalog()), now); err != nil {
+	if err := writeTombstone(&out, &tomb, catalog().KeyFreed(&tomb), now); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -135,10 +102,10 @@ func TestWriteTombstoneOfARetiredFailure(t *testing.T) {
 }
 
 func TestDescribeFreed(t *testing.T) {
-	for freed, want := range map[*KeyFreed]string{
-		{By: freedByAdministrator}:                      "kept until an administrator deletes it (the tool has no keyRetention)",
-		{By: freedUnknown, Reason: "tool not found"}:    "unknown (tool not found)",
-		{By: freedUnknown, Reason: "cannot get Tool x"}: "unknown (cannot get Tool x)",
+	for freed, want := range map[*ledgerclient.KeyFreed]string{
+		{By: ledgerclient.FreedByAdministrator}:                      "kept until an administrator deletes it (the tool has no keyRetention)",
+		{By: ledgerclient.FreedUnknown, Reason: "tool not found"}:    "unknown (tool not found)",
+		{By: ledgerclient.FreedUnknown, Reason: "cannot get Tool x"}: "unknown (cannot get Tool x)",
 	} {
 		if got := describeFreed(*freed, now); got != want {
 			t.Errorf("describeFreed(%+v) = %q, want %q", *freed, got, want)
@@ -156,7 +123,7 @@ func TestWriteTombstones(t *testing.T) {
 		tombstone("shop", "order-2", platformTool),
 		failed,
 	}
-	list := buildTombstones(tombs, catalog())
+	list := ledgerclient.BuildTombstones(tombs, catalog())
 
 	var table bytes.Buffer
 	if err := writeTombstones(&table, list, true, now); err != nil {
@@ -173,7 +140,7 @@ shop        order-3   refund                        Failed      <none>         2
 	}
 
 	table.Reset()
-	if err := writeTombstones(&table, Tombstones{Items: list.Items[1:2]}, false, now); err != nil {
+	if err := writeTombstones(&table, ledgerclient.Tombstones{Items: list.Items[1:2]}, false, now); err != nil {
 		t.Fatal(err)
 	}
 	want = `KEY       TOOL     OUTCOME     EXTERNAL-REF   COMPLETED   CAUSE     FREED
@@ -184,7 +151,7 @@ order-1   charge   Succeeded   ch_1           5h          Deleted   in 19h
 	}
 
 	var out bytes.Buffer
-	if err := printStructured(&out, outputJSON, Tombstones{Items: list.Items[3:]}); err != nil {
+	if err := printStructured(&out, outputJSON, ledgerclient.Tombstones{Items: list.Items[3:]}); err != nil {
 		t.Fatal(err)
 	}
 	wantJSON := `{"items":[{"namespace":"shop","name":"order-3","tool":"refund","outcome":"Failed","errorClass":"InvalidInput",` +
@@ -193,7 +160,7 @@ order-1   charge   Succeeded   ch_1           5h          Deleted   in 19h
 		t.Errorf("json = %s, want %s", got, wantJSON)
 	}
 	out.Reset()
-	if err := printStructured(&out, outputJSON, Tombstones{Items: list.Items[1:2]}); err != nil {
+	if err := printStructured(&out, outputJSON, ledgerclient.Tombstones{Items: list.Items[1:2]}); err != nil {
 		t.Fatal(err)
 	}
 	if want := `"keyFreed":{"by":"KeyRetention","time":"2026-12-01T07:00:00Z","keyRetention":"24h0m0s"}`; !strings.Contains(strings.Join(strings.Fields(out.String()), ""), want) {
@@ -203,7 +170,7 @@ order-1   charge   Succeeded   ch_1           5h          Deleted   in 19h
 
 func TestBuildTombstonesEmptyIsAList(t *testing.T) {
 	var out bytes.Buffer
-	if err := printStructured(&out, outputJSON, buildTombstones(nil, newToolCatalog())); err != nil {
+	if err := printStructured(&out, outputJSON, ledgerclient.BuildTombstones(nil, ledgerclient.NewToolRetentions())); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(strings.Fields(out.String()), ""); got != `{"items":[]}` {

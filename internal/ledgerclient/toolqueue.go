@@ -1,9 +1,7 @@
-package console
+package ledgerclient
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -49,9 +47,9 @@ type toolUse struct {
 	ref       v1alpha1.ToolReference
 }
 
-// readToolQueue lists the unfinished actions of namespace ("" for all) and
+// ReadToolQueue lists the unfinished actions of namespace ("" for all) and
 // the specs of the tools they use, each read once.
-func readToolQueue(ctx context.Context, l *Ledger, namespace string) (ToolQueue, error) {
+func (l *Ledger) ReadToolQueue(ctx context.Context, namespace string) (ToolQueue, error) {
 	actions, err := l.ListInPhases(ctx, namespace, toolQueuePhases)
 	if err != nil {
 		return ToolQueue{}, err
@@ -118,17 +116,4 @@ func buildToolQueue(actions []v1alpha1.ToolAction, limits map[toolUse]*v1alpha1.
 		return strings.Compare(a.Tool, b.Tool)
 	})
 	return queue
-}
-
-func writeToolQueue(w io.Writer, queue ToolQueue, withNamespace bool) error {
-	columns := []string{"TOOL", "EXECUTING", "ACCEPTED", "AWAITINGAPPROVAL", "RETRYSCHEDULED", "UNKNOWN", "ESCALATED", "MAX-IN-FLIGHT", "PER-SECOND"}
-	return writeTable(w, "queue", columns, withNamespace, len(queue.Items), func(i int) (string, []string) {
-		item := queue.Items[i]
-		inFlight, perSecond := "<no tool>", "<no tool>"
-		if l := item.Limits; l != nil {
-			inFlight, perSecond = fmt.Sprint(l.MaxInFlight), fmt.Sprint(l.RequestsPerSecond)
-		}
-		return item.Namespace, []string{item.Tool, fmt.Sprint(item.Executing), fmt.Sprint(item.Accepted), fmt.Sprint(item.AwaitingApproval), fmt.Sprint(item.RetryScheduled),
-			fmt.Sprint(item.Unknown), fmt.Sprint(item.Escalated), inFlight, perSecond}
-	})
 }
