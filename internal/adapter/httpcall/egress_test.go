@@ -1,8 +1,8 @@
-package http
+package httpcall
 
 import (
 	"errors"
-	nethttp "net/http"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
@@ -23,7 +23,7 @@ func loopbackPolicy() *egress.Policy {
 
 // egressTransport dials through the policy, with a dialer that fails the
 // test if it is asked for an address outside 127.0.0.0/8.
-func egressTransport(t *testing.T, policy *egress.Policy) *nethttp.Transport {
+func egressTransport(t *testing.T, policy *egress.Policy) *http.Transport {
 	t.Helper()
 	dialer := &egress.Dialer{
 		Policy:   policy,
@@ -37,9 +37,9 @@ func egressTransport(t *testing.T, policy *egress.Policy) *nethttp.Transport {
 
 func TestExecuteRefusedByEgress(t *testing.T) {
 	var served atomic.Int32
-	server := httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, _ *nethttp.Request) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		served.Add(1)
-		w.WriteHeader(nethttp.StatusCreated)
+		w.WriteHeader(http.StatusCreated)
 	}))
 	defer server.Close()
 	port := server.URL[strings.LastIndex(server.URL, ":")+1:]

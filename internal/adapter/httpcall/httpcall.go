@@ -1,9 +1,9 @@
-// Package http is the HTTP(S) adapter: it sends an action's parameters as a
-// JSON, form or query encoding with the idempotency key where the provider
-// takes it, classifies the answer deliberately (see classify), and finds
+// Package httpcall is the HTTP(S) adapter, where the HTTP call happens: it
+// sends an action's parameters as a JSON, form or query encoding with the
+// idempotency key where the provider takes it, classifies the answer deliberately (see classify), and finds
 // earlier requests strictly: by key, by a business reference, or by the
 // provider's replay of the key (lookup.go).
-package http
+package httpcall
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"io"
 	"maps"
 	"math"
-	nethttp "net/http"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -108,7 +108,7 @@ type Connector struct {
 	// The manager's dials through the egress policy (NewTransport). A Tool
 	// with spec.http.tls uses a clone of it, which needs an *http.Transport
 	// (nil means http.DefaultTransport).
-	Transport nethttp.RoundTripper
+	Transport http.RoundTripper
 	// Egress is the policy the transport dials by. Validate refuses a URL
 	// naming a refused address before any action is sent to it, and a
 	// credential sent over plain HTTP to a host the policy does not name;
@@ -350,7 +350,7 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 		return adapter.Connection{}, err
 	}
 	key := keyEncodingOf(spec.IdempotencyKey)
-	headers := nethttp.Header{}
+	headers := http.Header{}
 	for _, h := range spec.Headers {
 		// Validate refuses such a header; should a Tool still hold one, the
 		// adapter's own value is sent, or none, never the Tool's.
@@ -378,17 +378,17 @@ func (c *Connector) Connect(ctx context.Context, tool *v1alpha1.Tool) (adapter.C
 	}
 	method := spec.Method
 	if method == "" {
-		method = nethttp.MethodPost
+		method = http.MethodPost
 	}
 	encoding := spec.Encoding
 	if encoding == "" {
 		encoding = v1alpha1.EncodingJSON
 	}
 	e := &executor{
-		client: &nethttp.Client{
+		client: &http.Client{
 			Transport: transport,
 			// A redirect would re-send the request elsewhere; report it instead.
-			CheckRedirect: func(*nethttp.Request, []*nethttp.Request) error { return nethttp.ErrUseLastResponse },
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		method:   method,
 		url:      spec.URL,
@@ -437,12 +437,12 @@ func secretKey(secret *corev1.Secret, key string) ([]byte, error) {
 }
 
 type executor struct {
-	client   *nethttp.Client
+	client   *http.Client
 	method   string
 	url      string
 	encoding v1alpha1.HTTPEncoding
 	key      keyEncoding
-	headers  nethttp.Header
+	headers  http.Header
 	timeout  time.Duration
 	response v1alpha1.HTTPResponse
 	lookup   *v1alpha1.HTTPLookup
@@ -464,7 +464,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	if encoded.body != nil {
 		body = bytes.NewReader(encoded.body)
 	}
-	httpReq, err := nethttp.NewRequestWithContext(ctx, e.method, encoded.url, body)
+	httpReq, err := http.NewRequestWithContext(ctx, e.method, encoded.url, body)
 	if err != nil {
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: adapter.ShowURL(err, e.url)}
 	}
@@ -492,7 +492,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 }
 
 // setHeaders sets the Tool's headers, and the key's unless it goes in the body.
-func (e *executor) setHeaders(req *nethttp.Request, idempotencyKey string) {
+func (e *executor) setHeaders(req *http.Request, idempotencyKey string) {
 	for name, values := range e.headers {
 		req.Header[name] = values
 	}
@@ -502,7 +502,7 @@ func (e *executor) setHeaders(req *nethttp.Request, idempotencyKey string) {
 	}
 }
 
-func setIdentities(h nethttp.Header, requestedBy, approvedBy string) {
+func setIdentities(h http.Header, requestedBy, approvedBy string) {
 	if requestedBy != "" {
 		h.Set(RequestedByHeader, requestedBy)
 	}
@@ -511,7 +511,7 @@ func setIdentities(h nethttp.Header, requestedBy, approvedBy string) {
 	}
 }
 
-func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {
+func setProvenance(h http.Header, p *v1alpha1.Provenance) {
 	if p == nil {
 		return
 	}
@@ -534,7 +534,7 @@ func setProvenance(h nethttp.Header, p *v1alpha1.Provenance) {
 // validHeaderValues rejects the values net/http refuses to send (control
 // characters other than tab), which no retry can fix. The error names the
 // header but not the value, which may be a credential.
-func validHeaderValues(h nethttp.Header) error {
+func validHeaderValues(h http.Header) error {
 	for name, values := range h {
 		for _, v := range values {
 			for i := 0; i < len(v); i++ {
@@ -556,7 +556,7 @@ func validHeaderValues(h nethttp.Header) error {
 //	408, 409, 429, 503       retryable under the same key, honoring Retry-After
 //	other 3xx and 4xx, 501   permanent, InvalidInput (misconfigured endpoint)
 //	500, 502, 504, other 5xx ambiguous (may have applied before failing)
-func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) (adapter.Outcome, error) {
+func (e *executor) classify(resp *http.Response, body []byte, readErr error) (adapter.Outcome, error) {
 	code := resp.StatusCode
 	reason := "HTTP" + strconv.Itoa(code)
 	tooLarge := errors.Is(readErr, errBodyTooLarge)
@@ -575,21 +575,21 @@ func (e *executor) classify(resp *nethttp.Response, body []byte, readErr error) 
 	}
 	err := fmt.Errorf("downstream answered %s", e.describeError(code, body, tooLarge))
 	switch {
-	case code == nethttp.StatusBadRequest || code == nethttp.StatusUnprocessableEntity:
+	case code == http.StatusBadRequest || code == http.StatusUnprocessableEntity:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
-	case code == nethttp.StatusUnauthorized || code == nethttp.StatusForbidden:
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: reason, Err: err}
-	case code == nethttp.StatusRequestTimeout || code == nethttp.StatusConflict ||
-		code == nethttp.StatusTooManyRequests || code == nethttp.StatusServiceUnavailable:
+	case code == http.StatusRequestTimeout || code == http.StatusConflict ||
+		code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		return adapter.Outcome{}, &adapter.RetryableError{Reason: reason, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now()), Err: err}
-	case code < 500 || code == nethttp.StatusNotImplemented:
+	case code < 500 || code == http.StatusNotImplemented:
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: reason, Err: err}
 	default:
 		return adapter.Outcome{}, &adapter.AmbiguousError{Reason: reason, Err: err}
 	}
 }
 
-func replayed(h nethttp.Header) bool {
+func replayed(h http.Header) bool {
 	return strings.EqualFold(strings.TrimSpace(h.Get(ReplayedHeader)), "true")
 }
 
@@ -702,7 +702,7 @@ func retryAfter(value string, now time.Time) time.Duration {
 		}
 		return time.Duration(seconds) * time.Second
 	}
-	if at, err := nethttp.ParseTime(value); err == nil && at.After(now) {
+	if at, err := http.ParseTime(value); err == nil && at.After(now) {
 		return at.Sub(now)
 	}
 	return 0
@@ -742,8 +742,8 @@ func truncate(s string, n int) string {
 // egress dialer, keeps maxIdlePerHost connections to a host for the calls
 // in flight, and ignores HTTP(S)_PROXY, through which the policy would see
 // only the proxy's address.
-func NewTransport(dialer *egress.Dialer, maxIdlePerHost int) *nethttp.Transport {
-	transport := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
+func NewTransport(dialer *egress.Dialer, maxIdlePerHost int) *http.Transport {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.Proxy = nil
 	transport.DialContext = dialer.DialContext
 	transport.MaxIdleConnsPerHost = maxIdlePerHost

@@ -1,4 +1,4 @@
-package http
+package httpcall
 
 import (
 	"crypto/ecdsa"
@@ -13,7 +13,7 @@ import (
 	"log"
 	"math/big"
 	"net"
-	nethttp "net/http"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -147,11 +147,11 @@ func newMTLSServer(t *testing.T, ca *testCA, version uint16) *mtlsServer {
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.cert)
 	s := &mtlsServer{}
-	s.Server = httptest.NewUnstartedServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.subjects = append(s.subjects, r.TLS.PeerCertificates[0].Subject.String())
 		s.mu.Unlock()
-		w.WriteHeader(nethttp.StatusCreated)
+		w.WriteHeader(http.StatusCreated)
 	}))
 	s.TLS = &tls.Config{
 		Certificates: []tls.Certificate{pair},
@@ -160,8 +160,8 @@ func newMTLSServer(t *testing.T, ca *testCA, version uint16) *mtlsServer {
 		MinVersion:   version,
 		MaxVersion:   version,
 	}
-	s.Config.ConnState = func(_ net.Conn, state nethttp.ConnState) {
-		if state == nethttp.StateNew {
+	s.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
 			s.mu.Lock()
 			s.conns++
 			s.mu.Unlock()
@@ -297,7 +297,7 @@ func TestTLSTransportsArePooled(t *testing.T) {
 	server := newMTLSServer(t, ca, tls.VersionTLS13)
 	c := tlsConnector(t, caSecret(ca.pem), clientSecret(certPEM, keyPEM))
 	tool := newTool(server.URL, withCABundle, withClientCertificate)
-	transportOf := func() *nethttp.Transport {
+	transportOf := func() *http.Transport {
 		t.Helper()
 		conn, err := c.Connect(t.Context(), tool)
 		if err != nil {
@@ -306,7 +306,7 @@ func TestTLSTransportsArePooled(t *testing.T) {
 		if _, err := conn.Execute(t.Context(), request(`{"amount": 1}`)); err != nil {
 			t.Fatalf("Execute: %v", err)
 		}
-		return conn.Executor.(*executor).client.Transport.(*nethttp.Transport)
+		return conn.Executor.(*executor).client.Transport.(*http.Transport)
 	}
 
 	first, second := transportOf(), transportOf()
@@ -352,11 +352,11 @@ func TestTLSTransportsArePooled(t *testing.T) {
 func TestTransportCacheEvictsTheLeastRecentlyUsed(t *testing.T) {
 	var cache transportCache
 	builds := 0
-	get := func(i int) *nethttp.Transport {
+	get := func(i int) *http.Transport {
 		t.Helper()
-		transport, err := cache.get([32]byte{byte(i), byte(i >> 8)}, func() (*nethttp.Transport, error) {
+		transport, err := cache.get([32]byte{byte(i), byte(i >> 8)}, func() (*http.Transport, error) {
 			builds++
-			return &nethttp.Transport{}, nil
+			return &http.Transport{}, nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -438,13 +438,13 @@ func TestValidateTLS(t *testing.T) {
 	}
 }
 
-type roundTripperFunc func(*nethttp.Request) (*nethttp.Response, error)
+type roundTripperFunc func(*http.Request) (*http.Response, error)
 
-func (f roundTripperFunc) RoundTrip(r *nethttp.Request) (*nethttp.Response, error) { return f(r) }
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestTLSNeedsAnHTTPTransport(t *testing.T) {
 	ca := newCA(t)
-	c := newConnector(t, roundTripperFunc(func(*nethttp.Request) (*nethttp.Response, error) {
+	c := newConnector(t, roundTripperFunc(func(*http.Request) (*http.Response, error) {
 		t.Error("a request was sent without the Tool's TLS settings")
 		return nil, errors.New("unreachable")
 	}), caSecret(ca.pem))

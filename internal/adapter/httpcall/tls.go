@@ -1,4 +1,4 @@
-package http
+package httpcall
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	nethttp "net/http"
+	"net/http"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -141,11 +141,11 @@ func (m *tlsMaterial) digest() [sha256.Size]byte {
 }
 
 // baseTransport is the transport a Tool's TLS settings are cloned from.
-func (c *Connector) baseTransport() (*nethttp.Transport, error) {
+func (c *Connector) baseTransport() (*http.Transport, error) {
 	if c.Transport == nil {
-		return nethttp.DefaultTransport.(*nethttp.Transport), nil
+		return http.DefaultTransport.(*http.Transport), nil
 	}
-	base, ok := c.Transport.(*nethttp.Transport)
+	base, ok := c.Transport.(*http.Transport)
 	if !ok {
 		return nil, &adapter.ConfigError{Reason: ReasonTLSUnsupported, Message: fmt.Sprintf(
 			"spec.http.tls cannot be used: this manager's transport for Tools is a %T, not an *http.Transport", c.Transport)}
@@ -173,7 +173,7 @@ func (c *Connector) validateTLS(ctx context.Context, namespace string, spec *v1a
 // changed, so that it dials through the same egress policy. Connect runs
 // for every attempt, so the clone is kept by its material's digest and its
 // connections are reused.
-func (c *Connector) transport(ctx context.Context, namespace string, spec *v1alpha1.HTTPTLS) (nethttp.RoundTripper, error) {
+func (c *Connector) transport(ctx context.Context, namespace string, spec *v1alpha1.HTTPTLS) (http.RoundTripper, error) {
 	if spec == nil {
 		return c.Transport, nil
 	}
@@ -185,7 +185,7 @@ func (c *Connector) transport(ctx context.Context, namespace string, spec *v1alp
 	if err != nil {
 		return nil, err
 	}
-	return c.tlsTransports.get(m.digest(), func() (*nethttp.Transport, error) {
+	return c.tlsTransports.get(m.digest(), func() (*http.Transport, error) {
 		config, err := m.config(base.TLSClientConfig)
 		if err != nil {
 			return nil, err
@@ -206,13 +206,13 @@ type transportCache struct {
 
 type cachedTransport struct {
 	digest    [sha256.Size]byte
-	transport *nethttp.Transport
+	transport *http.Transport
 }
 
 // get is the transport of digest, built by build when there is none. The
 // lock is held while building, so that concurrent Connects of a Tool make
 // one transport.
-func (c *transportCache) get(digest [sha256.Size]byte, build func() (*nethttp.Transport, error)) (*nethttp.Transport, error) {
+func (c *transportCache) get(digest [sha256.Size]byte, build func() (*http.Transport, error)) (*http.Transport, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[digest]; ok {

@@ -1,4 +1,4 @@
-package http
+package httpcall
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"mime"
-	nethttp "net/http"
+	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
@@ -48,7 +48,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("cannot build the lookup URL: %w", err)
 	}
-	httpReq, err := nethttp.NewRequestWithContext(ctx, nethttp.MethodGet, target, nil)
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
@@ -66,11 +66,11 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 		return adapter.Outcome{}, fmt.Errorf("lookup response lost: %w", err)
 	}
 	switch {
-	case resp.StatusCode == nethttp.StatusOK:
+	case resp.StatusCode == http.StatusOK:
 		return e.found(resp.Header.Get("Content-Type"), body, params, req.IdempotencyKey)
-	case resp.StatusCode == nethttp.StatusNotFound && e.lookup.NotFoundMeansAbsent:
+	case resp.StatusCode == http.StatusNotFound && e.lookup.NotFoundMeansAbsent:
 		return adapter.Outcome{}, adapter.ErrNotFound
-	case resp.StatusCode == nethttp.StatusNotFound:
+	case resp.StatusCode == http.StatusNotFound:
 		return adapter.Outcome{}, fmt.Errorf("lookup answered %s, which proves nothing: an ingress or a proxy answers 404 too (set lookup.notFoundMeansAbsent where the endpoint's 404 means the key is unknown)",
 			e.describeError(resp.StatusCode, body, false))
 	}

@@ -1,4 +1,4 @@
-package http
+package httpcall
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"io"
 	"math"
 	"net"
-	nethttp "net/http"
+	"net/http"
 	"net/http/httptest"
 	neturl "net/url"
 	"strconv"
@@ -40,9 +40,9 @@ const (
 // ---------------------------------------------------------------------------
 // Fixtures
 
-func newTransport(t *testing.T) *nethttp.Transport {
+func newTransport(t *testing.T) *http.Transport {
 	t.Helper()
-	tr := nethttp.DefaultTransport.(*nethttp.Transport).Clone()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }
@@ -74,7 +74,7 @@ func secret(ns string, data map[string]string) *corev1.Secret {
 	return s
 }
 
-func newConnector(t *testing.T, transport nethttp.RoundTripper, objs ...client.Object) *Connector {
+func newConnector(t *testing.T, transport http.RoundTripper, objs ...client.Object) *Connector {
 	t.Helper()
 	if transport == nil {
 		transport = newTransport(t)
@@ -82,7 +82,7 @@ func newConnector(t *testing.T, transport nethttp.RoundTripper, objs ...client.O
 	return &Connector{Secrets: fake.NewClientBuilder().WithObjects(objs...).Build(), Transport: transport}
 }
 
-func connect(t *testing.T, tool *v1alpha1.Tool, transport nethttp.RoundTripper, objs ...client.Object) adapter.Executor {
+func connect(t *testing.T, tool *v1alpha1.Tool, transport http.RoundTripper, objs ...client.Object) adapter.Executor {
 	t.Helper()
 	conn, err := newConnector(t, transport, objs...).Connect(t.Context(), tool)
 	if err != nil {
@@ -100,7 +100,7 @@ type recorded struct {
 	Method        string
 	RequestURI    string
 	RawPath       string
-	Header        nethttp.Header
+	Header        http.Header
 	ContentLength int64
 	Body          string
 }
@@ -113,10 +113,10 @@ type server struct {
 	reqs []recorded
 }
 
-func newServer(t *testing.T, handle func(w nethttp.ResponseWriter, r *nethttp.Request)) *server {
+func newServer(t *testing.T, handle func(w http.ResponseWriter, r *http.Request)) *server {
 	t.Helper()
 	s := &server{}
-	s.Server = httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
 		s.reqs = append(s.reqs, recorded{
@@ -151,8 +151,8 @@ func (s *server) only(t *testing.T) recorded {
 	return reqs[0]
 }
 
-func respond(status int, body string, header ...string) func(nethttp.ResponseWriter, *nethttp.Request) {
-	return func(w nethttp.ResponseWriter, _ *nethttp.Request) {
+func respond(status int, body string, header ...string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
 		for i := 0; i+1 < len(header); i += 2 {
 			w.Header().Set(header[i], header[i+1])
 		}
@@ -645,7 +645,7 @@ func TestExecuteInvalidHeaderValueIsPermanent(t *testing.T) {
 // into each other.
 func TestExecuteConcurrent(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w nethttp.ResponseWriter, r *nethttp.Request) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		key, _ := strconv.Unquote(r.Header.Get(IdempotencyKeyHeader))
 		_, _ = fmt.Fprintf(w, `{"id":%q,"run":%q}`, key, r.Header.Get(RunIDHeader))
 	})
@@ -756,12 +756,12 @@ func TestExecuteClassifiesStatus(t *testing.T) {
 		name := fmt.Sprintf("%d/%s", tc.code, [...]string{"no Retry-After", "Retry-After seconds", "Retry-After date"}[tc.retryHeader])
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t, func(w nethttp.ResponseWriter, _ *nethttp.Request) {
+			srv := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
 				switch tc.retryHeader {
 				case retryAfterSeconds:
 					w.Header().Set("Retry-After", "7")
 				case retryAfterDate:
-					w.Header().Set("Retry-After", time.Now().Add(30*time.Second).UTC().Format(nethttp.TimeFormat))
+					w.Header().Set("Retry-After", time.Now().Add(30*time.Second).UTC().Format(http.TimeFormat))
 				}
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(tc.code)
@@ -936,7 +936,7 @@ func newRawServer(t *testing.T, respond func(seq int32, conn net.Conn) bool) *ra
 				defer func() { _ = conn.Close() }()
 				br := bufio.NewReader(conn)
 				for {
-					req, err := nethttp.ReadRequest(br)
+					req, err := http.ReadRequest(br)
 					if err != nil {
 						return
 					}
@@ -1092,7 +1092,7 @@ func TestExecuteResponseLostWrapsCause(t *testing.T) {
 
 // countingTransport counts dial attempts, to show that a failed connection is
 // not transparently retried.
-func countingTransport(t *testing.T) (*nethttp.Transport, *atomic.Int32) {
+func countingTransport(t *testing.T) (*http.Transport, *atomic.Int32) {
 	tr := newTransport(t)
 	var dials atomic.Int32
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
@@ -1438,7 +1438,7 @@ func TestLookupFound(t *testing.T) {
 	}
 
 	got := lookup.only(t)
-	if got.Method != nethttp.MethodGet {
+	if got.Method != http.MethodGet {
 		t.Errorf("method = %s, want GET", got.Method)
 	}
 	if got.RequestURI != "/v1/charges/by-key/shop%2Forder-1" {
@@ -1522,7 +1522,7 @@ func TestLookupFailures(t *testing.T) {
 	refused := func(t *testing.T) string { return "http://" + refusedAddr(t) + "/{key}" }
 	tests := []struct {
 		name    string
-		handler func(nethttp.ResponseWriter, *nethttp.Request)
+		handler func(http.ResponseWriter, *http.Request)
 		url     func(t *testing.T) string
 		raw     func(int32, net.Conn) bool
 		wantMsg string
