@@ -449,7 +449,7 @@ func TestTLSNeedsAnHTTPTransport(t *testing.T) {
 		return nil, errors.New("unreachable")
 	}), caSecret(ca.pem))
 	tool := newTool("https://127.0.0.1:8443/charges", withCABundle)
-	const want = "spec.http.tls cannot be used: this manager's transport for Tools is a http.roundTripperFunc, not an *http.Transport"
+	const want = "spec.http.tls cannot be used: this manager's transport for Tools is a httpcall.roundTripperFunc, not an *http.Transport"
 	_, connectErr := c.Connect(t.Context(), tool)
 	for what, err := range map[string]error{"Validate": c.Validate(t.Context(), tool), "Connect": connectErr} {
 		var config *adapter.ConfigError
