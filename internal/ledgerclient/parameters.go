@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	toolcatalog "github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 )
 
 // Parameter is one leaf of an action's parameters, all of which are sent
@@ -37,7 +37,7 @@ func (l *Ledger) Parameters(ctx context.Context, action *v1alpha1.ToolAction) ([
 // When the tool is gone every parameter is marked as in the digest, as it
 // is for a tool that names no consequentialFields.
 func actionParameters(ctx context.Context, l *Ledger, tools map[toolUse]*v1alpha1.ToolSpec, a *v1alpha1.ToolAction) ([]Parameter, error) {
-	parameters, err := toolcatalog.Parameters(a.Spec.Parameters)
+	parameters, err := toolcontract.Parameters(a.Spec.Parameters)
 	if err != nil {
 		return nil, fmt.Errorf("ToolAction %q: %w", a.Name, err)
 	}
@@ -64,14 +64,14 @@ func actionParameters(ctx context.Context, l *Ledger, tools map[toolUse]*v1alpha
 
 // MarkParameters lists the leaves of parameters, a JSON object, each marked
 // where it enters the digest of a tool with these consequentialFields. The
-// digest's own projection (catalog.Consequential) decides, so that the mark
+// digest's own projection (toolcontract.Consequential) decides, so that the mark
 // cannot disagree with the digest.
 func MarkParameters(parameters json.RawMessage, consequentialFields []string) ([]Parameter, error) {
 	all, err := leaves(parameters)
 	if err != nil {
 		return nil, err
 	}
-	consequential, err := toolcatalog.Consequential(parameters, consequentialFields)
+	consequential, err := toolcontract.Consequential(parameters, consequentialFields)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the parameters: %w", err)
 	}

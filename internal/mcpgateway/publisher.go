@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	internalcatalog "github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 )
 
 // catalogSyncTimeout bounds the first read of the catalog.
@@ -36,16 +36,17 @@ const catalogSyncTimeout = time.Minute
 type entry struct {
 	ref    v1alpha1.ToolReference
 	spec   v1alpha1.ToolSpec
-	schema *internalcatalog.Schema
+	schema *toolcontract.Schema
 	tool   *mcp.Tool
 	// fingerprint changes whenever what is published or recorded does.
 	fingerprint string
 }
 
-// catalog keeps the server's tools equal to the namespace's ready Tools and
-// the ready ClusterTools that admit it. A Tool shadows a ClusterTool of the
+// publisher publishes the namespace's catalog as the MCP server's tools,
+// and keeps them equal to its ready Tools and the ready ClusterTools that
+// admit it. A Tool shadows a ClusterTool of the
 // same name, as the namespace's own choice.
-type catalog struct {
+type publisher struct {
 	namespace    string
 	clusterTools bool
 	cache        cache.Cache
@@ -71,7 +72,7 @@ func scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-func newCatalog(opts Options, s *runtime.Scheme, server *mcp.Server, handler func(*entry) mcp.ToolHandler) (*catalog, error) {
+func newPublisher(opts Options, s *runtime.Scheme, server *mcp.Server, handler func(*entry) mcp.ToolHandler) (*publisher, error) {
 	byObject := map[client.Object]cache.ByObject{
 		&v1alpha1.Tool{}: {Namespaces: map[string]cache.Config{opts.Namespace: {}}},
 	}
@@ -85,7 +86,7 @@ func newCatalog(opts Options, s *runtime.Scheme, server *mcp.Server, handler fun
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the catalog cache: %w", err)
 	}
-	return &catalog{
+	return &publisher{
 		namespace: opts.Namespace, clusterTools: opts.ClusterTools, cache: c, server: server, handler: handler,
 		log: opts.Logger.WithName("catalog"), changed: make(chan struct{}, 1), published: map[string]*entry{},
 	}, nil
@@ -93,7 +94,7 @@ func newCatalog(opts Options, s *runtime.Scheme, server *mcp.Server, handler fun
 
 // run starts the cache, publishes the first catalog and returns; it follows
 // changes until ctx ends.
-func (c *catalog) run(ctx context.Context) error {
+func (c *publisher) run(ctx context.Context) error {
 	objects := []client.Object{&v1alpha1.Tool{}}
 	if c.clusterTools {
 		objects = append(objects, &v1alpha1.ClusterTool{}, &corev1.Namespace{})
@@ -131,14 +132,14 @@ func (c *catalog) run(ctx context.Context) error {
 	return nil
 }
 
-func (c *catalog) poke() {
+func (c *publisher) poke() {
 	select {
 	case c.changed <- struct{}{}:
 	default:
 	}
 }
 
-func (c *catalog) follow(ctx context.Context) {
+func (c *publisher) follow(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -160,7 +161,7 @@ func (c *catalog) follow(ctx context.Context) {
 // sync publishes what the cache holds: it adds or replaces the tools whose
 // fingerprint changed and removes those gone, so an unchanged catalog sends
 // no list-changed notification.
-func (c *catalog) sync(ctx context.Context) error {
+func (c *publisher) sync(ctx context.Context) error {
 	desired, err := c.desired(ctx)
 	if err != nil {
 		return err
@@ -189,14 +190,14 @@ func (c *catalog) sync(ctx context.Context) error {
 	return nil
 }
 
-func (c *catalog) names() []string {
+func (c *publisher) names() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Sorted(maps.Keys(c.published))
 }
 
 // desired is the catalog as the cache holds it now.
-func (c *catalog) desired(ctx context.Context) (map[string]*entry, error) {
+func (c *publisher) desired(ctx context.Context) (map[string]*entry, error) {
 	desired := map[string]*entry{}
 	if c.clusterTools {
 		var namespace corev1.Namespace
@@ -239,7 +240,7 @@ func ready(status v1alpha1.ToolStatus, generation int64) bool {
 	return condition != nil && condition.Status == metav1.ConditionTrue && condition.ObservedGeneration == generation
 }
 
-func (c *catalog) add(desired map[string]*entry, kind, name string, spec v1alpha1.ToolSpec) {
+func (c *publisher) add(desired map[string]*entry, kind, name string, spec v1alpha1.ToolSpec) {
 	e, err := newEntry(kind, name, spec)
 	if err != nil {
 		c.log.Info("Tool not published", "tool", name, "kind", kind, "reason", err.Error())
@@ -249,7 +250,7 @@ func (c *catalog) add(desired map[string]*entry, kind, name string, spec v1alpha
 }
 
 func newEntry(kind, name string, spec v1alpha1.ToolSpec) (*entry, error) {
-	schema, err := internalcatalog.CompileSchema(spec.ParametersSchema)
+	schema, err := toolcontract.CompileSchema(spec.ParametersSchema)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
-// Package catalog applies a Tool's contract to an action's request: the
+// Package toolcontract applies a Tool's contract to an action's request: the
 // parameter schema it must satisfy and the consequential fields that make
 // up its intent.
-package catalog
+package toolcontract
 
 import (
 	"encoding/json"

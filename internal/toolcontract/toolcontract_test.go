@@ -1,4 +1,4 @@
-package catalog
+package toolcontract
 
 import (
 	"encoding/json"
