@@ -250,6 +250,7 @@ func (l *Ledger) collection(resource, namespace string, opts *metav1.ListOptions
 	return req
 }
 
+// GetResolution reads one ToolResolution.
 func (l *Ledger) GetResolution(ctx context.Context, namespace, name string) (*v1alpha1.ToolResolution, error) {
 	return getObject[v1alpha1.ToolResolution](ctx, l, resourceResolutions, "ToolResolution", namespace, name)
 }
@@ -295,28 +296,32 @@ func findObject[T any, PT interface {
 	}
 }
 
-func (l *Ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
-	var created v1alpha1.ToolResolution
-	err := l.rest.Post().Namespace(resolution.Namespace).Resource(resourceResolutions).Body(resolution).Do(ctx).Into(&created)
-	if err != nil {
-		return nil, fmt.Errorf("cannot create a ToolResolution for ToolAction %q in namespace %q: %w",
-			resolution.Spec.ActionName, resolution.Namespace, err)
-	}
-	return &created, nil
-}
-
+// GetApproval reads one ToolApproval.
 func (l *Ledger) GetApproval(ctx context.Context, namespace, name string) (*v1alpha1.ToolApproval, error) {
 	return getObject[v1alpha1.ToolApproval](ctx, l, resourceApprovals, "ToolApproval", namespace, name)
 }
 
+func (l *Ledger) createResolution(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolResolution, error) {
+	return createRecord(ctx, l, resourceResolutions, "ToolResolution", resolution.Spec.ActionName, resolution)
+}
+
 func (l *Ledger) createApproval(ctx context.Context, approval *v1alpha1.ToolApproval) (*v1alpha1.ToolApproval, error) {
-	var created v1alpha1.ToolApproval
-	err := l.rest.Post().Namespace(approval.Namespace).Resource(resourceApprovals).Body(approval).Do(ctx).Into(&created)
+	return createRecord(ctx, l, resourceApprovals, "ToolApproval", approval.Spec.ActionName, approval)
+}
+
+// createRecord creates record, a record of kind about the ToolAction
+// actionName, and returns it as the API server stored it.
+func createRecord[T any, PT interface {
+	*T
+	runtime.Object
+	GetNamespace() string
+}](ctx context.Context, l *Ledger, resource, kind, actionName string, record PT) (PT, error) {
+	created := PT(new(T))
+	err := l.rest.Post().Namespace(record.GetNamespace()).Resource(resource).Body(record).Do(ctx).Into(created)
 	if err != nil {
-		return nil, fmt.Errorf("cannot create a ToolApproval for ToolAction %q in namespace %q: %w",
-			approval.Spec.ActionName, approval.Namespace, err)
+		return nil, fmt.Errorf("cannot create a %s for ToolAction %q in namespace %q: %w", kind, actionName, record.GetNamespace(), err)
 	}
-	return &created, nil
+	return created, nil
 }
 
 // describeGetError tells a missing object apart from a server that does not

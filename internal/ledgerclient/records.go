@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -112,24 +113,30 @@ func (l *Ledger) KeyFreed(ctx context.Context, tomb *v1alpha1.Tombstone) KeyFree
 // ListApprovals reads the ToolApprovals of the action key, the decisions
 // made about it whether applied or not.
 func (l *Ledger) ListApprovals(ctx context.Context, namespace, key string) ([]v1alpha1.ToolApproval, error) {
-	var items []v1alpha1.ToolApproval
-	err := listPages(ctx, l, resourceApprovals, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
-		func(page *v1alpha1.ToolApprovalList) { items = append(items, page.Items...) })
-	if err != nil {
-		return nil, fmt.Errorf("cannot list the ToolApprovals of %q in %s: %w", key, Scope(namespace), err)
-	}
-	return items, nil
+	return listRecordsOf(ctx, l, resourceApprovals, "ToolApproval", namespace, key,
+		func(page *v1alpha1.ToolApprovalList) []v1alpha1.ToolApproval { return page.Items })
 }
 
 // ListResolutions reads the ToolResolutions of the action key.
 func (l *Ledger) ListResolutions(ctx context.Context, namespace, key string) ([]v1alpha1.ToolResolution, error) {
-	var items []v1alpha1.ToolResolution
-	err := listPages(ctx, l, resourceResolutions, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
-		func(page *v1alpha1.ToolResolutionList) { items = append(items, page.Items...) })
+	return listRecordsOf(ctx, l, resourceResolutions, "ToolResolution", namespace, key,
+		func(page *v1alpha1.ToolResolutionList) []v1alpha1.ToolResolution { return page.Items })
+}
+
+// listRecordsOf reads the records of kind about the action key, through
+// the field selector spec.actionName; items are a page's records.
+func listRecordsOf[T, L any, PL interface {
+	*L
+	runtime.Object
+	GetContinue() string
+}](ctx context.Context, l *Ledger, resource, kind, namespace, key string, items func(PL) []T) ([]T, error) {
+	var records []T
+	err := listPages(ctx, l, resource, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
+		func(page PL) { records = append(records, items(page)...) })
 	if err != nil {
-		return nil, fmt.Errorf("cannot list the ToolResolutions of %q in %s: %w", key, Scope(namespace), err)
+		return nil, fmt.Errorf("cannot list the %ss of %q in %s: %w", kind, key, Scope(namespace), err)
 	}
-	return items, nil
+	return records, nil
 }
 
 func actionNameSelector(key string) string {
