@@ -34,7 +34,6 @@ func tombstone(namespace, name string, tool v1alpha1.ToolReference) v1alpha1.Tom
 var (
 	chargeTool   = v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "charge"}
 	refundTool   = v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "refund"}
-	goneTool     = v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "gone"}
 	platformTool = v1alpha1.ToolReference{Kind: v1alpha1.KindClusterTool, Name: "platform-charge"}
 )
 

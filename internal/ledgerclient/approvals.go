@@ -37,6 +37,8 @@ type ApprovalItem struct {
 	Parameters []Parameter `json:"parameters"`
 }
 
+// BuildApprovals summarises the actions awaiting approval, oldest first,
+// each with its parameters marked by its tool, every tool read once.
 func BuildApprovals(ctx context.Context, l *Ledger, actions []v1alpha1.ToolAction, now time.Time) (Approvals, error) {
 	approvals := Approvals{Items: []ApprovalItem{}}
 	tools := map[toolUse]*v1alpha1.ToolSpec{}

@@ -348,6 +348,7 @@ func isMissing(err error) bool {
 	return apierrors.IsNotFound(err) && !apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse)
 }
 
+// Scope names where a list was read: a namespace, or "" for all.
 func Scope(namespace string) string {
 	if namespace == "" {
 		return "all namespaces"

@@ -53,6 +53,7 @@ type ToolRetentions struct {
 	Unreadable map[string]error
 }
 
+// NewToolRetentions is an empty ToolRetentions, ready to be filled.
 func NewToolRetentions() ToolRetentions {
 	return ToolRetentions{Retentions: map[ToolKey]*metav1.Duration{}, Unreadable: map[string]error{}}
 }

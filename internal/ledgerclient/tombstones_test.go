@@ -10,9 +10,9 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
-func tombstone(namespace, name string, tool v1alpha1.ToolReference) v1alpha1.Tombstone {
+func tombstone(namespace string, tool v1alpha1.ToolReference) v1alpha1.Tombstone {
 	return v1alpha1.Tombstone{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "a"},
 		Record: v1alpha1.TombstoneRecord{
 			ActionUID:        "3f6d2c4e-0000-4000-8000-000000000001",
 			RequestDigest:    "sha256:362d4b1d",
@@ -54,18 +54,18 @@ func TestKeyFreed(t *testing.T) {
 		tools ToolRetentions
 		want  KeyFreed
 	}{
-		{name: "by keyRetention", tomb: tombstone("shop", "a", chargeTool), tools: catalog(),
+		{name: "by keyRetention", tomb: tombstone("shop", chargeTool), tools: catalog(),
 			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(19 * time.Hour), KeyRetention: &metav1.Duration{Duration: 24 * time.Hour}}},
-		{name: "a ClusterTool's keyRetention, passed", tomb: tombstone("shop", "a", platformTool), tools: catalog(),
+		{name: "a ClusterTool's keyRetention, passed", tomb: tombstone("shop", platformTool), tools: catalog(),
 			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(-4 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
-		{name: "no keyRetention", tomb: tombstone("shop", "a", refundTool), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
-		{name: "tool gone", tomb: tombstone("shop", "a", goneTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
+		{name: "no keyRetention", tomb: tombstone("shop", refundTool), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
+		{name: "tool gone", tomb: tombstone("shop", goneTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
 		// Tools are namespaced: billing's charge is another tool.
-		{name: "same tool name elsewhere", tomb: tombstone("billing", "a", chargeTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
-		{name: "kind left empty means Tool", tomb: tombstone("shop", "a", v1alpha1.ToolReference{Name: "refund"}), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
-		{name: "kind unreadable", tomb: tombstone("shop", "a", platformTool), tools: unreadable,
+		{name: "same tool name elsewhere", tomb: tombstone("billing", chargeTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
+		{name: "kind left empty means Tool", tomb: tombstone("shop", v1alpha1.ToolReference{Name: "refund"}), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
+		{name: "kind unreadable", tomb: tombstone("shop", platformTool), tools: unreadable,
 			want: KeyFreed{By: FreedUnknown, Reason: "cannot list ClusterTools: forbidden"}},
-		{name: "other kind still read", tomb: tombstone("shop", "a", refundTool), tools: unreadable, want: KeyFreed{By: FreedByAdministrator}},
+		{name: "other kind still read", tomb: tombstone("shop", refundTool), tools: unreadable, want: KeyFreed{By: FreedByAdministrator}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
