@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
 	"github.com/toolledger/toolledger/internal/demo"
+	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -58,7 +58,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 	toolledger := func(user string, args ...string) (string, int) {
 		GinkgoHelper()
 		var out bytes.Buffer
-		code := console.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
+		code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
 			append(args, "-n", ns, "--kubeconfig", kubeconfig, "--as", user))
 		return out.String(), code
 	}
@@ -114,12 +114,12 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		noRequests("order-approve")
 
 		out, code := toolledger("bob", "approvals")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+AGE\s+TOOL\s+REQUESTED-BY\s+DIGEST\s+IN-DIGEST\s+NOT-IN-DIGEST$`))
 		Expect(out).To(MatchRegexp(`(?m)^order-approve\s+\S+\s+charge\s+alice\s+` + waiting.Status.RequestDigest + `\s+/amount=5000 /currency="EUR" /customer="cus_42"\s+<none>$`))
 
 		out, code = toolledger("bob", "approve", "order-approve", "--digest", waiting.Status.RequestDigest, "--reason", "customer confirmed", "--wait")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		Expect(out).To(ContainSubstring("  requested by:  alice\n"))
 		Expect(out).To(ContainSubstring("Applied=True (Approved)"))
 
@@ -150,7 +150,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Expect(headers.Get("Toolledger-Approved-By")).To(Equal("bob"))
 
 		out, code = toolledger("bob", "status", "order-approve")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		Expect(out).To(MatchRegexp(`(?m)^Requested by:\s+alice \(verified: stamped by the API server\)$`))
 		Expect(out).To(MatchRegexp(`(?m)^Approval:\s+Approved by bob at \S+ \(ToolApproval ` + record.Name + `, request ` + record.RequestDigest + `\)$`))
 
@@ -180,7 +180,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 
 		bind("alice", approverRole)
 		out, code := toolledger("alice", "approve", "order-5000", "--digest", asked, "--reason", "looks fine to me", "--wait")
-		Expect(code).To(Equal(console.ExitError), out)
+		Expect(code).To(Equal(kubectlplugin.ExitError), out)
 		Expect(out).To(ContainSubstring(`Applied=False (SelfApproval): alice requested ToolAction "order-5000" and cannot approve it too: tool "charge" requires someone else's approval (selfApprovalAllowed is not set)`))
 
 		Expect(awaiting("order-5000").Status.Approval).To(BeNil())
@@ -189,7 +189,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 
 		// Refusals block nothing: the right approval still applies.
 		out, code = toolledger("bob", "approve", "order-5000", "--digest", asked, "--reason", "confirmed", "--wait")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		env.WaitForPhase(ns, "order-5000", v1alpha1.PhaseSucceeded)
 		Expect(downstream.Effects(keyOf(ns, "order-5000"))).To(Equal(1))
 		noRequests("order-9000")
@@ -201,7 +201,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Expect(alice.Create(ctx, newAction(ns, "order-self", "charge", charge(12)))).To(Succeed())
 		self := awaiting("order-self")
 		out, code := toolledger("alice", "approve", "order-self", "--digest", self.Status.RequestDigest, "--reason", "small amount", "--wait")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		done := env.WaitForPhase(ns, "order-self", v1alpha1.PhaseSucceeded)
 		Expect(done.Status.Approval.DecidedBy).To(Equal("alice"))
 		Expect(downstream.Effects(keyOf(ns, "order-self"))).To(Equal(1))
@@ -215,7 +215,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		awaiting("order-deny")
 
 		out, code := toolledger("bob", "deny", "order-deny", "--reason", "over the customer's limit", "--wait")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 		denied := env.WaitForPhase(ns, "order-deny", v1alpha1.PhaseFailed)
 		Expect(denied.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDenied))
 		Expect(denied.Status.Error.Reason).To(Equal("ApprovalDenied"))
@@ -241,7 +241,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		lost := awaiting("order-lost")
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropBeforeCommit, Count: 1})
 		out, code := toolledger("bob", "approve", "order-lost", "--digest", lost.Status.RequestDigest, "--reason", "confirmed")
-		Expect(code).To(Equal(console.ExitOK), out)
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out)
 
 		done := env.WaitForPhase(ns, "order-lost", v1alpha1.PhaseSucceeded)
 		Expect(transitions(done)).To(Equal([]string{

@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
-	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 )
 
 // attemptFacts is what the decision about an attempt reads, all read
@@ -54,7 +54,7 @@ type compensated struct {
 func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*v1alpha1.ToolAction, attemptFacts, error) {
 	var (
 		f      attemptFacts
-		schema *catalog.Schema
+		schema *toolcontract.Schema
 	)
 	if schema, f.refused = toolContract(tool); f.refused != nil {
 		return action, f, nil //nolint:nilerr // a refused schema is a fact for the rules, not a failed read

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -199,9 +199,9 @@ var _ = Describe("Bad input", func() {
 		escaped := env.WaitForPhase(ns, "via-escapes", v1alpha1.PhaseSucceeded)
 		Expect(escaped.Status.ExternalRef).To(Equal(escape), "stored as the downstream sent it")
 		var out bytes.Buffer
-		code := console.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
+		code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
 			[]string{"--kubeconfig", kubeconfig, "-n", ns, "status", "via-escapes"})
-		Expect(code).To(Equal(console.ExitOK), out.String())
+		Expect(code).To(Equal(kubectlplugin.ExitOK), out.String())
 		Expect(out.String()).NotTo(ContainSubstring("\x1b"), "the console writes no escape sequence to the terminal")
 		Expect(out.String()).To(ContainSubstring(`ch_\x1b]0;owned\a\x1b[2J`))
 

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/catalog"
 	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -54,7 +54,7 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 		return adapter.Outcome{}, err
 	}
 	// The parameters were verified when the action was first dispatched.
-	parameters, err := catalog.Parameters(action.Spec.Parameters)
+	parameters, err := toolcontract.Parameters(action.Spec.Parameters)
 	if err != nil {
 		return adapter.Outcome{}, err
 	}

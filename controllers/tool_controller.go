@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -108,8 +108,8 @@ func (r *ToolStatusReconciler) setStatus(ctx context.Context, status *v1alpha1.T
 // used: its schema, then its adapter's own checks (Secrets are read from the
 // tool's namespace).
 func (r *ToolStatusReconciler) check(ctx context.Context, tool *v1alpha1.Tool) (string, string) {
-	if _, err := catalog.CompileSchema(tool.Spec.ParametersSchema); err != nil {
-		if unsupported := (*catalog.UnsupportedError)(nil); errors.As(err, &unsupported) {
+	if _, err := toolcontract.CompileSchema(tool.Spec.ParametersSchema); err != nil {
+		if unsupported := (*toolcontract.UnsupportedError)(nil); errors.As(err, &unsupported) {
 			return ReasonUnsupportedSchema, "spec.parametersSchema: " + err.Error()
 		}
 		return ReasonInvalidSchema, "spec.parametersSchema: " + err.Error()

@@ -2,15 +2,16 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/toolref"
 )
 
 // Tools finds the tool an action names, for every controller that needs
@@ -44,54 +45,65 @@ func (r *ToolActionReconciler) resolveTool(ctx context.Context, action *v1alpha1
 }
 
 // find finds the referenced Tool, or the ClusterTool if it admits the
-// action's namespace. A ClusterTool is returned as a Tool in the operator's
-// namespace, where its Secrets live. A miss in the cache is confirmed with
-// the API server, so that a tool applied together with the action is not
-// mistaken for a missing one.
+// action's namespace (toolref.Find decides). A ClusterTool is returned as a
+// Tool in the operator's namespace, where its Secrets live. A tool that
+// does not exist, or does not admit the namespace, is an invalidError.
 func (t *Tools) find(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.Tool, error) {
-	ref := action.Spec.ToolRef
-	if ref.Kind == v1alpha1.KindClusterTool {
-		return t.findClusterTool(ctx, action)
+	tool, err := toolref.Find(ctx, t, action.Namespace, action.Spec.ToolRef)
+	var notFound *toolref.NotFoundError
+	var notAdmitted *toolref.NotAdmittedError
+	switch {
+	case errors.As(err, &notFound):
+		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound, message: err.Error()}
+	case errors.As(err, &notAdmitted) && notAdmitted.SelectorError != nil:
+		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotAdmitted, message: err.Error()}
+	case errors.As(err, &notAdmitted):
+		return nil, &invalidError{class: v1alpha1.ErrorClassDenied, reason: ReasonToolNotAdmitted, message: err.Error()}
+	case err != nil:
+		return nil, err
 	}
-	key := types.NamespacedName{Namespace: action.Namespace, Name: ref.Name}
+	if action.Spec.ToolRef.KindOrDefault() == v1alpha1.KindClusterTool {
+		tool.Namespace = t.operatorNamespace
+	}
+	return tool, nil
+}
+
+// Tool reads a Tool for toolref.Find. A miss in the cache is confirmed
+// with the API server, so that a tool applied together with the action is
+// not mistaken for a missing one.
+func (t *Tools) Tool(ctx context.Context, namespace, name string) (*v1alpha1.Tool, error) {
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	var tool v1alpha1.Tool
 	if err := getConfirmed(ctx, t.cache, t.reader, key, &tool); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound,
-				message: fmt.Sprintf("tool %q not found in namespace %q", key.Name, key.Namespace)}
+			return nil, nil
 		}
 		return nil, fmt.Errorf("cannot get tool %s: %w", key, err)
 	}
 	return &tool, nil
 }
 
-func (t *Tools) findClusterTool(ctx context.Context, action *v1alpha1.ToolAction) (*v1alpha1.Tool, error) {
-	name := action.Spec.ToolRef.Name
+// ClusterTool reads a ClusterTool for toolref.Find, confirming a miss as
+// Tool does.
+func (t *Tools) ClusterTool(ctx context.Context, name string) (*v1alpha1.ClusterTool, error) {
 	var clusterTool v1alpha1.ClusterTool
 	if err := getConfirmed(ctx, t.cache, t.reader, types.NamespacedName{Name: name}, &clusterTool); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound,
-				message: fmt.Sprintf("clustertool %q not found", name)}
+			return nil, nil
 		}
 		return nil, fmt.Errorf("cannot get clustertool %s: %w", name, err)
 	}
+	return &clusterTool, nil
+}
+
+// NamespaceLabels reads a namespace's labels from the API server, which
+// the manager does not cache.
+func (t *Tools) NamespaceLabels(ctx context.Context, name string) (map[string]string, error) {
 	var namespace corev1.Namespace
-	if err := t.reader.Get(ctx, types.NamespacedName{Name: action.Namespace}, &namespace); err != nil {
-		return nil, fmt.Errorf("cannot get namespace %s: %w", action.Namespace, err)
+	if err := t.reader.Get(ctx, types.NamespacedName{Name: name}, &namespace); err != nil {
+		return nil, fmt.Errorf("cannot get namespace %s: %w", name, err)
 	}
-	admitted, err := clusterTool.Spec.Admits(namespace.Labels)
-	if err != nil {
-		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotAdmitted,
-			message: fmt.Sprintf("clustertool %q has an invalid namespaceSelector: %v", name, err)}
-	}
-	if !admitted {
-		return nil, &invalidError{class: v1alpha1.ErrorClassDenied, reason: ReasonToolNotAdmitted,
-			message: fmt.Sprintf("clustertool %q does not admit namespace %q", name, action.Namespace)}
-	}
-	return &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Name: clusterTool.Name, Namespace: t.operatorNamespace},
-		Spec:       clusterTool.Spec.ToolSpec,
-	}, nil
+	return namespace.Labels, nil
 }
 
 // getConfirmed reads from the cache and confirms a miss with the API server.

@@ -5,15 +5,15 @@ import (
 	"fmt"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/catalog"
+	"github.com/toolledger/toolledger/internal/toolcontract"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
 // toolContract is the tool's compiled parameters schema, or the
 // *invalidError that refuses every action of a tool whose schema cannot be
 // used. It needs no parameters, so a refusal never reads them.
-func toolContract(tool *v1alpha1.Tool) (*catalog.Schema, error) {
-	schema, err := catalog.CompileSchema(tool.Spec.ParametersSchema)
+func toolContract(tool *v1alpha1.Tool) (*toolcontract.Schema, error) {
+	schema, err := toolcontract.CompileSchema(tool.Spec.ParametersSchema)
 	if err != nil {
 		return nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidToolContract,
 			message: fmt.Sprintf("tool %q: %v", tool.Name, err)}
@@ -25,8 +25,8 @@ func toolContract(tool *v1alpha1.Tool) (*catalog.Schema, error) {
 // computes the request digest and checks it against the client's and, on a
 // retry, against the one recorded at the first attempt. It returns the
 // digest and the parameters to send.
-func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool, schema *catalog.Schema) (string, json.RawMessage, error) {
-	parameters, err := catalog.Parameters(action.Spec.Parameters)
+func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool, schema *toolcontract.Schema) (string, json.RawMessage, error) {
+	parameters, err := toolcontract.Parameters(action.Spec.Parameters)
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
 	}
@@ -37,7 +37,7 @@ func verifyRequest(action *v1alpha1.ToolAction, tool *v1alpha1.Tool, schema *cat
 	if err := schema.Validate(parameters); err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
 	}
-	consequential, err := catalog.Consequential(parameters, tool.Spec.ConsequentialFields)
+	consequential, err := toolcontract.Consequential(parameters, tool.Spec.ConsequentialFields)
 	if err != nil {
 		return "", nil, &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonInvalidParameters, message: err.Error()}
 	}

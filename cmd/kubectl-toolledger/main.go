@@ -12,14 +12,14 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/kubectlplugin"
 )
 
 func main() {
 	// Ctrl-C stops a --wait (or a slow request) through the context, so the
 	// command still reports what it did before it was interrupted.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := console.Run(ctx, genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, os.Args[1:])
+	code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

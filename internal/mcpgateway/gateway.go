@@ -64,9 +64,9 @@ type Options struct {
 
 // Gateway is one MCP server over one namespace's catalog.
 type Gateway struct {
-	opts    Options
-	server  *mcp.Server
-	catalog *catalog
+	opts      Options
+	server    *mcp.Server
+	publisher *publisher
 
 	// kube is the gateway's own client, for its reviews.
 	kube client.Client
@@ -125,7 +125,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	g.server.AddReceivingMiddleware(g.authorizeListing)
-	if g.catalog, err = newCatalog(opts, s, g.server, g.handler); err != nil {
+	if g.publisher, err = newPublisher(opts, s, g.server, g.handler); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -146,8 +146,8 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // once the first catalog is published, with a nil error; sync failures
 // afterwards are logged and retried.
 func (g *Gateway) Run(ctx context.Context) error {
-	return g.catalog.run(ctx)
+	return g.publisher.run(ctx)
 }
 
 // Tools lists the names of the tools published now, for logs and tests.
-func (g *Gateway) Tools() []string { return g.catalog.names() }
+func (g *Gateway) Tools() []string { return g.publisher.names() }

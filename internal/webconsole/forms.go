@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 // maxReasonLength is the longest reason a ToolApproval or ToolResolution
@@ -93,7 +93,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u *user) {
 	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	created, _, err := u.ledger.Decide(r.Context(), ns, name, digest, func(action *v1alpha1.ToolAction) *v1alpha1.ToolApproval {
-		return console.NewApproval(action, decision, reason)
+		return ledgerclient.NewApproval(action, decision, reason)
 	})
 	if err != nil {
 		s.formFailed(w, r, u, formStatus(err), err.Error())
@@ -138,7 +138,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 		return
 	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	created, err := u.ledger.Resolve(r.Context(), console.NewResolution(ns, name, judged, outcome, externalRef, reason))
+	created, err := u.ledger.Resolve(r.Context(), ledgerclient.NewResolution(ns, name, judged, outcome, externalRef, reason))
 	if err != nil {
 		s.formFailed(w, r, u, formStatus(err), err.Error())
 		return
@@ -150,12 +150,12 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request, u *user) {
 
 // judgedAttempt is the action the page showed, which the resolve form
 // carries: its UID and attempt. A finding is about that attempt only.
-func judgedAttempt(form url.Values) (console.Judged, string) {
+func judgedAttempt(form url.Values) (ledgerclient.Judged, string) {
 	attempt, err := strconv.ParseInt(form.Get("attempt"), 10, 32)
 	if err != nil || attempt < 1 || !uidPattern.MatchString(form.Get("uid")) {
-		return console.Judged{}, "the form names no attempt of the action: reload the page and judge the attempt it shows"
+		return ledgerclient.Judged{}, "the form names no attempt of the action: reload the page and judge the attempt it shows"
 	}
-	return console.Judged{UID: types.UID(form.Get("uid")), Attempt: int32(attempt)}, ""
+	return ledgerclient.Judged{UID: types.UID(form.Get("uid")), Attempt: int32(attempt)}, ""
 }
 
 // reasonProblems checks a reason as the API does: its maxLength counts

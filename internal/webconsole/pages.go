@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
 // allNamespaces is the namespace filter's value for every namespace.
@@ -63,19 +63,19 @@ type queuePage struct {
 }
 
 type queueRow struct {
-	console.QueueItem
+	ledgerclient.QueueItem
 	Age string
 }
 
 // queuePage lists the actions that need a human or wait, oldest first.
 func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, u *user) {
 	q := r.URL.Query()
-	page := queuePage{Namespace: s.namespaceOf(r), Tool: strings.TrimSpace(q.Get("tool")), Phase: q.Get("phase"), Phases: console.QueuePhases}
+	page := queuePage{Namespace: s.namespaceOf(r), Tool: strings.TrimSpace(q.Get("tool")), Phase: q.Get("phase"), Phases: ledgerclient.QueuePhases}
 	page.Events = eventsPath + string(queryOf("namespace", page.Namespace))
-	phases := console.QueuePhases
+	phases := ledgerclient.QueuePhases
 	switch {
 	case page.Phase == "":
-	case slices.Contains(console.QueuePhases, v1alpha1.Phase(page.Phase)):
+	case slices.Contains(ledgerclient.QueuePhases, v1alpha1.Phase(page.Phase)):
 		phases = []v1alpha1.Phase{v1alpha1.Phase(page.Phase)}
 	default:
 		page.Error = "phase " + page.Phase + " is not a phase of the queue"
@@ -92,7 +92,7 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, u *user) {
 			status, page.Error = apiStatus(err), err.Error()
 		}
 		now := s.opts.Now()
-		for _, item := range console.BuildQueue(actions, now).Items {
+		for _, item := range ledgerclient.BuildQueue(actions, now).Items {
 			if page.Tool != "" && item.Tool != page.Tool {
 				continue
 			}
@@ -110,7 +110,7 @@ type actionPage struct {
 	Age         string
 	// Parameters are every parameter sent, marked where they enter the
 	// request digest.
-	Parameters []console.Parameter
+	Parameters []ledgerclient.Parameter
 	// Conditions in the order the API lists them.
 	Conditions []metav1.Condition
 	Tombstone  *v1alpha1.Tombstone
@@ -190,8 +190,8 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 		page.Problems = append(page.Problems, "Tombstone: "+tombErr.Error())
 	}
 	page.Action, page.Tombstone = action, tomb
-	page.Phase = console.PhaseOf(action)
-	page.Tool = console.ToolName(action.Spec.ToolRef)
+	page.Phase = ledgerclient.PhaseOf(action)
+	page.Tool = ledgerclient.ToolName(action.Spec.ToolRef)
 	page.RequestedBy = action.Annotations[v1alpha1.RequestedByAnnotation]
 	page.Age = humanAge(s.opts.Now(), action.CreationTimestamp)
 	page.Conditions = action.Status.Conditions
@@ -239,13 +239,13 @@ func (s *Server) showTombstone(w http.ResponseWriter, r *http.Request, u *user, 
 		s.render(w, http.StatusNotFound, "error", s.pageData(r, u, name,
 			errorPage{Message: "ToolAction " + name + " not found in namespace " + ns + ", and no Tombstone keeps that key."}))
 	default:
-		page := tombstonePage{Tombstone: tomb, Tool: console.ToolName(tomb.Record.ToolRef), Cause: console.DescribeCause(tomb.Record.Cause),
+		page := tombstonePage{Tombstone: tomb, Tool: ledgerclient.ToolName(tomb.Record.ToolRef), Cause: ledgerclient.DescribeCause(tomb.Record.Cause),
 			Freed: describeFreed(u.ledger.KeyFreed(r.Context(), tomb))}
 		s.render(w, http.StatusOK, "tombstone", s.pageData(r, u, name, page))
 	}
 }
 
-func describeFreed(f console.KeyFreed) string {
+func describeFreed(f ledgerclient.KeyFreed) string {
 	switch {
 	case f.Time != nil:
 		return f.Time.UTC().Format(time.RFC3339) + " (the completion plus the tool's keyRetention, " + f.KeyRetention.Duration.String() + ")"

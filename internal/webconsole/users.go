@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/console"
 	"github.com/toolledger/toolledger/internal/identity"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 	"github.com/toolledger/toolledger/internal/serve"
 )
 
@@ -31,7 +31,7 @@ const tokenCookie = "toolledger_token"
 type user struct {
 	info   authenticationv1.UserInfo
 	id     string
-	ledger *console.Ledger
+	ledger *ledgerclient.Ledger
 	access authorizationclient.SelfSubjectAccessReviewInterface
 }
 
@@ -42,7 +42,7 @@ func newUser(cfg *rest.Config, info authenticationv1.UserInfo) (*user, error) {
 	}
 	cfg = rest.CopyConfig(cfg)
 	rest.AddUserAgent(cfg, userAgent)
-	ledger, err := console.NewLedger(cfg, userAgent)
+	ledger, err := ledgerclient.NewLedger(cfg, userAgent)
 	if err != nil {
 		return nil, err
 	}

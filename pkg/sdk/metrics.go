@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/toolref"
 )
 
 // WithMetrics has the Client count, on reg, the duplicates and key
@@ -25,7 +27,9 @@ import (
 //     action, how long after its completion it arrived;
 //   - toolledger_duplicate_age_retention_ratio: that age as a fraction of
 //     the tool's keyRetention, when the Client may read the Tool (the
-//     agent role may); above 0.8 a later retry may outlive the key.
+//     agent role may) or, for a ClusterTool, the ClusterTool and the
+//     action's namespace, whose labels decide whether the ClusterTool
+//     admits it; above 0.8 a later retry may outlive the key.
 //
 // Registering on a registry that already holds these collectors fails
 // NewClient: give each Client its own registry, or share one Client.
@@ -133,19 +137,42 @@ func (m *sdkMetrics) retention(ctx context.Context, c *Client, namespace string,
 	if found && time.Since(cached.read) < retentionTTL {
 		return cached.retention
 	}
-	tool := &v1alpha1.Tool{}
-	var obj runtime.Object = tool
-	spec, get := &tool.Spec, c.rest.Get().Namespace(namespace).Resource("tools")
-	if key.kind == v1alpha1.KindClusterTool {
-		clusterTool := &v1alpha1.ClusterTool{}
-		obj, spec, get = clusterTool, &clusterTool.Spec.ToolSpec, c.rest.Get().Resource("clustertools")
-	}
 	var retention *time.Duration
-	if err := get.Name(ref.Name).Do(ctx).Into(obj); err == nil && spec.KeyRetention != nil {
-		retention = &spec.KeyRetention.Duration
+	if tool, err := toolref.Find(ctx, restTools{c.rest}, namespace, ref); err == nil && tool.Spec.KeyRetention != nil {
+		retention = &tool.Spec.KeyRetention.Duration
 	}
 	m.mu.Lock()
 	m.retentions[key] = cachedRetention{retention: retention, read: time.Now()}
 	m.mu.Unlock()
 	return retention
+}
+
+// restTools reads tools for toolref.Find through the Client's RESTClient.
+type restTools struct{ rest rest.Interface }
+
+func (t restTools) Tool(ctx context.Context, namespace, name string) (*v1alpha1.Tool, error) {
+	var tool v1alpha1.Tool
+	if err := t.rest.Get().Namespace(namespace).Resource("tools").Name(name).Do(ctx).Into(&tool); err != nil {
+		return nil, ignoreNotFound(err)
+	}
+	return &tool, nil
+}
+
+func (t restTools) ClusterTool(ctx context.Context, name string) (*v1alpha1.ClusterTool, error) {
+	var tool v1alpha1.ClusterTool
+	if err := t.rest.Get().Resource("clustertools").Name(name).Do(ctx).Into(&tool); err != nil {
+		return nil, ignoreNotFound(err)
+	}
+	return &tool, nil
+}
+
+func (t restTools) NamespaceLabels(ctx context.Context, namespace string) (map[string]string, error) {
+	return toolref.NamespaceLabelsOver(ctx, t.rest, namespace)
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
-	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
+	"github.com/toolledger/toolledger/internal/adapter/httpcall"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
@@ -58,7 +58,7 @@ func startManager(executor string, wrap func(adapter.Adapter) adapter.Adapter) (
 // startManagerWith is startManager with the manager's options.
 func startManagerWith(opts app.Options, wrap func(adapter.Adapter) adapter.Adapter) (stop func()) {
 	if wrap != nil {
-		registry, err := adapter.NewRegistry(wrap(&httpadapter.Connector{Secrets: k8s}))
+		registry, err := adapter.NewRegistry(wrap(&httpcall.Connector{Secrets: k8s}))
 		Expect(err).NotTo(HaveOccurred())
 		opts.Adapters = registry
 	}

@@ -33,8 +33,8 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/controllers"
-	httpadapter "github.com/toolledger/toolledger/internal/adapter/http"
-	kubernetesapply "github.com/toolledger/toolledger/internal/adapter/kubernetes"
+	"github.com/toolledger/toolledger/internal/adapter/httpcall"
+	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
@@ -293,7 +293,7 @@ func DefaultAdapters(mgr ctrl.Manager, opts Options) (*adapter.Registry, error) 
 		return nil, err
 	}
 	registry, err := adapter.NewRegistry(
-		&httpadapter.Connector{Secrets: mgr.GetAPIReader(), Transport: httpadapter.NewTransport(dialer, opts.MaxConcurrentDispatches), Egress: &policy},
+		&httpcall.Connector{Secrets: mgr.GetAPIReader(), Transport: httpcall.NewTransport(dialer, opts.MaxConcurrentDispatches), Egress: &policy},
 		kubernetesApply,
 	)
 	if err != nil {

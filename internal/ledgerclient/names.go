@@ -1,0 +1,35 @@
+package ledgerclient
+
+import (
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// DescribeCause says in words why a tombstone's record was deleted.
+func DescribeCause(cause string) string {
+	switch cause {
+	case v1alpha1.TombstoneCauseDeleted:
+		return cause + ": someone deleted the ToolAction (a user, a GitOps prune, the garbage collector)"
+	case v1alpha1.TombstoneCauseRecordRetention:
+		return cause + ": the tool's recordRetention passed"
+	default:
+		return cause
+	}
+}
+
+// ToolName names the tool an action refers to: its name, prefixed with its
+// kind ("ClusterTool/charge") when that is not the default, Tool.
+func ToolName(ref v1alpha1.ToolReference) string {
+	if ref.KindOrDefault() == v1alpha1.KindTool {
+		return ref.Name
+	}
+	return ref.Kind + "/" + ref.Name
+}
+
+// PhaseOf names the phase of an action the controller has not seen yet as
+// Pending, as the controller itself does.
+func PhaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
+	if action.Status.Phase == "" {
+		return v1alpha1.PhasePending
+	}
+	return action.Status.Phase
+}
