@@ -90,9 +90,9 @@ screenshots: controlplane chromium ## Take the web console's screenshots of docs
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
 ifeq ($(USE_EXISTING_CLUSTER),true)
-RUN_DEPS :=
+RUN_DEPS := postgresql
 else
-RUN_DEPS := controlplane
+RUN_DEPS := controlplane postgresql
 endif
 
 .PHONY: run

@@ -27,6 +27,9 @@ import (
 // ResyncOwned has the active actions that owns accepts reconciled: a
 // change of members may have given this manager some.
 func (r *ToolActionReconciler) ResyncOwned(ctx context.Context, owns func(types.NamespacedName) bool) {
+	if !r.Queue.Started() {
+		return // nor has the cache: the controller's first list reconciles every action
+	}
 	var actions v1alpha1.ToolActionList
 	if err := r.Client.List(ctx, &actions); err != nil {
 		log.FromContext(ctx).Error(err, "Cannot list the active actions to take up a changed share")

@@ -57,6 +57,7 @@ type options struct {
 	metricsAddr      string
 	probeAddr        string
 	egressAllow      string
+	archive          bool
 }
 
 func main() {
@@ -76,6 +77,7 @@ func main() {
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Address of the operator's health probes; 0 disables them.")
 	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
+	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn); false keeps keys in Tombstones.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -122,12 +124,17 @@ func run(opts options) error {
 	if err != nil {
 		return fmt.Errorf("--egress-allow: %w", err)
 	}
-	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
-		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}})
+	archiveDSN, stopArchive, err := startArchive(ctx, opts)
 	if err != nil {
 		return err
 	}
-	printBanner(kubeconfig, downstreamURL, opts, guarded)
+	defer stopArchive()
+	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
+		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN})
+	if err != nil {
+		return err
+	}
+	printBanner(kubeconfig, downstreamURL, archiveDSN, opts, guarded)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("operator stopped: %w", err)
 	}
@@ -298,7 +305,7 @@ func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, 
 	return nil
 }
 
-func printBanner(kubeconfig, downstreamURL string, opts options, guarded bool) {
+func printBanner(kubeconfig, downstreamURL, archiveDSN string, opts options, guarded bool) {
 	fmt.Println()
 	fmt.Println("toolledger-dev: the operator is starting; Ctrl-C stops everything.")
 	if kubeconfig != "" {
@@ -306,6 +313,9 @@ func printBanner(kubeconfig, downstreamURL string, opts options, guarded bool) {
 	}
 	if downstreamURL != "" {
 		fmt.Println("  downstream:  " + downstreamURL + " (counters: " + downstreamURL + "/_admin/stats)")
+	}
+	if archiveDSN != "" {
+		fmt.Println("  archive:     psql '" + archiveDSN + "' (finished records leave etcd for it: docs/archive.md)")
 	}
 	if opts.sampleTool != "" {
 		fmt.Printf("  sample tool: %s/charge\n", opts.namespace)
@@ -330,4 +340,34 @@ func applyPolicy(ctx context.Context, cfg *rest.Config, file, what, absence stri
 		return false
 	}
 	return true
+}
+
+// startArchive runs the local PostgreSQL server of the archive, its data
+// under the state directory beside etcd's, so that the keys it keeps
+// survive a restart as the records do. It returns the DSN, empty without
+// --archive.
+func startArchive(ctx context.Context, opts options) (string, func(), error) {
+	if !opts.archive {
+		return "", func() {}, nil
+	}
+	// The server refuses to run as root; run as root, its user must be
+	// able to reach its directory through the state directory.
+	if os.Geteuid() == 0 {
+		if err := os.MkdirAll(opts.stateDir, 0o700); err != nil {
+			return "", nil, err
+		}
+		if err := os.Chmod(opts.stateDir, 0o711); err != nil {
+			return "", nil, err
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join(opts.stateDir, "postgres"))
+	if err != nil {
+		return "", nil, err
+	}
+	fmt.Println("toolledger-dev: starting PostgreSQL for the archive (data in " + dir + ")")
+	server, err := testenv.RunPostgres(ctx, dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot start PostgreSQL for the archive (make postgresql installs it; --archive=false runs without): %w", err)
+	}
+	return server.DSN, server.Halt, nil
 }

@@ -70,6 +70,11 @@ func (q *Queue) Source() source.Source {
 	})
 }
 
+// Started reports whether the controller started the Queue's source: until
+// then nothing needs queueing, as the controller's first list reconciles
+// every object.
+func (q *Queue) Started() bool { return q.queue.Load() != nil }
+
 // Add has key reconciled.
 func (q *Queue) Add(key types.NamespacedName) {
 	if wq := q.queue.Load(); wq != nil {

@@ -199,12 +199,15 @@ func TestAReconcileTurnedAwayByACallIsOwedOne(t *testing.T) {
 
 func TestProgressingWhenNothingWaitsOrAReconcileReturnedLately(t *testing.T) {
 	q := New()
-	if !q.Progressing(time.Second) {
-		t.Fatal("a controller not started is taken to progress")
+	if !q.Progressing(time.Second) || q.Started() {
+		t.Fatalf("a controller not started: Progressing %t (want true), Started %t (want false)", q.Progressing(time.Second), q.Started())
 	}
 	wq := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer wq.ShutDown()
 	q.queue.Store(&wq)
+	if !q.Started() {
+		t.Fatal("a Queue whose source started is not Started")
+	}
 	q.Add(types.NamespacedName{Namespace: "shop", Name: "order-1"})
 	if !q.Progressing(time.Second) {
 		t.Fatal("before the first reconcile returns, the workers are taken to progress")

@@ -58,39 +58,56 @@ func PostgresBinDir() (string, error) {
 // system's temporary directory when empty) and starts its server on a free
 // port of 127.0.0.1. Stop stops it and removes the directory.
 func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
-	bin, err := PostgresBinDir()
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp(parent, "toolledger-postgres-")
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: dir, bin: bin}
-	if err := p.initialise(ctx); err != nil {
-		_ = p.Stop()
+	p, err := RunPostgres(ctx, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	return p, nil
 }
 
-// initialise creates the cluster and starts its server.
-func (p *Postgres) initialise(ctx context.Context) error {
-	var err error
-	if p.credential, err = p.ownDir(); err != nil {
-		return err
+// RunPostgres starts a server on a free port of 127.0.0.1 on the cluster in
+// dir, which it initialises on first use: its data outlives Halt, for the
+// local runner, whose ledger survives a restart.
+func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
+	bin, err := PostgresBinDir()
+	if err != nil {
+		return nil, err
 	}
+	p := &Postgres{Dir: dir, bin: bin}
+	if p.credential, err = p.ownDir(); err != nil {
+		return nil, err
+	}
+	if p.port, err = freePort(); err != nil {
+		return nil, err
+	}
+	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		if err := p.initialise(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.serve(ctx); err != nil {
+		p.Halt()
+		return nil, err
+	}
+	return p, nil
+}
+
+// initialise creates the cluster: trust authentication, for a server bound
+// to 127.0.0.1 of a test or a developer's machine only.
+func (p *Postgres) initialise(ctx context.Context) error {
 	initdb := exec.CommandContext(ctx, filepath.Join(p.bin, "initdb"), "-D", filepath.Join(p.Dir, "data"), "-U", "toolledger", "-A", "trust",
 		"-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.credential}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	if p.port, err = freePort(); err != nil {
-		return err
-	}
-	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
-	return p.serve(ctx)
+	return nil
 }
 
 // serve starts the server on the cluster and waits until it answers.
@@ -118,6 +135,9 @@ func (p *Postgres) serve(ctx context.Context) error {
 // root, and returns the credential to run the server's commands with (nil:
 // as this process).
 func (p *Postgres) ownDir() (*syscall.Credential, error) {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return nil, err
+	}
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
