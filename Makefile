@@ -90,9 +90,9 @@ screenshots: controlplane chromium ## Take the web console's screenshots of docs
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
 ifeq ($(USE_EXISTING_CLUSTER),true)
-RUN_DEPS := postgresql
+RUN_DEPS :=
 else
-RUN_DEPS := controlplane postgresql
+RUN_DEPS := controlplane
 endif
 
 .PHONY: run

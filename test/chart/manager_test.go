@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -87,4 +89,46 @@ func deployment(t *testing.T, objects []*unstructured.Unstructured, name string)
 		t.Fatalf("Deployment %s: %v", name, err)
 	}
 	return &d
+}
+
+// TestArchiveValues: without archive.dsnSecret the manager gets no archive;
+// with it, TOOLLEDGER_ARCHIVE_DSN from that Secret's key, and with a
+// NetworkPolicy, egress to the database's peers on its port, which the
+// chart refuses to leave out.
+func TestArchiveValues(t *testing.T) {
+	archiveEnv := func(d *appsv1.Deployment) *corev1.EnvVar {
+		for i, env := range soleContainer(t, d).Env {
+			if env.Name == "TOOLLEDGER_ARCHIVE_DSN" {
+				return &soleContainer(t, d).Env[i]
+			}
+		}
+		return nil
+	}
+	if env := archiveEnv(deployment(t, decodeObjects(t, helmTemplate(t)), monitoringName)); env != nil {
+		t.Errorf("by default the manager gets %s", env.Name)
+	}
+	objects := decodeObjects(t, helmTemplate(t, "--set", "archive.dsnSecret.name=ledger-archive"))
+	env := archiveEnv(deployment(t, objects, monitoringName))
+	if env == nil || env.ValueFrom == nil || env.ValueFrom.SecretKeyRef == nil ||
+		env.ValueFrom.SecretKeyRef.Name != "ledger-archive" || env.ValueFrom.SecretKeyRef.Key != "dsn" {
+		t.Fatalf("with archive.dsnSecret.name=ledger-archive the manager's TOOLLEDGER_ARCHIVE_DSN is %+v, want the Secret's key dsn", env)
+	}
+
+	policy := []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.5/32}", "--set", "archive.dsnSecret.name=ledger-archive"}
+	if _, err := helmTemplateErr(t, policy...); err == nil ||
+		!strings.Contains(err.Error(), "archive.networkPolicy.to must name where the archive's database is") {
+		t.Errorf("an archive behind a NetworkPolicy without its peers: %v, want the chart to refuse", err)
+	}
+	objects = decodeObjects(t, helmTemplate(t, append(policy, "--set", "archive.networkPolicy.to[0].podSelector.matchLabels.app=ledger-db")...))
+	var np networkingv1.NetworkPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(find(objects, "NetworkPolicy", chartPrefix+"egress").Object, &np); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range np.Spec.Egress {
+		if len(rule.To) == 1 && rule.To[0].PodSelector != nil && rule.To[0].PodSelector.MatchLabels["app"] == "ledger-db" &&
+			len(rule.Ports) == 1 && rule.Ports[0].Port.IntValue() == 5432 {
+			return
+		}
+	}
+	t.Errorf("the manager's NetworkPolicy allows no egress to the archive's peers on 5432: %+v", np.Spec.Egress)
 }
