@@ -137,7 +137,7 @@ func mayHaveApplied(phase v1alpha1.Phase) bool {
 // an archive, every finished action is archived before it goes.
 func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 	switch {
-	case !needsTombstone(a) && !(p.keepsEveryRecord && a.Status.Phase.IsTerminal()):
+	case !needsTombstone(a) && (!p.keepsEveryRecord || !a.Status.Phase.IsTerminal()):
 		return step{kind: stepRelease}
 	case tool == nil:
 		return step{kind: stepResolveTool}

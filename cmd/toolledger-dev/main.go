@@ -369,5 +369,9 @@ func startArchive(ctx context.Context, opts options) (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot start PostgreSQL for the archive (make postgresql installs it; --archive=false runs without): %w", err)
 	}
-	return server.DSN, server.Halt, nil
+	return server.DSN, func() {
+		if err := server.Halt(); err != nil {
+			fmt.Fprintln(os.Stderr, "toolledger-dev: the archive's PostgreSQL:", err)
+		}
+	}, nil
 }

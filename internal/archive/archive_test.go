@@ -77,10 +77,10 @@ func query[T any](t *testing.T, dsn, sql string, args ...any) T {
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
-// finished is a finished action of tool "charge" in namespace "shop".
-func finished(name, uid string, attempts int32, completed time.Time) *v1alpha1.ToolAction {
+// finished is a finished action order-1 of tool "charge" in namespace "shop".
+func finished(uid string, attempts int32, completed time.Time) *v1alpha1.ToolAction {
 	return &v1alpha1.ToolAction{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid),
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1", UID: types.UID(uid),
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
 		Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"},
 			Parameters: map[string]apiextensionsv1.JSON{"amount": {Raw: []byte(`1200`)}, "currency": {Raw: []byte(`"eur"`)}}},
@@ -142,7 +142,7 @@ func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
 func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)
-	r := record(t, finished("order-1", "u-1", 1, t0))
+	r := record(t, finished("u-1", 1, t0))
 	// A replica that crashed between the commit and the etcd delete keeps
 	// it again, maybe while another replica does.
 	var wg sync.WaitGroup
@@ -179,11 +179,11 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)
 	ctx := context.Background()
-	older, newer := finished("order-1", "u-old", 1, t0), finished("order-1", "u-new", 2, t0.Add(time.Hour))
+	older, newer := finished("u-old", 1, t0), finished("u-new", 2, t0.Add(time.Hour))
 	// Rejected before any dispatch: it caused nothing, and guards nothing.
-	rejected := finished("order-1", "u-rejected", 0, t0.Add(2*time.Hour))
+	rejected := finished("u-rejected", 0, t0.Add(2*time.Hour))
 	rejected.Status.Phase = v1alpha1.PhaseFailed
-	elsewhere := finished("order-1", "u-elsewhere", 1, t0.Add(3*time.Hour))
+	elsewhere := finished("u-elsewhere", 1, t0.Add(3*time.Hour))
 	elsewhere.Namespace = "other-tenant"
 	for _, a := range []*v1alpha1.ToolAction{older, newer, rejected, elsewhere} {
 		if err := s.Keep(ctx, record(t, a)); err != nil {
@@ -203,7 +203,7 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 }
 
 func TestAnUnfinishedActionIsNotArchived(t *testing.T) {
-	a := finished("order-1", "u-1", 1, t0)
+	a := finished("u-1", 1, t0)
 	a.Status.CompletionTime = nil
 	_, err := archive.NewRecord(a, nil, v1alpha1.TombstoneCauseDeleted, "", t0)
 	if want := "ToolAction shop/order-1 has not finished: it cannot be archived"; err == nil || err.Error() != want {

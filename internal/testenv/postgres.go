@@ -39,7 +39,7 @@ type Postgres struct {
 // PostgresBinDir is where initdb and postgres are: pg_config's bindir, else
 // the last of Debian's /usr/lib/postgresql/*/bin.
 func PostgresBinDir() (string, error) {
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+	if out, err := exec.CommandContext(context.Background(), "pg_config", "--bindir").Output(); err == nil {
 		dir := strings.TrimSpace(string(out))
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
@@ -92,8 +92,7 @@ func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
 		}
 	}
 	if err := p.serve(ctx); err != nil {
-		p.Halt()
-		return nil, err
+		return nil, errors.Join(err, p.Halt())
 	}
 	return p, nil
 }
@@ -117,7 +116,8 @@ func (p *Postgres) serve(ctx context.Context) error {
 		return err
 	}
 	defer logFile.Close()
-	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port),
+	// Not bound to ctx: the server outlives its start; Halt stops it.
+	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), //nolint:noctx
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Its own process group: an interrupt of the test run reaches the
@@ -158,7 +158,7 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 		case exitErr := <-p.exit:
 			p.exit <- exitErr
 			log, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
-			return fmt.Errorf("postgres exited (%v): %s", exitErr, log)
+			return fmt.Errorf("postgres exited (%w): %s", exitErr, log)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -184,23 +184,26 @@ func (p *Postgres) Database(ctx context.Context, name string) (string, error) {
 
 // Stop stops the server (a fast shutdown) and removes its directory.
 func (p *Postgres) Stop() error {
-	p.Halt()
-	return os.RemoveAll(p.Dir)
+	return errors.Join(p.Halt(), os.RemoveAll(p.Dir))
 }
 
-// Halt stops the server, keeping its data: Resume starts it again.
-func (p *Postgres) Halt() {
+// Halt stops the server, keeping its data: Resume starts it again. It
+// returns how the server exited; one killed after 30s is an error.
+func (p *Postgres) Halt() error {
 	if p.cmd == nil || p.cmd.Process == nil {
-		return
+		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	defer func() { p.cmd = nil }()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("cannot stop postgres: %w", err)
+	}
 	select {
-	case <-p.exit:
+	case err := <-p.exit:
+		return err
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exit
+		return fmt.Errorf("postgres did not stop within 30s of SIGINT, killed: %w", <-p.exit)
 	}
-	p.cmd = nil
 }
 
 // Resume starts a halted server again, on the same port and data.
@@ -213,10 +216,13 @@ func (p *Postgres) Resume(ctx context.Context) error {
 
 // freePort is a TCP port of 127.0.0.1 that nothing listens on now.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeLocalAddr()
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(port)
 }

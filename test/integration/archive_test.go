@@ -125,7 +125,7 @@ var _ = Describe("The archive", func() {
 		Expect(conflict.Status.Attempts).To(BeZero())
 		Expect(downstream.Requests(key)).To(Equal(1))
 		recreate(conflict)
-		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+		_, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
 			Parameters: map[string]any{"amount": 9900, "currency": "EUR", "customer": "cus_1"}})
 		Expect(errors.Is(err, sdk.ErrDuplicateConflict)).To(BeTrue(), "Invoke: %v", err)
 		Expect(downstream.Requests(key)).To(Equal(1))
@@ -143,7 +143,7 @@ var _ = Describe("The archive", func() {
 
 	It("holds a new action while the archive cannot check its key, and dispatches it once it can", func() {
 		key := ns + "/order-2001-charge"
-		server.Halt()
+		Expect(server.Halt()).To(Succeed())
 		Expect(k8s.Create(ctx, charge("order-2001-charge", 1500))).To(Succeed())
 		Eventually(func() string {
 			a := env.Get(ns, "order-2001-charge")
