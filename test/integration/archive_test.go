@@ -11,10 +11,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -54,21 +52,7 @@ var _ = Describe("The archive", func() {
 			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
 	})
 
-	charge := func(name string, amount int64) *v1alpha1.ToolAction {
-		return &v1alpha1.ToolAction{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}, Parameters: map[string]apiextensionsv1.JSON{
-				"amount": {Raw: []byte(fmt.Sprint(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(`"cus_1"`)}}},
-		}
-	}
-	gone := func(obj client.Object) func() bool {
-		return func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)) }
-	}
-	recreate := func(obj *v1alpha1.ToolAction) {
-		GinkgoHelper()
-		Expect(k8s.Delete(ctx, obj)).To(Succeed())
-		Eventually(gone(obj)).Should(BeTrue())
-	}
+	charge := func(name string, amount int64) *v1alpha1.ToolAction { return chargeAction(ns, name, amount) }
 	// psql reads the archive as an auditor would: rows of |-separated
 	// columns.
 	psql := func(sql string) []string {

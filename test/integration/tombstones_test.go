@@ -44,27 +44,13 @@ var _ = Describe("Tombstones", func() {
 			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
 	})
 
-	charge := func(name string, amount int64) *v1alpha1.ToolAction {
-		return &v1alpha1.ToolAction{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}, Parameters: map[string]apiextensionsv1.JSON{
-				"amount": {Raw: []byte(fmt.Sprint(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(`"cus_1"`)}}},
-		}
-	}
+	charge := func(name string, amount int64) *v1alpha1.ToolAction { return chargeAction(ns, name, amount) }
 	tombstone := func(name string) func() (*v1alpha1.Tombstone, error) {
 		return func() (*v1alpha1.Tombstone, error) {
 			var t v1alpha1.Tombstone
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &t)
 			return &t, err
 		}
-	}
-	gone := func(obj client.Object) func() bool {
-		return func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj)) }
-	}
-	recreate := func(obj *v1alpha1.ToolAction) {
-		GinkgoHelper()
-		Expect(k8s.Delete(ctx, obj)).To(Succeed())
-		Eventually(gone(obj)).Should(BeTrue())
 	}
 
 	It("outlives the record and answers its key until keyRetention passes, without a request downstream", func() {
@@ -175,3 +161,26 @@ var _ = Describe("Tombstones", func() {
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "tombstone in a terminating namespace: %v", err)
 	})
 })
+
+// chargeAction is a ToolAction of the tool "charge" in ns, for amount EUR
+// cents to customer cus_1.
+func chargeAction(ns, name string, amount int64) *v1alpha1.ToolAction {
+	return &v1alpha1.ToolAction{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.ToolActionSpec{ToolRef: v1alpha1.ToolReference{Name: "charge"}, Parameters: map[string]apiextensionsv1.JSON{
+			"amount": {Raw: []byte(fmt.Sprint(amount))}, "currency": {Raw: []byte(`"EUR"`)}, "customer": {Raw: []byte(`"cus_1"`)}}},
+	}
+}
+
+// gone reports, when called, whether obj has left the API server.
+func gone(obj client.Object) func() bool {
+	return func() bool { return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)) }
+}
+
+// recreate deletes obj and waits until it is gone, so that its name can be
+// created again.
+func recreate(obj *v1alpha1.ToolAction) {
+	GinkgoHelper()
+	Expect(k8s.Delete(context.Background(), obj)).To(Succeed())
+	Eventually(gone(obj)).Should(BeTrue())
+}
