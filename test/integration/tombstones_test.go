@@ -174,7 +174,9 @@ func chargeAction(ns, name string, amount int64) *v1alpha1.ToolAction {
 
 // gone reports, when called, whether obj has left the API server.
 func gone(obj client.Object) func() bool {
-	return func() bool { return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)) }
+	return func() bool {
+		return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	}
 }
 
 // recreate deletes obj and waits until it is gone, so that its name can be
