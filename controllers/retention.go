@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 )
 
 // retirement is what the retention rules make of a finished record.
@@ -161,13 +162,16 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: &t.Spec.ToolSpec})
 	}
 	var errs []error
+	if r.Archive != nil {
+		errs = append(errs, s.archiveTombstones(ctx))
+	}
 	for _, target := range targets {
 		if earliestRetention(target.spec) != nil {
 			for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
 				errs = append(errs, s.sweepActions(ctx, target, phase))
 			}
 		}
-		if target.spec.KeyRetention != nil {
+		if target.spec.KeyRetention != nil && r.Archive == nil {
 			errs = append(errs, s.sweepTombstones(ctx, target))
 		}
 	}
@@ -249,6 +253,52 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 		}
 		opts = append(opts, client.Continue(page.Continue))
 	}
+}
+
+// archiveTombstones moves the Tombstones written before the manager had an
+// archive into it, at the Pacer's rate: each is archived, then deleted, so
+// that the key is kept at every moment.
+func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
+	r := s.Reconciler
+	opts := []client.ListOption{client.Limit(listPage)}
+	for {
+		var page v1alpha1.TombstoneList
+		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
+			return fmt.Errorf("cannot list the Tombstones to archive: %w", err)
+		}
+		for i := range page.Items {
+			tomb := &page.Items[i]
+			if !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
+				continue
+			}
+			if err := s.waitTurn(ctx, tomb.UID); err != nil {
+				return err
+			}
+			if err := archiveTombstone(ctx, r.Archive, r.Client, tomb); err != nil {
+				return err
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		opts = append(opts, client.Continue(page.Continue))
+	}
+}
+
+func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone) error {
+	rec, err := archive.RecordFromTombstone(tomb)
+	if err != nil {
+		return err
+	}
+	if err := store.Keep(ctx, rec); err != nil {
+		return err
+	}
+	err = c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot delete the archived Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Moved a Tombstone into the archive", "tombstone", client.ObjectKeyFromObject(tomb))
+	return nil
 }
 
 // waitTurn holds the sweep until the Pacer gives uid its turn.

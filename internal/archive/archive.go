@@ -125,6 +125,26 @@ func NewRecord(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy str
 	return r, nil
 }
 
+// RecordFromTombstone is the archive's record of a key kept by a Tombstone
+// written before the manager had an archive. Its document is the Tombstone,
+// the only record of the action left.
+func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
+	kept := tomb.DeepCopy()
+	kept.ManagedFields = nil
+	kept.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Tombstone"}
+	doc, err := json.Marshal(kept)
+	if err != nil {
+		return Record{}, fmt.Errorf("cannot encode Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	t := tomb.Record
+	return Record{
+		UID: t.ActionUID, Namespace: tomb.Namespace, Key: tomb.Name, Tool: t.ToolRef, IdempotencyClass: t.IdempotencyClass,
+		RequestDigest: t.RequestDigest, Phase: t.Phase, ErrorClass: t.ErrorClass, ErrorReason: t.ErrorReason,
+		ExternalRef: t.ExternalRef, Attempts: t.Attempts, GuardsKey: true, CompletionTime: t.CompletionTime.Time,
+		Cause: t.Cause, DeletedBy: t.DeletedBy, DeletionTime: t.DeletionTime.Time, Action: doc,
+	}, nil
+}
+
 // Tombstone is the record as the key check reads it: what a Tombstone
 // would hold.
 func (r *Record) Tombstone() v1alpha1.TombstoneRecord {

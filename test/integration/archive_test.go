@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -145,5 +146,40 @@ var _ = Describe("The archive", func() {
 		Expect(server.Resume(ctx)).To(Succeed())
 		Eventually(func() v1alpha1.Phase { return env.Get(ns, "order-2001-charge").Status.Phase }, 2*time.Minute).Should(Equal(v1alpha1.PhaseSucceeded))
 		Expect(downstream.Requests(key)).To(Equal(1))
+	})
+
+	It("moves the Tombstones written before it had an archive into it, and keeps answering their keys", func() {
+		key := ns + "/order-3001-charge"
+		// A Tombstone as a manager without an archive wrote it, before this
+		// one started: only the manager may write one (the guard policy).
+		asManager, err := client.New(testenv.AsManager(env.Config), client.Options{Scheme: k8s.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		original := chargeAction(ns, "order-3001-charge", 4200)
+		// The request's digest, as the manager computes it (it does not
+		// cover the key): that of the same request under another key.
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-3000-charge", 4200))).To(Succeed())
+		digest := env.WaitForPhase(ns, "order-3000-charge", v1alpha1.PhaseSucceeded).Status.RequestDigest
+		completed := metav1.NewTime(clock.Now().Add(-time.Hour))
+		tomb := &v1alpha1.Tombstone{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "order-3001-charge",
+				Labels: map[string]string{v1alpha1.LabelTool: "charge", v1alpha1.LabelToolKind: v1alpha1.KindTool}},
+			Record: v1alpha1.TombstoneRecord{ActionUID: "3f1c2a9e-0000-4000-8000-000000003001", RequestDigest: digest, Phase: v1alpha1.PhaseSucceeded,
+				ExternalRef: "ch_before_the_archive", Attempts: 1, CompletionTime: completed, ToolRef: v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "charge"},
+				IdempotencyClass: v1alpha1.NonRepeatable, Cause: v1alpha1.TombstoneCauseDeleted, DeletionTime: completed},
+		}
+		Expect(asManager.Create(ctx, tomb)).To(Succeed())
+
+		By("the sweep archives it, then deletes it")
+		Eventually(gone(tomb)).Should(BeTrue())
+		Expect(psql(fmt.Sprintf(`SELECT uid, external_ref, request_digest, guards_key, cause, action->>'kind'
+			FROM toolledger_records WHERE namespace = '%s' AND key = 'order-3001-charge'`, ns))).To(Equal([]string{
+			fmt.Sprintf("3f1c2a9e-0000-4000-8000-000000003001|ch_before_the_archive|%s|t|Deleted|Tombstone", digest)}))
+
+		By("its key is answered from the archive")
+		Expect(k8s.Create(ctx, original)).To(Succeed())
+		again := env.WaitForPhase(ns, "order-3001-charge", v1alpha1.PhaseSucceeded)
+		Expect(again.Status.ExternalRef).To(Equal("ch_before_the_archive"))
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
+		Expect(downstream.Requests(key)).To(BeZero())
 	})
 })
