@@ -68,10 +68,22 @@ func earliestRetention(spec *v1alpha1.ToolSpec) *time.Duration {
 	return record
 }
 
+// retentionOf is the spec whose retentions apply to a tool's records: with
+// an archive, a tool that sets no recordRetention keeps its finished records
+// in etcd for ArchiveRecordRetention, then in the archive.
+func (r *ToolActionReconciler) retentionOf(spec *v1alpha1.ToolSpec) *v1alpha1.ToolSpec {
+	if r.Archive == nil || spec.RecordRetention != nil || r.ArchiveRecordRetention <= 0 {
+		return spec
+	}
+	defaulted := *spec
+	defaulted.RecordRetention = &metav1.Duration{Duration: r.ArchiveRecordRetention}
+	return &defaulted
+}
+
 // expire applies the retention rules to a finished action, at the pace the
 // Pacer allows.
 func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
-	due, after := retention(action, tool, r.Clock.Now())
+	due, after := retention(action, &v1alpha1.Tool{Spec: *r.retentionOf(&tool.Spec)}, r.Clock.Now())
 	if due == keepRecord {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
@@ -155,11 +167,11 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 	var targets []sweepTarget
 	for i := range tools.Items {
 		t := &tools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: &t.Spec})
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: r.retentionOf(&t.Spec)})
 	}
 	for i := range clusterTools.Items {
 		t := &clusterTools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: &t.Spec.ToolSpec})
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: r.retentionOf(&t.Spec.ToolSpec)})
 	}
 	var errs []error
 	if r.Archive != nil {

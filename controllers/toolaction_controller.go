@@ -75,6 +75,9 @@ type ToolActionReconciler struct {
 	// Archive keeps finished records and their keys outside etcd; nil
 	// keeps keys in Tombstones.
 	Archive *archive.Store
+	// ArchiveRecordRetention is how long, with an archive, the finished
+	// records of a tool that sets no recordRetention stay in etcd.
+	ArchiveRecordRetention time.Duration
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

@@ -536,6 +536,9 @@ type ToolSpec struct {
 	// after completion. The record is then deleted; an action that was
 	// dispatched leaves a Tombstone, which keeps its key until keyRetention.
 	// Unset keeps records until keyRetention, or until someone deletes them.
+	// With an archive (the manager's --archive-dsn) the record moves to the
+	// archive instead, which keeps the key, and unset means the manager's
+	// --archive-record-retention (5m by default).
 	// +optional
 	RecordRetention *metav1.Duration `json:"recordRetention,omitempty"`
 

@@ -46,7 +46,7 @@ var _ = Describe("The archive", func() {
 		dsn = server.DSN
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive", LeaseGrace: time.Second,
-			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn})
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn, ArchiveRecordRetention: 10 * time.Minute})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
 		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
@@ -181,5 +181,23 @@ var _ = Describe("The archive", func() {
 		Expect(again.Status.ExternalRef).To(Equal("ch_before_the_archive"))
 		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
 		Expect(downstream.Requests(key)).To(BeZero())
+	})
+
+	It("moves a finished record out of etcd after the archive's recordRetention when its Tool sets none", func() {
+		env.CreateTool(ns, "refund", testenv.WithClass(v1alpha1.NonRepeatable))
+		refund := chargeAction(ns, "order-4001-refund", 700)
+		refund.Spec.ToolRef.Name = "refund"
+		Expect(k8s.Create(ctx, refund)).To(Succeed())
+		done := env.WaitForPhase(ns, "order-4001-refund", v1alpha1.PhaseSucceeded)
+
+		By("within the archive's recordRetention the record stays in etcd")
+		clock.Step(9 * time.Minute)
+		Consistently(gone(done.DeepCopy()), time.Second).Should(BeFalse())
+
+		By("past it, the record leaves etcd for the archive")
+		clock.Step(2 * time.Minute)
+		Eventually(gone(done.DeepCopy())).Should(BeTrue())
+		Expect(psql(fmt.Sprintf(`SELECT uid, cause FROM toolledger_records WHERE namespace = '%s' AND key = 'order-4001-refund'`, ns))).
+			To(Equal([]string{fmt.Sprintf("%s|RecordRetention", done.UID)}))
 	})
 })

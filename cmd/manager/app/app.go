@@ -121,6 +121,10 @@ type Options struct {
 	// ArchiveDSN is the PostgreSQL database that keeps finished records
 	// and their keys (docs/archive.md); empty keeps keys in Tombstones.
 	ArchiveDSN string
+	// ArchiveRecordRetention is how long, with an archive, the finished
+	// records of a tool that sets no recordRetention stay in etcd;
+	// DefaultArchiveRecordRetention when zero.
+	ArchiveRecordRetention time.Duration
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -150,6 +154,13 @@ func CacheOptions() cache.Options {
 func ClientOptions() client.Options {
 	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&v1alpha1.Tombstone{}}}}
 }
+
+// DefaultArchiveRecordRetention is how long, with an archive, a finished
+// record stays in etcd unless its tool says otherwise: time for every
+// reader that waits on it (kubectl wait, the SDK, a GitOps health check)
+// and for a person to look at a fresh failure, while the records the API
+// server holds stay a few minutes' worth (docs/archive.md).
+const DefaultArchiveRecordRetention = 5 * time.Minute
 
 // DefaultRetentionRate is the retention writes a second a manager makes
 // by default: 100k records coming due at once are retired in about an hour.
@@ -222,6 +233,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.RetentionSweep <= 0 {
 		opts.RetentionSweep = time.Minute
+	}
+	if opts.ArchiveRecordRetention <= 0 {
+		opts.ArchiveRecordRetention = DefaultArchiveRecordRetention
 	}
 	if opts.RetentionRate <= 0 {
 		opts.RetentionRate = DefaultRetentionRate
@@ -399,6 +413,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
 		Dispatcher:              dispatcher,
 		Queue:                   queue,
+		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
 	}
 	if opts.ArchiveDSN != "" {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
