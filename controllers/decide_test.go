@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -524,6 +525,39 @@ func TestRetention(t *testing.T) {
 	}
 	if got, _ := retention(newAction(v1alpha1.PhaseSucceeded), withTool(v1alpha1.KeyProtected).tool, t0); got != keepRecord {
 		t.Errorf("retention without a completion time = %d, want keepRecord", got)
+	}
+}
+
+// With an archive, a tool that sets no recordRetention has its records
+// leave etcd after the manager's default; its own setting wins, and
+// without an archive nothing changes.
+func TestRetentionWithAnArchive(t *testing.T) {
+	hours := func(h int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(h) * time.Hour} }
+	archiving := &ToolActionReconciler{Archive: &archive.Store{}, ArchiveRecordRetention: 5 * time.Minute}
+	finished := newAction(v1alpha1.PhaseSucceeded, attempts(1), completedAgo(10*time.Minute))
+	tests := []struct {
+		name       string
+		reconciler *ToolActionReconciler
+		record     *metav1.Duration
+		want       retirement
+		wantAfter  time.Duration
+	}{
+		{"no recordRetention, an archive: the default applies", archiving, nil, toTombstone, 0},
+		{"the tool's recordRetention wins over the default", archiving, hours(1), keepRecord, 50 * time.Minute},
+		{"no archive: kept for good, as before", &ToolActionReconciler{ArchiveRecordRetention: 5 * time.Minute}, nil, keepRecord, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := withTool(v1alpha1.KeyProtected).tool
+			tool.Spec.RecordRetention = tt.record
+			spec := tt.reconciler.retentionOf(&tool.Spec)
+			if got, after := retention(finished, &v1alpha1.Tool{Spec: *spec}, t0); got != tt.want || after != tt.wantAfter {
+				t.Errorf("retention = %d, %s; want %d, %s", got, after, tt.want, tt.wantAfter)
+			}
+			if tool.Spec.RecordRetention != tt.record {
+				t.Error("retentionOf changed the tool's own spec")
+			}
+		})
 	}
 }
 
