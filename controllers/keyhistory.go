@@ -135,16 +135,19 @@ type archiveHistory struct {
 	tombstones tombstoneHistory
 }
 
-// earlier reads the newest archived record that guards the key. One whose
-// key retention has passed by the action's tool answers nothing: the key
-// may mean a new intent.
+// earlier reads the key's Tombstone, written before the archive, then the
+// newest archived record that guards the key. In that order: the sweep
+// moves a Tombstone by archiving it, then deleting it, so this reader finds
+// it in one place at least. An archived record whose key retention has
+// passed by the action's tool answers nothing: the key may mean a new
+// intent.
 func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*earlierRecord, error) {
-	rec, err := h.store.Guarding(ctx, action.Namespace, action.Name)
-	if err != nil {
-		return nil, err
+	if kept, err := h.tombstones.earlier(ctx, action, tool); kept != nil || err != nil {
+		return kept, err
 	}
-	if rec == nil {
-		return h.tombstones.earlier(ctx, action, tool)
+	rec, err := h.store.Guarding(ctx, action.Namespace, action.Name)
+	if rec == nil || err != nil {
+		return nil, err
 	}
 	if sameTool(action, rec.Tool) && keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now()) {
 		return nil, nil
@@ -152,13 +155,14 @@ func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction
 	return fromArchive(rec), nil
 }
 
+// settled reads as earlier does, whatever the retention.
 func (h archiveHistory) settled(ctx context.Context, key types.NamespacedName) (*earlierRecord, error) {
-	rec, err := h.store.Guarding(ctx, key.Namespace, key.Name)
-	if err != nil {
-		return nil, err
+	if kept, err := h.tombstones.settled(ctx, key); kept != nil || err != nil {
+		return kept, err
 	}
-	if rec == nil {
-		return h.tombstones.settled(ctx, key)
+	rec, err := h.store.Guarding(ctx, key.Namespace, key.Name)
+	if rec == nil || err != nil {
+		return nil, err
 	}
 	return fromArchive(rec), nil
 }
@@ -174,6 +178,9 @@ func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, t
 	if err != nil {
 		return err
 	}
+	// A record kept after its key retention passed is history only: its
+	// key is free, whatever tool asks for it next.
+	rec.GuardsKey = rec.GuardsKey && !keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now())
 	if err := h.store.Keep(ctx, rec); err != nil {
 		return err
 	}

@@ -52,8 +52,10 @@ func (r *ToolActionReconciler) callIn(ctx context.Context, s *dispatch.Slot, key
 	release := r.Queue.Carry(ctx)
 	ctx = context.WithoutCancel(ctx)
 	s.Run(func() {
-		defer release()
 		result, err := call(ctx)
+		// Released first: a reconcile the result queues must not be turned
+		// away by this call's own hold, which would forget its backoff.
+		release()
 		r.Queue.Result(ctx, key, result, err)
 	})
 }

@@ -54,12 +54,16 @@ func main() {
 		}
 		return nil
 	})
-	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", os.Getenv("TOOLLEDGER_ARCHIVE_DSN"), "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
+	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
 	flag.DurationVar(&opts.ArchiveRecordRetention, "archive-record-retention", app.DefaultArchiveRecordRetention, "With --archive-dsn, how long the finished records of a Tool that sets no recordRetention stay in etcd before they leave for the archive; a Tool's own recordRetention wins.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	opts.QuietRoutineEvents = !*routineEvents
+	// Read after the flags, so that --help never prints a password.
+	if opts.ArchiveDSN == "" {
+		opts.ArchiveDSN = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 

@@ -43,8 +43,10 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	s := &Store{pool: pool}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
+		observe("ping", err)
 		return nil, err
 	}
+	observe("ping", nil)
 	return s, nil
 }
 

@@ -139,6 +139,31 @@ func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
 	}
 }
 
+// A role that may read the migrations and read and insert records, and
+// nothing else, runs a manager once the schema is migrated.
+func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
+	dsn := database(t)
+	open(t, dsn).Close()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), `CREATE ROLE ledger_writer LOGIN;
+		GRANT SELECT ON toolledger_schema_migrations TO ledger_writer;
+		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer`); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, strings.Replace(dsn, "toolledger@", "ledger_writer@", 1))
+	ctx := context.Background()
+	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Guarding(ctx, "shop", "order-1"); err != nil || got == nil || got.UID != "u-1" {
+		t.Fatalf("Guarding as the least-privileged role: %v, %v", got, err)
+	}
+}
+
 func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)

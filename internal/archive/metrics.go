@@ -3,10 +3,13 @@ package archive
 import "github.com/prometheus/client_golang/prometheus"
 
 var (
-	archiveUp = prometheus.NewGauge(prometheus.GaugeOpts{
+	// archiveUp has no labels; as a vector, it exports nothing until a
+	// manager with an archive sets it, so that the alert on it stays quiet
+	// where there is no archive.
+	archiveUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "toolledger_archive_up",
-		Help: "1 while this manager's last use of the archive (a key check, a keep, or its ping every 10s) succeeded; 0 while the archive cannot be reached: new actions wait for their key check and no record retires.",
-	})
+		Help: "With an archive: 1 while this manager's last use of it (a key check, a keep, or its ping every 10s) succeeded; 0 while it cannot be reached: new actions wait for their key check and no record retires. Absent without an archive.",
+	}, nil)
 	archiveErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_archive_errors_total",
 		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), ping.",
@@ -21,9 +24,9 @@ func Metrics() []prometheus.Collector {
 // observe records the outcome of one use of the archive.
 func observe(operation string, err error) {
 	if err != nil {
-		archiveUp.Set(0)
+		archiveUp.WithLabelValues().Set(0)
 		archiveErrors.WithLabelValues(operation).Inc()
 		return
 	}
-	archiveUp.Set(1)
+	archiveUp.WithLabelValues().Set(1)
 }

@@ -45,8 +45,19 @@ func SchemaVersion() int { return len(migrations) }
 
 // migrate brings the schema to SchemaVersion in one transaction, under the
 // migration lock. A database already newer than this build is refused: an
-// older manager must not write to a schema it does not know.
+// older manager must not write to a schema it does not know. A schema
+// already at this version is only read, so that a role that may read the
+// migrations and read and insert records, and nothing more, can start.
 func (s *Store) migrate(ctx context.Context) error {
+	current, err := s.version(ctx)
+	switch {
+	case err != nil:
+		return err
+	case current == len(migrations):
+		return nil
+	case current > len(migrations):
+		return newerSchema(current)
+	}
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return fmt.Errorf("cannot take the archive's migration lock: %w", err)
@@ -62,7 +73,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("cannot read the archive's schema version: %w", err)
 		}
 		if current > len(migrations) {
-			return fmt.Errorf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", current, len(migrations))
+			return newerSchema(current)
 		}
 		for v := current + 1; v <= len(migrations); v++ {
 			if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
@@ -74,4 +85,25 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// version is the schema's version, read without taking the lock or making
+// any table; 0 before the first migration.
+func (s *Store) version(ctx context.Context) (int, error) {
+	var migrated bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('toolledger_schema_migrations') IS NOT NULL`).Scan(&migrated); err != nil {
+		return 0, fmt.Errorf("cannot read the archive's schema version: %w", err)
+	}
+	if !migrated {
+		return 0, nil
+	}
+	var current int
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM toolledger_schema_migrations`).Scan(&current); err != nil {
+		return 0, fmt.Errorf("cannot read the archive's schema version: %w", err)
+	}
+	return current, nil
+}
+
+func newerSchema(current int) error {
+	return fmt.Errorf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", current, len(migrations))
 }

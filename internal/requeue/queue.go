@@ -41,6 +41,10 @@ type Queue struct {
 	// the cache may still hold the version before the change that queued
 	// them.
 	fresh map[types.NamespacedName]bool
+	// early are the keys handed over before the controller started the
+	// source: a finished action being deleted is not in the cache, so the
+	// controller's first list would not bring it.
+	early map[types.NamespacedName]bool
 }
 
 // hold is one key's piece of work: a reconcile, and the calls it carried
@@ -55,17 +59,24 @@ type hold struct {
 	owed bool
 }
 
-// New returns a Queue; until Source is started by a controller, what it is
-// handed is dropped (the controller's first list reconciles every object).
+// New returns a Queue; what it is handed before a controller starts its
+// Source is queued then.
 func New() *Queue {
-	return &Queue{held: map[types.NamespacedName]*hold{}, fresh: map[types.NamespacedName]bool{}}
+	return &Queue{held: map[types.NamespacedName]*hold{}, fresh: map[types.NamespacedName]bool{}, early: map[types.NamespacedName]bool{}}
 }
 
 // Source is the controller source through which the Queue reaches the
-// controller's work queue; it queues nothing itself.
+// controller's work queue; starting, it queues the keys handed over before.
 func (q *Queue) Source() source.Source {
 	return source.Func(func(_ context.Context, wq workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.mu.Lock()
 		q.queue.Store(&wq)
+		early := q.early
+		q.early = nil
+		q.mu.Unlock()
+		for key := range early {
+			wq.Add(reconcile.Request{NamespacedName: key})
+		}
 		return nil
 	})
 }
@@ -77,7 +88,15 @@ func (q *Queue) Started() bool { return q.queue.Load() != nil }
 
 // Add has key reconciled.
 func (q *Queue) Add(key types.NamespacedName) {
-	if wq := q.queue.Load(); wq != nil {
+	wq := q.queue.Load()
+	if wq == nil {
+		q.mu.Lock()
+		if wq = q.queue.Load(); wq == nil {
+			q.early[key] = true
+		}
+		q.mu.Unlock()
+	}
+	if wq != nil {
 		(*wq).Add(reconcile.Request{NamespacedName: key})
 	}
 }

@@ -221,3 +221,13 @@ func TestProgressingWhenNothingWaitsOrAReconcileReturnedLately(t *testing.T) {
 		t.Fatal("a reconcile that just returned is progress")
 	}
 }
+
+// A finished action being deleted is not in the cache: a deletion the
+// watch hands over before the controller starts must not be dropped.
+func TestKeysHandedOverBeforeTheStartAreQueuedThen(t *testing.T) {
+	p := newProbe(t, 0)
+	key := types.NamespacedName{Namespace: "shop", Name: "order-1"}
+	p.queue.Add(key)
+	startController(t, p)
+	eventually(t, "the reconcile of the key handed over before the start", func() bool { return p.reconciles.Load() == 1 })
+}

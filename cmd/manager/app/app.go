@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -482,24 +481,33 @@ func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Pinged every 10s, so that toolledger_archive_up tells of an archive
-	// lost while no action needs it; closed when the manager stops.
-	watch := manager.RunnableFunc(func(ctx context.Context) error {
-		defer store.Close()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(10 * time.Second):
-				if err := store.Ping(ctx); err != nil && ctx.Err() == nil {
-					ctrl.Log.WithName("archive").Error(err, "The archive cannot be reached: new actions wait for their key check, and no record retires")
-				}
-			}
-		}
-	})
+	watch := &archiveWatch{store: store}
 	if err := mgr.Add(watch); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("cannot add the archive: %w", err)
 	}
 	return store, nil
+}
+
+// archiveWatch pings the archive every 10s, so that toolledger_archive_up
+// tells of an archive lost while no action needs it, and closes it when the
+// manager stops. Every replica uses its archive, leader or not.
+type archiveWatch struct {
+	store *archive.Store
+}
+
+func (w *archiveWatch) NeedLeaderElection() bool { return false }
+
+func (w *archiveWatch) Start(ctx context.Context) error {
+	defer w.store.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(10 * time.Second):
+			if err := w.store.Ping(ctx); err != nil && ctx.Err() == nil {
+				ctrl.Log.WithName("archive").Error(err, "The archive cannot be reached: new actions wait for their key check, and no record retires")
+			}
+		}
+	}
 }
