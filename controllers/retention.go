@@ -235,36 +235,19 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 	tool := &v1alpha1.Tool{Spec: *target.spec}
 	opts := []client.ListOption{
 		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(target.name), v1alpha1.LabelToolKind: target.kind})},
-		client.Limit(listPage),
 	}
 	if target.namespace != "" {
 		opts = append(opts, client.InNamespace(target.namespace))
 	}
-	for {
-		var page v1alpha1.TombstoneList
-		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list the Tombstones of %s %s: %w", target.kind, target.name, err)
-		}
-		for i := range page.Items {
-			tomb := &page.Items[i]
-			if !keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
-				continue
-			}
-			if err := s.waitTurn(ctx, tomb.UID); err != nil {
-				return err
-			}
-			if r.Pacer.turn(tomb.UID, r.Clock.Now()) > 0 {
-				continue // the clock has not reached the turn (an injected one)
-			}
-			if err := unbury(ctx, r.Client, tomb); err != nil {
-				return err
-			}
-		}
-		if page.Continue == "" {
-			return nil
-		}
-		opts = append(opts, client.Continue(page.Continue))
+	expired := func(tomb *v1alpha1.Tombstone) bool {
+		return keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now())
 	}
+	return s.eachOwnedTombstone(ctx, fmt.Sprintf("of %s %s", target.kind, target.name), opts, expired, func(tomb *v1alpha1.Tombstone) error {
+		if r.Pacer.turn(tomb.UID, r.Clock.Now()) > 0 {
+			return nil // the clock has not reached the turn (an injected one)
+		}
+		return unbury(ctx, r.Client, tomb)
+	})
 }
 
 // archiveTombstones moves the Tombstones written before the manager had an
@@ -272,21 +255,33 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 // that the key is kept at every moment.
 func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
 	r := s.Reconciler
-	opts := []client.ListOption{client.Limit(listPage)}
+	every := func(*v1alpha1.Tombstone) bool { return true }
+	return s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
+		return archiveTombstone(ctx, r.Archive, r.Client, tomb)
+	})
+}
+
+// eachOwnedTombstone reads the Tombstones opts select from the API server,
+// a page at a time, and hands do, each at its turn of the Pacer, those of
+// this replica's keys that want accepts; what names them in errors.
+func (s *RetentionSweep) eachOwnedTombstone(ctx context.Context, what string, opts []client.ListOption,
+	want func(*v1alpha1.Tombstone) bool, do func(*v1alpha1.Tombstone) error) error {
+	r := s.Reconciler
+	opts = append(opts, client.Limit(listPage))
 	for {
 		var page v1alpha1.TombstoneList
 		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list the Tombstones to archive: %w", err)
+			return fmt.Errorf("cannot list the Tombstones %s: %w", what, err)
 		}
 		for i := range page.Items {
 			tomb := &page.Items[i]
-			if !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
+			if !want(tomb) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
 				continue
 			}
 			if err := s.waitTurn(ctx, tomb.UID); err != nil {
 				return err
 			}
-			if err := archiveTombstone(ctx, r.Archive, r.Client, tomb); err != nil {
+			if err := do(tomb); err != nil {
 				return err
 			}
 		}

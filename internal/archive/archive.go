@@ -152,9 +152,9 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
 func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 	return v1alpha1.TombstoneRecord{
 		ActionUID: r.UID, RequestDigest: r.RequestDigest, Phase: r.Phase, ExternalRef: r.ExternalRef,
-		Attempts: r.Attempts, CompletionTime: metaTime(r.CompletionTime), ToolRef: r.Tool,
+		Attempts: r.Attempts, CompletionTime: metav1.NewTime(r.CompletionTime), ToolRef: r.Tool,
 		IdempotencyClass: r.IdempotencyClass, ErrorClass: r.ErrorClass, ErrorReason: r.ErrorReason,
-		Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metaTime(r.DeletionTime),
+		Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metav1.NewTime(r.DeletionTime),
 	}
 }
 
@@ -187,20 +187,22 @@ FROM toolledger_records
 WHERE namespace = $1 AND key = $2 AND guards_key
 ORDER BY completion_time DESC
 LIMIT 1`, namespace, key)
+	var r Record
 	if err == nil {
-		var r Record
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
-		if errors.Is(err, pgx.ErrNoRows) {
-			observe("check", nil)
-			return nil, nil
-		}
-		if err == nil {
-			observe("check", nil)
-			return &r, nil
-		}
+	}
+	found := !errors.Is(err, pgx.ErrNoRows)
+	if !found {
+		err = nil
 	}
 	observe("check", err)
-	return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
+	case !found:
+		return nil, nil
+	}
+	return &r, nil
 }
 
 const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
@@ -218,5 +220,3 @@ func scanRecord(row pgx.CollectableRow) (Record, error) {
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
 	return r, err
 }
-
-func metaTime(t time.Time) metav1.Time { return metav1.NewTime(t) }

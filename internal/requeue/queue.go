@@ -51,10 +51,9 @@ type Queue struct {
 // off the workers. It ends when all of them have.
 type hold struct {
 	key types.NamespacedName
-	// reconciling: the reconcile that took the hold has not returned.
-	reconciling bool
-	// carriers counts the calls off the workers that carry the hold.
-	carriers int
+	// parts counts what still holds the key: the reconcile until it
+	// returns, and each call it carried until that call ends.
+	parts int
 	// owed: a reconcile was turned away while the key was held.
 	owed bool
 }
@@ -153,7 +152,7 @@ func (q *Queue) Serialize(inner reconcile.Reconciler) reconcile.Reconciler {
 		if h == nil {
 			return reconcile.Result{}, nil
 		}
-		defer q.leave(h)
+		defer q.done(h)
 		return inner.Reconcile(context.WithValue(ctx, holdKey{}, h), req)
 	})
 }
@@ -167,17 +166,10 @@ func (q *Queue) Carry(ctx context.Context) (release func()) {
 		return func() {}
 	}
 	q.mu.Lock()
-	h.carriers++
+	h.parts++
 	q.mu.Unlock()
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			q.mu.Lock()
-			h.carriers--
-			q.mu.Unlock()
-			q.endIfDone(h)
-		})
-	}
+	return func() { once.Do(func() { q.done(h) }) }
 }
 
 // enter holds key for a reconcile; nil when it is held already, and then
@@ -189,24 +181,17 @@ func (q *Queue) enter(key types.NamespacedName) *hold {
 		h.owed = true
 		return nil
 	}
-	h := &hold{key: key, reconciling: true}
+	h := &hold{key: key, parts: 1}
 	q.held[key] = h
 	return h
 }
 
-// leave ends a reconcile's part of its hold.
-func (q *Queue) leave(h *hold) {
+// done ends one part of h: its reconcile, or a call it carried. The last
+// frees the key, and queues it again if a reconcile was turned away
+// meanwhile.
+func (q *Queue) done(h *hold) {
 	q.mu.Lock()
-	h.reconciling = false
-	q.mu.Unlock()
-	q.endIfDone(h)
-}
-
-// endIfDone frees h's key once its reconcile and calls have all ended, and
-// queues the key again if a reconcile was turned away meanwhile.
-func (q *Queue) endIfDone(h *hold) {
-	q.mu.Lock()
-	if h.reconciling || h.carriers > 0 || q.held[h.key] != h {
+	if h.parts--; h.parts > 0 {
 		q.mu.Unlock()
 		return
 	}

@@ -177,7 +177,7 @@ func TestAReconcileTurnedAwayByACallIsOwedOne(t *testing.T) {
 	// A call off the workers holds the key, as callIn does.
 	h := p.queue.enter(key)
 	release := p.queue.Carry(context.WithValue(context.Background(), holdKey{}, h))
-	p.queue.leave(h)
+	p.queue.done(h)
 
 	p.queue.Add(key)
 	eventually(t, "the reconcile was turned away", func() bool {
