@@ -181,26 +181,43 @@ ON CONFLICT (uid) DO NOTHING`,
 // Guarding returns the newest archived record that guards the key of
 // namespace, or nil when none does: one indexed query.
 func (s *Store) Guarding(ctx context.Context, namespace, key string) (*Record, error) {
+	r, err := s.newest(ctx, "check", namespace, key, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
+	}
+	return r, nil
+}
+
+// Newest returns the newest archived record of the key of namespace,
+// whether it guards the key or not; nil when the archive has none.
+func (s *Store) Newest(ctx context.Context, namespace, key string) (*Record, error) {
+	r, err := s.newest(ctx, "read", namespace, key, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot read key %s/%s: %w", ErrUnavailable, namespace, key, err)
+	}
+	return r, nil
+}
+
+// newest reads the newest record of a key, only among those that guard it
+// when guarding; nil when there is none. operation names it in the metrics.
+func (s *Store) newest(ctx context.Context, operation, namespace, key string, guarding bool) (*Record, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT `+recordColumns+`
 FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND guards_key
+WHERE namespace = $1 AND key = $2 AND (guards_key OR NOT $3)
 ORDER BY completion_time DESC
-LIMIT 1`, namespace, key)
+LIMIT 1`, namespace, key, guarding)
 	var r Record
 	if err == nil {
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
 	}
-	found := !errors.Is(err, pgx.ErrNoRows)
-	if !found {
-		err = nil
-	}
-	observe("check", err)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
-	case !found:
+	if errors.Is(err, pgx.ErrNoRows) {
+		observe(operation, nil)
 		return nil, nil
+	}
+	observe(operation, err)
+	if err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
@@ -219,4 +236,48 @@ func scanRecord(row pgx.CollectableRow) (Record, error) {
 	r.UID, r.IdempotencyClass, r.Phase, r.ErrorClass = types.UID(uid), v1alpha1.IdempotencyClass(class), v1alpha1.Phase(phase), v1alpha1.ErrorClass(errorClass)
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
 	return r, err
+}
+
+// Position is where a page of List starts: after the record it names.
+// The zero Position starts at the beginning.
+type Position struct {
+	Namespace      string    `json:"n"`
+	Key            string    `json:"k"`
+	CompletionTime time.Time `json:"t"`
+	UID            types.UID `json:"u"`
+}
+
+// List returns at most limit records of namespace ("" for every
+// namespace) after from, ordered by namespace, key, completion time and
+// uid, and the position of the next page, or nil when there is no more.
+// Each page is one query on the primary ordering, however deep it starts.
+func (s *Store) List(ctx context.Context, namespace string, from Position, limit int) ([]Record, *Position, error) {
+	rows, err := s.pool.Query(ctx, `
+SELECT `+recordColumns+`
+FROM toolledger_records
+WHERE ($1 = '' OR namespace = $1)
+	AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)
+ORDER BY namespace, key, completion_time, uid
+LIMIT $6`, namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit+1)
+	var records []Record
+	if err == nil {
+		records, err = pgx.CollectRows(rows, scanRecord)
+	}
+	observe("list", err)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
+	}
+	if len(records) <= limit {
+		return records, nil, nil
+	}
+	records = records[:limit]
+	last := records[limit-1]
+	return records, &Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, nil
+}
+
+func scope(namespace string) string {
+	if namespace == "" {
+		return "every namespace"
+	}
+	return "namespace " + namespace
 }

@@ -12,7 +12,7 @@ var (
 	}, nil)
 	archiveErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_archive_errors_total",
-		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), ping.",
+		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), read and list (the archive API), ping.",
 	}, []string{"operation"})
 )
 

@@ -38,6 +38,10 @@ var migrations = []string{
 	action jsonb NOT NULL
 );
 CREATE INDEX toolledger_records_by_key ON toolledger_records (namespace, key, completion_time DESC);`,
+	// 2: one index in the order the archive's API lists records, which
+	// also serves the key check (scanned backwards).
+	`CREATE INDEX toolledger_records_in_order ON toolledger_records (namespace, key, completion_time, uid);
+DROP INDEX toolledger_records_by_key;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -58,6 +58,8 @@ type ControlPlane struct {
 	Config *rest.Config
 	// Client is an admin client that knows the toolledger types.
 	Client client.Client
+	// frontProxyDir is removed at Stop when the control plane made it.
+	frontProxyDir string
 }
 
 // ControlPlaneOptions shape a control plane. The zero value is what an
@@ -80,12 +82,20 @@ type ControlPlaneOptions struct {
 // config/crd/bases.
 func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 	root := repoRoot()
+	frontProxy, madeDir, err := frontProxyDir(opts.APIServerCertDir)
+	if err != nil {
+		return nil, err
+	}
+	apiServer := &envtest.APIServer{CertDir: opts.APIServerCertDir, Out: opts.APIServerLog, Err: opts.APIServerLog}
+	if err := configureFrontProxy(apiServer, frontProxy); err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: BinDir(),
 		ControlPlane: envtest.ControlPlane{
-			APIServer: &envtest.APIServer{CertDir: opts.APIServerCertDir, Out: opts.APIServerLog, Err: opts.APIServerLog},
+			APIServer: apiServer,
 			Etcd:      &envtest.Etcd{DataDir: opts.EtcdDataDir, Out: opts.EtcdLog, Err: opts.EtcdLog},
 		},
 		ControlPlaneStartTimeout: opts.StartTimeout,
@@ -107,11 +117,60 @@ func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 		_ = env.Stop()
 		return nil, err
 	}
-	return &ControlPlane{Env: env, Config: cfg, Client: c}, nil
+	return &ControlPlane{Env: env, Config: cfg, Client: c, frontProxyDir: madeDir}, nil
 }
 
 // Stop stops the control plane.
-func (p *ControlPlane) Stop() error { return p.Env.Stop() }
+func (p *ControlPlane) Stop() error {
+	err := p.Env.Stop()
+	if p.frontProxyDir != "" {
+		_ = os.RemoveAll(p.frontProxyDir)
+	}
+	return err
+}
+
+// FrontProxyClientName is the name of the API server's front-proxy client
+// certificate, the only one an aggregated API trusts to name users.
+const FrontProxyClientName = "front-proxy-client"
+
+// frontProxyDir is where the front proxy's CA and client certificate are
+// kept: beside the API server's own when those are kept, so that a
+// restarted API server forwards users as before; else a directory of its
+// own, returned as made so that Stop removes it.
+func frontProxyDir(certDir string) (dir, made string, err error) {
+	if certDir != "" {
+		return filepath.Join(certDir, "front-proxy"), "", nil
+	}
+	made, err = os.MkdirTemp("", "toolledger-front-proxy-")
+	return made, made, err
+}
+
+// configureFrontProxy lets the API server forward users to aggregated APIs
+// (the archive API): it gets a front-proxy CA and client certificate, and
+// publishes how it forwards users in kube-system's
+// extension-apiserver-authentication ConfigMap, as a cluster's does.
+func configureFrontProxy(apiServer *envtest.APIServer, dir string) error {
+	ca, err := LoadOrNewCA(dir, "front-proxy-ca")
+	if err != nil {
+		return fmt.Errorf("cannot make the front proxy's CA: %w", err)
+	}
+	client := filepath.Join(dir, "client")
+	if _, err := os.Stat(filepath.Join(client, "tls.crt")); err != nil {
+		if err := ca.Issue(client, FrontProxyClientName); err != nil {
+			return err
+		}
+	}
+	args := apiServer.Configure()
+	args.Set("requestheader-client-ca-file", filepath.Join(dir, "ca.crt"))
+	args.Set("requestheader-allowed-names", FrontProxyClientName)
+	args.Set("requestheader-username-headers", "X-Remote-User")
+	args.Set("requestheader-uid-headers", "X-Remote-Uid")
+	args.Set("requestheader-group-headers", "X-Remote-Group")
+	args.Set("requestheader-extra-headers-prefix", "X-Remote-Extra-")
+	args.Set("proxy-client-cert-file", filepath.Join(client, "tls.crt"))
+	args.Set("proxy-client-key-file", filepath.Join(client, "tls.key"))
+	return nil
+}
 
 // AddAdmin adds a user in system:masters, writes a kubeconfig for it to
 // kubeconfigPath, for the processes and commands a harness runs, and

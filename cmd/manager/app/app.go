@@ -35,6 +35,7 @@ import (
 	"github.com/toolledger/toolledger/internal/adapter/httpcall"
 	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archiveapi"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/requeue"
@@ -124,6 +125,10 @@ type Options struct {
 	// records of a tool that sets no recordRetention stay in etcd;
 	// DefaultArchiveRecordRetention when zero.
 	ArchiveRecordRetention time.Duration
+	// ArchiveAPIAddr is where the archive's aggregated API listens, when
+	// ArchiveAPICertDir holds its serving certificate (tls.crt, tls.key).
+	ArchiveAPIAddr    string
+	ArchiveAPICertDir string
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -418,6 +423,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
 			return err
 		}
+		if err := addArchiveAPI(mgr, opts, reconciler.Archive); err != nil {
+			return err
+		}
 	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
@@ -487,6 +495,30 @@ func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
 		return nil, fmt.Errorf("cannot add the archive: %w", err)
 	}
 	return store, nil
+}
+
+// addArchiveAPI serves the archive's records as the aggregated API
+// archive.toolledger.dev, when a serving certificate is given.
+func addArchiveAPI(mgr ctrl.Manager, opts Options, store *archive.Store) error {
+	log := ctrl.Log.WithName("archive-api")
+	if opts.ArchiveAPICertDir == "" {
+		log.Info("The archive API is off: no --archive-api-cert-dir; records that left etcd are read only by the key check")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	authn, err := archiveapi.NewAuthenticator(ctx, mgr.GetAPIReader())
+	if err != nil {
+		return err
+	}
+	server := &archiveapi.Server{
+		Addr: opts.ArchiveAPIAddr, CertDir: opts.ArchiveAPICertDir, Log: log,
+		Handler: archiveapi.NewHandler(store, authn, mgr.GetClient()),
+	}
+	if err := mgr.Add(server); err != nil {
+		return fmt.Errorf("cannot add the archive API: %w", err)
+	}
+	return nil
 }
 
 // archiveWatch pings the archive every 10s, so that toolledger_archive_up

@@ -1,0 +1,37 @@
+// Package v1alpha1 contains the archive.toolledger.dev/v1alpha1 API:
+// ArchivedToolAction, a finished ledger record that has left etcd for the
+// archive (PostgreSQL). The manager serves it as an aggregated API, so that
+// the API server authenticates and authorizes every read as the caller's
+// own, with RBAC on archivedtoolactions, and no user ever holds the
+// database's credentials. It is read-only: get and list.
+//
+// +kubebuilder:object:generate=true
+// +kubebuilder:skip
+// +groupName=archive.toolledger.dev
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var (
+	// GroupVersion is the group and version of the archive API.
+	GroupVersion = schema.GroupVersion{Group: "archive.toolledger.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the API types with a runtime.Scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+
+	// AddToScheme adds the API types to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// Resource is the plural resource name of ArchivedToolAction.
+const Resource = "archivedtoolactions"
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion, &ArchivedToolAction{}, &ArchivedToolActionList{})
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}

@@ -1,0 +1,307 @@
+// Package archiveapi serves the archive's records as the aggregated API
+// archive.toolledger.dev/v1alpha1 (ArchivedToolAction, get and list), the
+// way metrics-server serves metrics.k8s.io: the API server authenticates
+// the caller, authorizes the request with RBAC and forwards it with the
+// user in its front-proxy headers; this server checks the front-proxy
+// certificate, authorizes the user again with a SubjectAccessReview, and
+// answers from PostgreSQL. So `kubectl get archivedtoolactions`, the plugin,
+// the web console and the MCP gateway read the archive as their user, and
+// no user holds the database's credentials.
+package archiveapi
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
+)
+
+// MaxPage is the most records one list response holds; a list asking for
+// more, or for no limit, is answered in pages of MaxPage with a continue
+// token, as kubectl and client-go's pagers follow.
+const MaxPage = 500
+
+// Records is the archive as the API reads it.
+type Records interface {
+	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
+	List(ctx context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
+}
+
+// Handler answers the archive API.
+type Handler struct {
+	records Records
+	authn   *Authenticator
+	// kube asks the API server SubjectAccessReviews.
+	kube client.Client
+}
+
+// NewHandler returns the API's handler: records read with the users
+// authn authenticates, authorized by SubjectAccessReviews asked with kube.
+func NewHandler(records Records, authn *Authenticator, kube client.Client) *Handler {
+	return &Handler{records: records, authn: authn, kube: kube}
+}
+
+var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
+
+var (
+	groupPath   = "/apis/" + archivev1alpha1.GroupVersion.Group
+	versionPath = groupPath + "/" + archivev1alpha1.GroupVersion.Version
+)
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz", "/livez", "/readyz":
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	user, err := h.authn.User(r)
+	if err != nil {
+		writeStatus(w, apierrors.NewUnauthorized(err.Error()))
+		return
+	}
+	if r.Method != http.MethodGet {
+		writeStatus(w, apierrors.NewMethodNotSupported(groupResource, strings.ToLower(r.Method)))
+		return
+	}
+	switch r.URL.Path {
+	case "/apis":
+		writeJSON(w, &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{apiGroup()}})
+		return
+	case groupPath:
+		group := apiGroup()
+		group.TypeMeta = metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}
+		writeJSON(w, &group)
+		return
+	case versionPath:
+		writeJSON(w, apiResources())
+		return
+	}
+	namespace, name, ok := parseResourcePath(strings.TrimPrefix(r.URL.Path, versionPath))
+	if !ok || !strings.HasPrefix(r.URL.Path, versionPath+"/") {
+		writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
+		return
+	}
+	if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
+		writeStatus(w, apierrors.NewMethodNotSupported(groupResource, "watch"))
+		return
+	}
+	verb := "list"
+	if name != "" {
+		verb = "get"
+	}
+	if err := h.authorize(r.Context(), user, verb, namespace, name); err != nil {
+		writeStatus(w, err)
+		return
+	}
+	if name != "" {
+		h.get(w, r, namespace, name)
+		return
+	}
+	h.list(w, r, namespace)
+}
+
+// parseResourcePath reads /namespaces/NS/archivedtoolactions[/NAME] or
+// /archivedtoolactions (every namespace).
+func parseResourcePath(path string) (namespace, name string, ok bool) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) == 1 && parts[0] == archivev1alpha1.Resource:
+		return "", "", true
+	case len(parts) == 3 && parts[0] == "namespaces" && parts[2] == archivev1alpha1.Resource:
+		return parts[1], "", true
+	case len(parts) == 4 && parts[0] == "namespaces" && parts[2] == archivev1alpha1.Resource:
+		return parts[1], parts[3], true
+	}
+	return "", "", false
+}
+
+// authorize asks the API server whether user may verb the records of
+// namespace (name, when one): the API server authorized the request before
+// forwarding it, and this holds even for a request that reached the
+// server some other way with a front-proxy certificate.
+func (h *Handler) authorize(ctx context.Context, user authenticationv1.UserInfo, verb, namespace, name string) error {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: map[string]authorizationv1.ExtraValue{},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: verb, Group: groupResource.Group, Version: archivev1alpha1.GroupVersion.Version,
+			Resource: groupResource.Resource, Name: name,
+		},
+	}}
+	for k, v := range user.Extra {
+		review.Spec.Extra[k] = authorizationv1.ExtraValue(v)
+	}
+	if err := h.kube.Create(ctx, review); err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("cannot authorize the request (SubjectAccessReview): %w", err))
+	}
+	if review.Status.Allowed && !review.Status.Denied {
+		return nil
+	}
+	where := "at the cluster scope"
+	if namespace != "" {
+		where = fmt.Sprintf("in the namespace %q", namespace)
+	}
+	reason := fmt.Errorf("User %q cannot %s resource %q in API group %q %s", user.Username, verb, groupResource.Resource, groupResource.Group, where)
+	return apierrors.NewForbidden(groupResource, name, reason)
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name string) {
+	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
+		writeStatus(w, apierrors.NewNotFound(groupResource, name))
+		return
+	}
+	record, err := h.records.Newest(r.Context(), namespace, name)
+	switch {
+	case err != nil:
+		writeStatus(w, unavailable(err))
+		return
+	case record == nil:
+		writeStatus(w, apierrors.NewNotFound(groupResource, name))
+		return
+	}
+	object, err := Object(record)
+	if err != nil {
+		writeStatus(w, apierrors.NewInternalError(err))
+		return
+	}
+	if wantsTable(r) {
+		writeJSON(w, table([]archivev1alpha1.ArchivedToolAction{*object}, r.URL.Query().Get("includeObject")))
+		return
+	}
+	writeJSON(w, object)
+}
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string) {
+	query := r.URL.Query()
+	for _, selector := range []string{"labelSelector", "fieldSelector"} {
+		if v := query.Get(selector); v != "" {
+			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by %s (%q): list the namespace and filter the output", groupResource, selector, v)))
+			return
+		}
+	}
+	limit := MaxPage
+	if v := query.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a count", v)))
+			return
+		}
+		if n > 0 && n < MaxPage {
+			limit = n
+		}
+	}
+	from, err := decodeContinue(query.Get("continue"), namespace)
+	if err != nil {
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
+	}
+	records, next, err := h.records.List(r.Context(), namespace, from, limit)
+	if err != nil {
+		writeStatus(w, unavailable(err))
+		return
+	}
+	list := &archivev1alpha1.ArchivedToolActionList{
+		TypeMeta: metav1.TypeMeta{APIVersion: archivev1alpha1.GroupVersion.String(), Kind: "ArchivedToolActionList"},
+		Items:    make([]archivev1alpha1.ArchivedToolAction, 0, len(records)),
+	}
+	for i := range records {
+		object, err := Object(&records[i])
+		if err != nil {
+			writeStatus(w, apierrors.NewInternalError(err))
+			return
+		}
+		list.Items = append(list.Items, *object)
+	}
+	if next != nil {
+		list.Continue = encodeContinue(*next)
+	}
+	if wantsTable(r) {
+		t := table(list.Items, query.Get("includeObject"))
+		t.Continue = list.Continue
+		writeJSON(w, t)
+		return
+	}
+	writeJSON(w, list)
+}
+
+// unavailable is the answer when the archive cannot be read: 503, which
+// clients retry.
+func unavailable(err error) *apierrors.StatusError {
+	status := apierrors.NewServiceUnavailable(err.Error())
+	if !errors.Is(err, archive.ErrUnavailable) {
+		status = apierrors.NewInternalError(err)
+	}
+	return status
+}
+
+// A continue token is the position of the page's last record, so that a
+// page is one query however deep it starts.
+func encodeContinue(next archive.Position) string {
+	encoded, _ := json.Marshal(next)
+	return base64.RawURLEncoding.EncodeToString(encoded)
+}
+
+func decodeContinue(token, namespace string) (archive.Position, error) {
+	if token == "" {
+		return archive.Position{}, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	var from archive.Position
+	if err == nil {
+		err = json.Unmarshal(raw, &from)
+	}
+	if err != nil {
+		return archive.Position{}, errors.New("the continue token is not one this API gave")
+	}
+	if namespace != "" && from.Namespace != namespace {
+		return archive.Position{}, fmt.Errorf("the continue token is for namespace %q, not %q", from.Namespace, namespace)
+	}
+	return from, nil
+}
+
+func apiGroup() metav1.APIGroup {
+	version := metav1.GroupVersionForDiscovery{GroupVersion: archivev1alpha1.GroupVersion.String(), Version: archivev1alpha1.GroupVersion.Version}
+	return metav1.APIGroup{Name: archivev1alpha1.GroupVersion.Group, Versions: []metav1.GroupVersionForDiscovery{version}, PreferredVersion: version}
+}
+
+func apiResources() *metav1.APIResourceList {
+	return &metav1.APIResourceList{
+		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
+		GroupVersion: archivev1alpha1.GroupVersion.String(),
+		APIResources: []metav1.APIResource{{
+			Name: archivev1alpha1.Resource, SingularName: "archivedtoolaction", Namespaced: true,
+			Kind: "ArchivedToolAction", Verbs: metav1.Verbs{"get", "list"}, ShortNames: []string{"ata"},
+		}},
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeStatus(w http.ResponseWriter, err error) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		status = apierrors.NewInternalError(err)
+	}
+	s := status.Status()
+	s.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(s.Code))
+	_ = json.NewEncoder(w).Encode(&s)
+}

@@ -1,0 +1,184 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// The archive API serves records that left etcd through the API server's
+// aggregation layer, authorized as the caller: RBAC on
+// archivedtoolactions.archive.toolledger.dev decides who reads which
+// tenant's history. Every read here goes through the real kube-apiserver.
+var _ = Describe("The archive API", Ordered, func() {
+	const reader = "archive-reader-1"
+	var (
+		ctx         context.Context
+		ns, other   string
+		clock       *clocktesting.FakeClock
+		kubeconfig  string
+		apiAddr     string
+		asReader    client.Client
+		archived    map[string]*v1alpha1.ToolAction
+		scheme      = app.Scheme()
+		readerScope = func(cfg *rest.Config) client.Client {
+			GinkgoHelper()
+			c, err := client.New(cfg, client.Options{Scheme: scheme})
+			Expect(err).NotTo(HaveOccurred())
+			return c
+		}
+	)
+	Expect(archivev1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	kubectl := func(args ...string) (string, string, error) {
+		GinkgoHelper()
+		path, err := exec.LookPath("kubectl")
+		Expect(err).NotTo(HaveOccurred(), "kubectl must be on PATH")
+		var out, errOut bytes.Buffer
+		cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err = cmd.Run()
+		return out.String(), errOut.String(), err
+	}
+
+	BeforeAll(func() {
+		ctx = context.Background()
+		ns, other = env.NewTenant(), env.NewTenant()
+		server, err := testenv.StartPostgres(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.Stop)
+		api, err := testenv.NewArchiveAPI(GinkgoT().TempDir())
+		Expect(err).NotTo(HaveOccurred())
+		apiAddr, err = testenv.FreeLocalAddr()
+		Expect(err).NotTo(HaveOccurred())
+		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive-api", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: time.Minute,
+			ArchiveAPIAddr: apiAddr, ArchiveAPICertDir: api.CertDir})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		port, err := testenv.PortOf(apiAddr)
+		Expect(err).NotTo(HaveOccurred())
+		registering, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		Expect(api.Register(registering, k8s, port)).To(Succeed())
+
+		remove, err := testenv.InstallRBAC(ctx, env.Config, k8s, "archive-api", "role_viewer.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(remove)
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: reader},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolledger-viewer"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: reader}},
+		})).To(Succeed())
+		readerConfig := rest.CopyConfig(env.Config)
+		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		asReader = readerScope(readerConfig)
+		kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		_, err = env.AddAdmin("archive-api-admin", kubeconfig)
+		Expect(err).NotTo(HaveOccurred())
+
+		By("three actions succeed, two in the reader's tenant and one in another, and retire to the archive")
+		archived = map[string]*v1alpha1.ToolAction{}
+		for i, key := range []string{ns + "/order-3002-charge", ns + "/order-3001-charge", other + "/order-3001-charge"} {
+			namespace, name := filepath.Split(key)
+			namespace = filepath.Clean(namespace)
+			if i == 0 || namespace == other {
+				env.CreateTool(namespace, "charge", testenv.WithClass(v1alpha1.NonRepeatable))
+			}
+			Expect(k8s.Create(ctx, chargeAction(namespace, name, int64(1000+i)))).To(Succeed())
+			archived[key] = env.WaitForPhase(namespace, name, v1alpha1.PhaseSucceeded)
+		}
+		clock.Step(2 * time.Minute)
+		for _, action := range archived {
+			Eventually(gone(action.DeepCopy())).Should(BeTrue())
+		}
+	})
+
+	It("answers a get with the record as it was retired, and why it left etcd", func() {
+		first := archived[ns+"/order-3001-charge"]
+		var got archivev1alpha1.ArchivedToolAction
+		Expect(asReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-3001-charge"}, &got)).To(Succeed())
+		Expect(got.UID).To(Equal(first.UID))
+		Expect(got.Spec.Parameters["amount"].Raw).To(MatchJSON(`1001`))
+		Expect(got.Status.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(got.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(got.Status.RequestDigest).To(Equal(first.Status.RequestDigest))
+		Expect(got.Archive.Cause).To(Equal(v1alpha1.TombstoneCauseRecordRetention))
+		Expect(got.Archive.GuardsKey).To(BeTrue())
+		Expect(got.Archive.IdempotencyClass).To(Equal(v1alpha1.NonRepeatable))
+		Expect(got.Finalizers).To(BeEmpty())
+	})
+
+	It("lists a tenant's records in key order, in pages", func() {
+		var page archivev1alpha1.ArchivedToolActionList
+		Expect(asReader.List(ctx, &page, client.InNamespace(ns), client.Limit(1))).To(Succeed())
+		Expect(page.Items).To(HaveLen(1))
+		Expect(page.Items[0].Name).To(Equal("order-3001-charge"))
+		Expect(page.Continue).NotTo(BeEmpty())
+		var rest archivev1alpha1.ArchivedToolActionList
+		Expect(asReader.List(ctx, &rest, client.InNamespace(ns), client.Limit(1), client.Continue(page.Continue))).To(Succeed())
+		Expect(rest.Items).To(HaveLen(1))
+		Expect(rest.Items[0].Name).To(Equal("order-3002-charge"))
+		Expect(rest.Continue).To(BeEmpty())
+
+		stdout, stderr, err := kubectl("--as", reader, "-n", ns, "get", "archivedtoolactions")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stdout).To(MatchRegexp(`(?m)^NAME +TOOL +PHASE +EXTERNAL-REF +ATTEMPTS +CAUSE +GUARDS-KEY +COMPLETED\n`+
+			`order-3001-charge +charge +Succeeded +%s +1 +RecordRetention +true +\S+\norder-3002-charge +charge +Succeeded +%s +1 +RecordRetention +true +\S+\n$`,
+			archived[ns+"/order-3001-charge"].Status.ExternalRef, archived[ns+"/order-3002-charge"].Status.ExternalRef))
+	})
+
+	It("refuses another tenant's records, through every way of asking", func() {
+		err := asReader.Get(ctx, client.ObjectKey{Namespace: other, Name: "order-3001-charge"}, &archivev1alpha1.ArchivedToolAction{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "get: %v", err)
+		err = asReader.List(ctx, &archivev1alpha1.ArchivedToolActionList{}, client.InNamespace(other))
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list: %v", err)
+		err = asReader.List(ctx, &archivev1alpha1.ArchivedToolActionList{})
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list of every namespace: %v", err)
+		_, stderr, err := kubectl("--as", reader, "-n", other, "get", "archivedtoolaction", "order-3001-charge")
+		Expect(err).To(HaveOccurred())
+		Expect(stderr).To(ContainSubstring(fmt.Sprintf(`Error from server (Forbidden): archivedtoolactions.archive.toolledger.dev "order-3001-charge" is forbidden: User "%s" cannot get resource "archivedtoolactions" in API group "archive.toolledger.dev" in the namespace "%s"`, reader, other)))
+
+		By("a request that does not come through the API server names no user it is trusted with")
+		transport := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // the point is the missing client certificate
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://%s/apis/archive.toolledger.dev/v1alpha1/namespaces/%s/archivedtoolactions/order-3001-charge", apiAddr, other), nil)
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("X-Remote-User", "system:admin")
+		req.Header.Set("X-Remote-Group", "system:masters")
+		resp, err := (&http.Client{Transport: transport}).Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		Expect(resp.StatusCode).To(Equal(http.StatusUnauthorized))
+		var status metav1.Status
+		Expect(json.Unmarshal(body, &status)).To(Succeed())
+		Expect(status.Message).To(Equal("the archive API answers only requests forwarded by the API server (its front-proxy client certificate); use kubectl or a Kubernetes client"))
+	})
+
+	It("says a key the archive does not hold is not found", func() {
+		err := asReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-9999-charge"}, &archivev1alpha1.ArchivedToolAction{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "get: %v", err)
+	})
+})
