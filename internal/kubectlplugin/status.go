@@ -1,6 +1,7 @@
 package kubectlplugin
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
@@ -37,8 +39,14 @@ tombstone: when and why the record was deleted, its outcome, external
 reference, error, attempts, completion, tool, request digest, and when the key
 is freed (the completion plus the tool's keyRetention).
 
-With -o json or -o yaml it prints the ToolAction itself, or the Tombstone when
-there is no ToolAction (without managedFields).`,
+When the record has left etcd for the archive (a manager with --archive-dsn),
+it shows the archived record as it was retired, with one line saying why and
+when it left and whether it still keeps its key. It is read through the
+archive API (archivedtoolactions.archive.toolledger.dev), which the API server
+authorizes as you: your role needs get on archivedtoolactions.
+
+With -o json or -o yaml it prints the ToolAction itself, or the Tombstone, or
+the ArchivedToolAction, whichever holds the key (without managedFields).`,
 		Example: `  kubectl toolledger status order-1002-charge -n shop
   kubectl toolledger status order-1002-charge -o yaml`,
 		Args: keyArg,
@@ -65,16 +73,30 @@ there is no ToolAction (without managedFields).`,
 			if err != nil {
 				return err
 			}
-			if tomb == nil {
-				return fmt.Errorf("ToolAction %q not found in namespace %q, and no Tombstone keeps that key", key, namespace)
+			if tomb != nil {
+				if format != outputText {
+					return printStructured(c.streams.Out, format, forOutput(tomb, "Tombstone"))
+				}
+				return writeTombstone(c.streams.Out, tomb, ledger.KeyFreed(ctx, tomb), c.now())
 			}
-			if format != outputText {
-				return printStructured(c.streams.Out, format, forOutput(tomb, "Tombstone"))
+			archived, err := ledger.FindArchived(ctx, namespace, key)
+			switch {
+			case errors.Is(err, ledgerclient.ErrNoArchiveAPI):
+				return fmt.Errorf("ToolAction %q not found in namespace %q, and no Tombstone keeps that key (%w)", key, namespace, err)
+			case err != nil:
+				return err
+			case archived == nil:
+				return fmt.Errorf("ToolAction %q not found in namespace %q, no Tombstone keeps that key, and the archive holds no record of it", key, namespace)
+			case format != outputText:
+				return printStructured(c.streams.Out, format, archived)
 			}
-			return writeTombstone(c.streams.Out, tomb, ledger.KeyFreed(ctx, tomb), c.now())
+			action = ledgerclient.ActionOf(archived)
+			facts := statusFacts{archive: &archived.Archive}
+			facts.parameters, facts.parametersErr = ledger.Parameters(ctx, action)
+			return writeStatus(c.streams.Out, action, facts, c.now())
 		},
 	}
-	addOutputFlag(cmd, &format, "the ToolAction, or the Tombstone")
+	addOutputFlag(cmd, &format, "the ToolAction, the Tombstone, or the ArchivedToolAction")
 	return cmd
 }
 
@@ -99,6 +121,8 @@ type statusFacts struct {
 	parametersErr error
 	tomb          *v1alpha1.Tombstone
 	tombErr       error
+	// archive is set when the record was read from the archive.
+	archive *archivev1alpha1.ArchiveInfo
 }
 
 // writeStatus prints the record in sections: the summary fields, the
@@ -117,6 +141,9 @@ func writeStatus(w io.Writer, action *v1alpha1.ToolAction, facts statusFacts, no
 				fmt.Fprintf(tw, "Tombstone:\tcannot tell: %v\n", facts.tombErr)
 			case facts.tomb != nil:
 				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(facts.tomb))
+			}
+			if facts.archive != nil {
+				fmt.Fprintf(tw, "Archived:\t%s\n", archiveSummary(facts.archive))
 			}
 		},
 		func(tw io.Writer) { writeParameters(tw, facts.parameters, facts.parametersErr) },
@@ -262,6 +289,20 @@ func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
 		text += ", external ref " + cell(r.ExternalRef)
 	}
 	return fmt.Sprintf("%s, completed %s; deleted %s (cause %s)", text, timestamp(r.CompletionTime), timestamp(r.DeletionTime), r.Cause)
+}
+
+// archiveSummary says where an archived record is kept, why it left etcd
+// and whether it still keeps its key.
+func archiveSummary(a *archivev1alpha1.ArchiveInfo) string {
+	text := fmt.Sprintf("in the archive; left etcd %s (%s", timestamp(a.DeletionTime), ledgerclient.DescribeCause(a.Cause))
+	if a.DeletedBy != "" {
+		text += ", by " + a.DeletedBy
+	}
+	text += ")"
+	if a.GuardsKey {
+		return text + "; keeps its key: the same request again is answered from it"
+	}
+	return text + "; does not keep its key"
 }
 
 // writeTombstone prints the tombstone of a deleted record, with the

@@ -43,6 +43,8 @@ const (
 // about those requests.
 type Ledger struct {
 	rest rest.Interface
+	// archive reads records that left etcd (archived.go).
+	archive rest.Interface
 }
 
 // NewLedger returns a Ledger of cfg, which names itself to the API server
@@ -54,7 +56,11 @@ func NewLedger(cfg *rest.Config, userAgent string) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot build a client for %s: %w", v1alpha1.GroupVersion, err)
 	}
-	return &Ledger{rest: client}, nil
+	archive, err := newArchiveClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Ledger{rest: client, archive: archive}, nil
 }
 
 // GetAction reads one ToolAction; a missing one is reported in plain words.

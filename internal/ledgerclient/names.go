@@ -11,6 +11,8 @@ func DescribeCause(cause string) string {
 		return cause + ": someone deleted the ToolAction (a user, a GitOps prune, the garbage collector)"
 	case v1alpha1.TombstoneCauseRecordRetention:
 		return cause + ": the tool's recordRetention passed"
+	case v1alpha1.TombstoneCauseKeyRetention:
+		return cause + ": the tool's keyRetention passed, and the key is free"
 	default:
 		return cause
 	}

@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,7 @@ import (
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -175,6 +177,38 @@ var _ = Describe("The archive API", Ordered, func() {
 		var status metav1.Status
 		Expect(json.Unmarshal(body, &status)).To(Succeed())
 		Expect(status.Message).To(Equal("the archive API answers only requests forwarded by the API server (its front-proxy client certificate); use kubectl or a Kubernetes client"))
+	})
+
+	It("shows an archived record in kubectl toolledger status, to its tenant only", func() {
+		plugin := func(args ...string) (int, string, string) {
+			var out, errOut bytes.Buffer
+			code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut},
+				append([]string{"--kubeconfig", kubeconfig, "--as", reader}, args...))
+			return code, out.String(), errOut.String()
+		}
+		first := archived[ns+"/order-3001-charge"]
+		code, stdout, stderr := plugin("-n", ns, "status", "order-3001-charge")
+		Expect(code).To(BeZero(), stderr)
+		Expect(stdout).To(MatchRegexp(`(?m)^Archived: +in the archive; left etcd \S+ \(RecordRetention: the tool's recordRetention passed, by toolledger \(archive-api\)\); keeps its key: the same request again is answered from it$`))
+		Expect(stdout).To(MatchRegexp(`(?m)^Phase: +Succeeded$`))
+		Expect(stdout).To(MatchRegexp(`(?m)^External ref: +%s$`, first.Status.ExternalRef))
+		Expect(stdout).To(MatchRegexp(`(?m)^Request digest: +%s$`, first.Status.RequestDigest))
+		Expect(stdout).To(MatchRegexp(`(?m)^ */amount +yes +1001$`))
+
+		code, stdout, stderr = plugin("-n", ns, "status", "order-3001-charge", "-o", "json")
+		Expect(code).To(BeZero(), stderr)
+		var printed archivev1alpha1.ArchivedToolAction
+		Expect(json.Unmarshal([]byte(stdout), &printed)).To(Succeed())
+		Expect(printed.Kind).To(Equal("ArchivedToolAction"))
+		Expect(printed.UID).To(Equal(first.UID))
+
+		code, _, stderr = plugin("-n", other, "status", "order-3001-charge")
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring(fmt.Sprintf(`User "%s" cannot get resource "toolactions"`, reader)))
+
+		code, _, stderr = plugin("-n", ns, "status", "order-9999-charge")
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring(`ToolAction "order-9999-charge" not found in namespace "` + ns + `", no Tombstone keeps that key, and the archive holds no record of it`))
 	})
 
 	It("says a key the archive does not hold is not found", func() {

@@ -1,0 +1,65 @@
+package ledgerclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// ErrNoArchiveAPI is returned by FindArchived when the cluster serves no
+// archive API: the manager runs without an archive, or its APIService is
+// not installed.
+var ErrNoArchiveAPI = errors.New("the cluster serves no archive API (archive.toolledger.dev): the manager keeps no archive, or its APIService is not installed")
+
+// newArchiveClient is a REST client of the archive API, which the API
+// server forwards to the manager and authorizes as cfg's user.
+func newArchiveClient(cfg *rest.Config) (*rest.RESTClient, error) {
+	scheme := runtime.NewScheme()
+	if err := archivev1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("cannot register the archive API: %w", err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.APIPath = "/apis"
+	cfg.GroupVersion = &archivev1alpha1.GroupVersion
+	cfg.ContentType = runtime.ContentTypeJSON
+	cfg.AcceptContentTypes = runtime.ContentTypeJSON
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	return rest.RESTClientFor(cfg)
+}
+
+// FindArchived reads the newest archived record of a key, read through
+// the archive API as the Ledger's user; nil when the archive holds none,
+// ErrNoArchiveAPI when there is no archive API.
+func (l *Ledger) FindArchived(ctx context.Context, namespace, key string) (*archivev1alpha1.ArchivedToolAction, error) {
+	var archived archivev1alpha1.ArchivedToolAction
+	err := l.archive.Get().Namespace(namespace).Resource(archivev1alpha1.Resource).Name(key).Do(ctx).Into(&archived)
+	switch {
+	case err == nil:
+		archived.SetGroupVersionKind(archivev1alpha1.GroupVersion.WithKind("ArchivedToolAction"))
+		return &archived, nil
+	case apierrors.IsNotFound(err) && apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse):
+		return nil, ErrNoArchiveAPI
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	default:
+		return nil, describeGetError(err, "ArchivedToolAction", namespace, key)
+	}
+}
+
+// ActionOf is the ToolAction an archived record keeps, for the views that
+// show a record in etcd.
+func ActionOf(archived *archivev1alpha1.ArchivedToolAction) *v1alpha1.ToolAction {
+	return &v1alpha1.ToolAction{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolAction"},
+		ObjectMeta: *archived.ObjectMeta.DeepCopy(), Spec: *archived.Spec.DeepCopy(), Status: *archived.Status.DeepCopy(),
+	}
+}
