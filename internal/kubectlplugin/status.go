@@ -82,7 +82,7 @@ the ArchivedToolAction, whichever holds the key (without managedFields).`,
 			archived, err := ledger.FindArchived(ctx, namespace, key)
 			switch {
 			case errors.Is(err, ledgerclient.ErrNoArchiveAPI):
-				return fmt.Errorf("ToolAction %q not found in namespace %q, and no Tombstone keeps that key (%w)", key, namespace, err)
+				return fmt.Errorf("ToolAction %q not found in namespace %q, and no Tombstone keeps that key", key, namespace)
 			case err != nil:
 				return err
 			case archived == nil:
@@ -143,7 +143,7 @@ func writeStatus(w io.Writer, action *v1alpha1.ToolAction, facts statusFacts, no
 				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(facts.tomb))
 			}
 			if facts.archive != nil {
-				fmt.Fprintf(tw, "Archived:\t%s\n", archiveSummary(facts.archive))
+				fmt.Fprintf(tw, "Archived:\t%s\n", ledgerclient.DescribeArchive(facts.archive))
 			}
 		},
 		func(tw io.Writer) { writeParameters(tw, facts.parameters, facts.parametersErr) },
@@ -289,20 +289,6 @@ func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
 		text += ", external ref " + cell(r.ExternalRef)
 	}
 	return fmt.Sprintf("%s, completed %s; deleted %s (cause %s)", text, timestamp(r.CompletionTime), timestamp(r.DeletionTime), r.Cause)
-}
-
-// archiveSummary says where an archived record is kept, why it left etcd
-// and whether it still keeps its key.
-func archiveSummary(a *archivev1alpha1.ArchiveInfo) string {
-	text := fmt.Sprintf("in the archive; left etcd %s (%s", timestamp(a.DeletionTime), ledgerclient.DescribeCause(a.Cause))
-	if a.DeletedBy != "" {
-		text += ", by " + a.DeletedBy
-	}
-	text += ")"
-	if a.GuardsKey {
-		return text + "; keeps its key: the same request again is answered from it"
-	}
-	return text + "; does not keep its key"
 }
 
 // writeTombstone prints the tombstone of a deleted record, with the

@@ -1,6 +1,10 @@
 package ledgerclient
 
 import (
+	"fmt"
+	"time"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
@@ -34,4 +38,18 @@ func PhaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
 		return v1alpha1.PhasePending
 	}
 	return action.Status.Phase
+}
+
+// DescribeArchive says in words why and when an archived record left etcd,
+// and whether it still keeps its key.
+func DescribeArchive(a *archivev1alpha1.ArchiveInfo) string {
+	text := fmt.Sprintf("in the archive; left etcd %s (%s", a.DeletionTime.UTC().Format(time.RFC3339), DescribeCause(a.Cause))
+	if a.DeletedBy != "" {
+		text += ", by " + a.DeletedBy
+	}
+	text += ")"
+	if a.GuardsKey {
+		return text + "; keeps its key: the same request again is answered from it"
+	}
+	return text + "; does not keep its key"
 }

@@ -2,6 +2,7 @@ package webconsole
 
 import (
 	"cmp"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
@@ -114,6 +116,9 @@ type actionPage struct {
 	// Conditions in the order the API lists them.
 	Conditions []metav1.Condition
 	Tombstone  *v1alpha1.Tombstone
+	// Archived says where the record is kept when it has left etcd for the
+	// archive; the page is then read-only.
+	Archived string
 	// Approvals and Resolutions are the records made about the action.
 	Approvals   []recordRow
 	Resolutions []recordRow
@@ -182,9 +187,16 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 		return
 	}
 	tomb, tombErr := u.ledger.FindTombstone(ctx, ns, name)
-	if action == nil {
-		s.showTombstone(w, r, u, ns, name, tomb, tombErr)
+	if action == nil && (tomb != nil || tombErr != nil) {
+		s.showTombstone(w, r, u, name, tomb, tombErr)
 		return
+	}
+	if action == nil {
+		archived := s.findArchived(w, r, u, ns, name)
+		if archived == nil {
+			return
+		}
+		action, page.Archived = ledgerclient.ActionOf(archived), ledgerclient.DescribeArchive(&archived.Archive)
 	}
 	if tombErr != nil {
 		page.Problems = append(page.Problems, "Tombstone: "+tombErr.Error())
@@ -198,7 +210,7 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	page.Outcomes = []v1alpha1.ResolutionOutcome{v1alpha1.ResolvedSucceeded, v1alpha1.ResolvedFailed, v1alpha1.ResolvedRetrySafe}
 	// A form's refusal answers the POST: reading its URL again would not
 	// show it, so that page stays as served.
-	if page.Error == "" {
+	if page.Error == "" && page.Archived == "" {
 		page.Events = eventsPath + string(queryOf("namespace", ns, "name", name))
 	}
 	page.Parameters, err = u.ledger.Parameters(ctx, action)
@@ -224,6 +236,24 @@ func (s *Server) showAction(w http.ResponseWriter, r *http.Request, u *user, sta
 	s.render(w, status, "action", s.pageData(r, u, name, page))
 }
 
+// findArchived reads the record of a key that left etcd for the archive,
+// or renders why there is none and returns nil.
+func (s *Server) findArchived(w http.ResponseWriter, r *http.Request, u *user, ns, name string) *archivev1alpha1.ArchivedToolAction {
+	archived, err := u.ledger.FindArchived(r.Context(), ns, name)
+	notFound := "ToolAction " + name + " not found in namespace " + ns + ", no Tombstone keeps that key, and the archive holds no record of it."
+	switch {
+	case errors.Is(err, ledgerclient.ErrNoArchiveAPI):
+		notFound = "ToolAction " + name + " not found in namespace " + ns + ", and no Tombstone keeps that key."
+	case err != nil:
+		s.render(w, apiStatus(err), "error", s.pageData(r, u, name, errorPage{Message: err.Error()}))
+		return nil
+	case archived != nil:
+		return archived
+	}
+	s.render(w, http.StatusNotFound, "error", s.pageData(r, u, name, errorPage{Message: notFound}))
+	return nil
+}
+
 type tombstonePage struct {
 	Tombstone *v1alpha1.Tombstone
 	Tool      string
@@ -231,18 +261,14 @@ type tombstonePage struct {
 	Freed     string
 }
 
-func (s *Server) showTombstone(w http.ResponseWriter, r *http.Request, u *user, ns, name string, tomb *v1alpha1.Tombstone, err error) {
-	switch {
-	case err != nil:
+func (s *Server) showTombstone(w http.ResponseWriter, r *http.Request, u *user, name string, tomb *v1alpha1.Tombstone, err error) {
+	if err != nil {
 		s.render(w, apiStatus(err), "error", s.pageData(r, u, name, errorPage{Message: err.Error()}))
-	case tomb == nil:
-		s.render(w, http.StatusNotFound, "error", s.pageData(r, u, name,
-			errorPage{Message: "ToolAction " + name + " not found in namespace " + ns + ", and no Tombstone keeps that key."}))
-	default:
-		page := tombstonePage{Tombstone: tomb, Tool: ledgerclient.ToolName(tomb.Record.ToolRef), Cause: ledgerclient.DescribeCause(tomb.Record.Cause),
-			Freed: describeFreed(u.ledger.KeyFreed(r.Context(), tomb))}
-		s.render(w, http.StatusOK, "tombstone", s.pageData(r, u, name, page))
+		return
 	}
+	page := tombstonePage{Tombstone: tomb, Tool: ledgerclient.ToolName(tomb.Record.ToolRef), Cause: ledgerclient.DescribeCause(tomb.Record.Cause),
+		Freed: describeFreed(u.ledger.KeyFreed(r.Context(), tomb))}
+	s.render(w, http.StatusOK, "tombstone", s.pageData(r, u, name, page))
 }
 
 func describeFreed(f ledgerclient.KeyFreed) string {

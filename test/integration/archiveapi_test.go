@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -21,12 +22,14 @@ import (
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/webconsole"
 )
 
 // The archive API serves records that left etcd through the API server's
@@ -209,6 +212,41 @@ var _ = Describe("The archive API", Ordered, func() {
 		code, _, stderr = plugin("-n", ns, "status", "order-9999-charge")
 		Expect(code).To(Equal(1))
 		Expect(stderr).To(ContainSubstring(`ToolAction "order-9999-charge" not found in namespace "` + ns + `", no Tombstone keeps that key, and the archive holds no record of it`))
+	})
+
+	It("shows an archived record on the web console's record page, to its tenant only", func() {
+		readerConfig := rest.CopyConfig(env.Config)
+		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		console, err := webconsole.New(ctx, webconsole.Options{Config: readerConfig, Namespace: ns, Logger: logf.Log.WithName("archive-console")})
+		Expect(err).NotTo(HaveOccurred())
+		server := httptest.NewServer(console)
+		DeferCleanup(server.Close)
+		page := func(path string) (int, string) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+path, nil)
+			Expect(err).NotTo(HaveOccurred())
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode, string(body)
+		}
+		first := archived[ns+"/order-3001-charge"]
+		status, body := page("/actions/" + ns + "/order-3001-charge")
+		Expect(status).To(Equal(http.StatusOK), body)
+		Expect(body).To(ContainSubstring(`<span class="phase phase-succeeded" id="phase">Succeeded</span>`))
+		Expect(body).To(MatchRegexp(`<dd id="archived">in the archive; left etcd \S+ \(RecordRetention: the tool&#39;s recordRetention passed, by toolledger \(archive-api\)\); keeps its key: the same request again is answered from it</dd>`))
+		Expect(body).To(ContainSubstring("<code>" + first.Status.ExternalRef + "</code>"))
+		Expect(body).NotTo(ContainSubstring("data-events="), "an archived record has no live events to follow")
+
+		status, body = page("/actions/" + other + "/order-3001-charge")
+		Expect(status).To(Equal(http.StatusForbidden), body)
+		Expect(body).NotTo(ContainSubstring(archived[other+"/order-3001-charge"].Status.ExternalRef))
+
+		status, body = page("/actions/" + ns + "/order-9999-charge")
+		Expect(status).To(Equal(http.StatusNotFound))
+		Expect(body).To(ContainSubstring("ToolAction order-9999-charge not found in namespace " + ns + ", no Tombstone keeps that key, and the archive holds no record of it."))
 	})
 
 	It("says a key the archive does not hold is not found", func() {
