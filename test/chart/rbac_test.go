@@ -20,6 +20,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 )
 
 var repoRoot = filepath.Join("..", "..")
@@ -117,6 +119,8 @@ func TestAggregatedRolesAreNamespaced(t *testing.T) {
 		}
 		namespaced[crd.Spec.Group+"/"+crd.Spec.Names.Plural] = crd.Spec.Scope == apiextensionsv1.NamespaceScoped
 	}
+	// Served by the archive API (internal/archiveapi), namespaced.
+	namespaced[archivev1alpha1.GroupVersion.Group+"/"+archivev1alpha1.Resource] = true
 	aggregated := 0
 	for name, role := range configClusterRoles(t) {
 		if len(aggregation(role)) == 0 {
@@ -127,7 +131,7 @@ func TestAggregatedRolesAreNamespaced(t *testing.T) {
 			for _, group := range rule.APIGroups {
 				for _, resource := range rule.Resources {
 					if !namespaced[group+"/"+resource] {
-						t.Errorf("%s aggregates into %v, and grants %s on %q in group %q, which is not a namespaced resource of config/crd",
+						t.Errorf("%s aggregates into %v, and grants %s on %q in group %q, which is not a namespaced resource of config/crd or the archive API",
 							name, aggregation(role), rule.Verbs, resource, group)
 					}
 				}

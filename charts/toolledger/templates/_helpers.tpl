@@ -129,3 +129,18 @@ select or alert on an endpoint that does not exist.
 {{- fail (printf "%s needs metrics.enabled=true" .what) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The archive API's Service, and the name its serving certificate carries.
+*/}}
+{{- define "toolledger.archiveAPIName" -}}
+{{ include "toolledger.fullname" . }}-archive-api
+{{- end }}
+
+{{- define "toolledger.archiveAPICertDir" -}}
+/var/run/toolledger/archive-api-certs
+{{- end }}
+
+{{- define "toolledger.archiveAPICertSecret" -}}
+{{ .Values.archive.api.certSecret | default (printf "%s-tls" (include "toolledger.archiveAPIName" .)) }}
+{{- end }}
