@@ -78,7 +78,7 @@ chromium: ## Install Debian's chromium for the web console's browser tests, when
 # package, started by the tests themselves (as nobody when run as root, which
 # the server refuses), bound to 127.0.0.1. Installed like chromium.
 .PHONY: postgresql
-postgresql: ## Install Debian's PostgreSQL server for the archive's tests, when it is missing.
+postgresql: ## Install Debian's PostgreSQL server for the archive (make run, the tests), when it is missing.
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
 		echo ">> installing Debian's postgresql for the archive's tests"; \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
@@ -90,9 +90,9 @@ screenshots: controlplane chromium ## Take the web console's screenshots of docs
 
 # USE_EXISTING_CLUSTER=true runs against the current kubeconfig's cluster instead.
 ifeq ($(USE_EXISTING_CLUSTER),true)
-RUN_DEPS :=
+RUN_DEPS := postgresql
 else
-RUN_DEPS := controlplane
+RUN_DEPS := controlplane postgresql
 endif
 
 .PHONY: run

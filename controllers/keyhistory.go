@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,7 +59,7 @@ type tombstoneHistory struct {
 func (r *ToolActionReconciler) keys() keyHistory {
 	tombstones := tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
 	if r.Archive != nil {
-		return archiveHistory{store: r.Archive, clock: r.Clock, tombstones: tombstones}
+		return archiveHistory{store: r.Archive, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
 	}
 	return tombstones
 }
@@ -133,6 +134,18 @@ type archiveHistory struct {
 	store      *archive.Store
 	clock      clock.PassiveClock
 	tombstones tombstoneHistory
+	// retentionOf gives a tool the archive's default keyRetention when it
+	// sets none.
+	retentionOf func(*v1alpha1.ToolSpec) *v1alpha1.ToolSpec
+}
+
+// keyFreed reports whether the key of a record that finished at completed
+// is free by tool's keyRetention, or the archive's default.
+func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool {
+	if tool == nil {
+		return false
+	}
+	return keyRetentionPassed(completed, &v1alpha1.Tool{Spec: *h.retentionOf(&tool.Spec)}, h.clock.Now())
 }
 
 // earlier reads the key's Tombstone, written before the archive, then the
@@ -149,7 +162,7 @@ func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction
 	if rec == nil || err != nil {
 		return nil, err
 	}
-	if sameTool(action, rec.Tool) && keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now()) {
+	if sameTool(action, rec.Tool) && h.keyFreed(rec.CompletionTime, tool) {
 		return nil, nil
 	}
 	return fromArchive(rec), nil
@@ -180,7 +193,7 @@ func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, t
 	}
 	// A record kept after its key retention passed is history only: its
 	// key is free, whatever tool asks for it next.
-	rec.GuardsKey = rec.GuardsKey && !keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now())
+	rec.GuardsKey = rec.GuardsKey && !h.keyFreed(rec.CompletionTime, tool)
 	if err := h.store.Keep(ctx, rec); err != nil {
 		return err
 	}

@@ -70,13 +70,19 @@ func earliestRetention(spec *v1alpha1.ToolSpec) *time.Duration {
 
 // retentionOf is the spec whose retentions apply to a tool's records: with
 // an archive, a tool that sets no recordRetention keeps its finished records
-// in etcd for ArchiveRecordRetention, then in the archive.
+// in etcd for ArchiveRecordRetention, then in the archive, and one that
+// sets no keyRetention keeps its keys for ArchiveKeyRetention.
 func (r *ToolActionReconciler) retentionOf(spec *v1alpha1.ToolSpec) *v1alpha1.ToolSpec {
-	if r.Archive == nil || spec.RecordRetention != nil || r.ArchiveRecordRetention <= 0 {
+	if r.Archive == nil {
 		return spec
 	}
 	defaulted := *spec
-	defaulted.RecordRetention = &metav1.Duration{Duration: r.ArchiveRecordRetention}
+	if spec.RecordRetention == nil && r.ArchiveRecordRetention > 0 {
+		defaulted.RecordRetention = &metav1.Duration{Duration: r.ArchiveRecordRetention}
+	}
+	if spec.KeyRetention == nil && r.ArchiveKeyRetention > 0 {
+		defaulted.KeyRetention = &metav1.Duration{Duration: r.ArchiveKeyRetention}
+	}
 	return &defaulted
 }
 
@@ -176,6 +182,9 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 	var errs []error
 	if r.Archive != nil {
 		errs = append(errs, s.archiveTombstones(ctx))
+	}
+	if r.Archive != nil && r.ArchiveHistoryRetention > 0 {
+		errs = append(errs, s.pruneArchive(ctx, targets))
 	}
 	for _, target := range targets {
 		if earliestRetention(target.spec) != nil {
@@ -338,4 +347,38 @@ func durationOf(d *metav1.Duration) *time.Duration {
 		return nil
 	}
 	return &d.Duration
+}
+
+// pruneArchive deletes the archived records whose key was freed more than
+// ArchiveHistoryRetention ago: a tool's records by its keyRetention, and
+// records of tools that no longer exist (or migrated from Tombstones
+// without their tool's kind) by the longest keyRetention of any tool, so
+// that no record that may still guard a key goes. When some tool keeps its
+// keys for good, only the records of tools with a keyRetention go.
+func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
+	r := s.Reconciler
+	now := r.Clock.Now()
+	var (
+		cutoffs []archive.Cutoff
+		longest time.Duration
+		forever bool
+	)
+	for _, t := range targets {
+		if t.spec.KeyRetention == nil {
+			forever = true
+			continue
+		}
+		key := t.spec.KeyRetention.Duration
+		longest = max(longest, key)
+		cutoffs = append(cutoffs, archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-key - r.ArchiveHistoryRetention)})
+	}
+	if !forever {
+		longest = max(longest, r.ArchiveKeyRetention)
+		cutoffs = append(cutoffs, archive.Cutoff{Before: now.Add(-longest - r.ArchiveHistoryRetention)})
+	}
+	pruned, err := r.Archive.Prune(ctx, cutoffs)
+	if pruned > 0 {
+		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned)
+	}
+	return err
 }

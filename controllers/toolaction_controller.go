@@ -78,6 +78,12 @@ type ToolActionReconciler struct {
 	// ArchiveRecordRetention is how long, with an archive, the finished
 	// records of a tool that sets no recordRetention stay in etcd.
 	ArchiveRecordRetention time.Duration
+	// ArchiveKeyRetention is how long, with an archive, the keys of a tool
+	// that sets no keyRetention are kept; zero keeps them for good.
+	ArchiveKeyRetention time.Duration
+	// ArchiveHistoryRetention is how long archived records stay readable
+	// after their key is freed; zero keeps them for good.
+	ArchiveHistoryRetention time.Duration
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

@@ -56,6 +56,8 @@ func main() {
 	})
 	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
 	flag.DurationVar(&opts.ArchiveRecordRetention, "archive-record-retention", app.DefaultArchiveRecordRetention, "With --archive-dsn, how long the finished records of a Tool that sets no recordRetention stay in etcd before they leave for the archive; a Tool's own recordRetention wins.")
+	flag.DurationVar(&opts.ArchiveKeyRetention, "archive-key-retention", app.DefaultArchiveKeyRetention, "With --archive-dsn, how long the keys of a Tool that sets no keyRetention are kept after their action finished; a Tool's own keyRetention wins; a negative value keeps them for good.")
+	flag.DurationVar(&opts.ArchiveHistoryRetention, "archive-history-retention", 0, "With --archive-dsn, how long archived records stay readable after their key is freed, before they are deleted from the archive; 0 keeps them for good.")
 	flag.StringVar(&opts.ArchiveAPIAddr, "archive-api-bind-address", ":8445", "With --archive-dsn and --archive-api-cert-dir, where the archive's aggregated API (archive.toolledger.dev) listens for the API server.")
 	flag.StringVar(&opts.ArchiveAPICertDir, "archive-api-cert-dir", "", "Directory holding tls.crt and tls.key for the archive API, whose CA the APIService names; empty serves no archive API.")
 	zapOpts := zap.Options{}

@@ -58,6 +58,7 @@ type options struct {
 	probeAddr        string
 	egressAllow      string
 	archive          bool
+	archiveAPIListen string
 }
 
 func main() {
@@ -77,7 +78,8 @@ func main() {
 	flag.StringVar(&opts.probeAddr, "health-probe-bind-address", "127.0.0.1:8081", "Address of the operator's health probes; 0 disables them.")
 	zapOpts := zap.Options{Development: true, Level: zapcore.InfoLevel}
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
-	flag.BoolVar(&opts.archive, "archive", false, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones.")
+	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones; --archive=false keeps Tombstones.")
+	flag.StringVar(&opts.archiveAPIListen, "archive-api-listen", "127.0.0.1:8445", "With --archive and the embedded control plane, where the archive API (kubectl get archivedtoolactions) listens for the API server.")
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -129,8 +131,15 @@ func run(opts options) error {
 		return err
 	}
 	defer stopArchive()
-	mgr, err := app.NewManager(testenv.AsManager(cfg), app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
-		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN})
+	managerOpts := app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
+		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN}
+	if archiveDSN != "" && !opts.existingCluster {
+		if managerOpts.ArchiveAPICertDir, err = registerArchiveAPI(ctx, cfg, opts); err != nil {
+			return err
+		}
+		managerOpts.ArchiveAPIAddr = opts.archiveAPIListen
+	}
+	mgr, err := app.NewManager(testenv.AsManager(cfg), managerOpts)
 	if err != nil {
 		return err
 	}
@@ -164,11 +173,15 @@ func cluster(opts options) (*rest.Config, string, func(), error) {
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return nil, "", nil, fmt.Errorf("cannot create %s: %w", etcdDir, err)
 	}
+	apiServer := &envtest.APIServer{}
+	if err := testenv.ConfigureFrontProxy(apiServer, filepath.Join(filepath.Dir(etcdDir), "front-proxy")); err != nil {
+		return nil, "", nil, err
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: opts.assetsDir,
 		CRDDirectoryPaths:     []string{opts.crdDir},
 		ErrorIfCRDPathMissing: true,
-		ControlPlane:          envtest.ControlPlane{Etcd: &envtest.Etcd{DataDir: etcdDir}},
+		ControlPlane:          envtest.ControlPlane{APIServer: apiServer, Etcd: &envtest.Etcd{DataDir: etcdDir}},
 	}
 	fmt.Println("toolledger-dev: starting kube-apiserver and etcd (data in " + etcdDir + ")")
 	cfg, err := env.Start()
@@ -316,6 +329,9 @@ func printBanner(kubeconfig, downstreamURL, archiveDSN string, opts options, gua
 	}
 	if archiveDSN != "" {
 		fmt.Println("  archive:     psql '" + archiveDSN + "' (finished records leave etcd for it: docs/archive.md)")
+		if !opts.existingCluster {
+			fmt.Println("               kubectl get archivedtoolactions -n " + opts.namespace + " (read through the API server, as you)")
+		}
 	}
 	if opts.sampleTool != "" {
 		fmt.Printf("  sample tool: %s/charge\n", opts.namespace)
@@ -340,6 +356,33 @@ func applyPolicy(ctx context.Context, cfg *rest.Config, file, what, absence stri
 		return false
 	}
 	return true
+}
+
+// registerArchiveAPI issues the archive API's serving certificate under the
+// state directory and registers the API with the embedded control plane,
+// whose API server reaches the manager on this machine; it returns the
+// certificate's directory.
+func registerArchiveAPI(ctx context.Context, cfg *rest.Config, opts options) (string, error) {
+	dir, err := filepath.Abs(filepath.Join(opts.stateDir, "archive-api"))
+	if err != nil {
+		return "", err
+	}
+	api, err := testenv.NewArchiveAPI(dir)
+	if err != nil {
+		return "", fmt.Errorf("cannot issue the archive API's certificate: %w", err)
+	}
+	port, err := testenv.PortOf(opts.archiveAPIListen)
+	if err != nil {
+		return "", fmt.Errorf("--archive-api-listen: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		return "", err
+	}
+	if err := api.Register(ctx, c, port); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // startArchive runs the local PostgreSQL server of the archive, its data

@@ -12,13 +12,17 @@ var (
 	}, nil)
 	archiveErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_archive_errors_total",
-		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), read and list (the archive API), ping.",
+		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), read and list (the archive API), prune, ping.",
 	}, []string{"operation"})
+	recordsPruned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "toolledger_archive_records_pruned_total",
+		Help: "Archived records deleted by --archive-history-retention: their tool's keyRetention and then the history retention had passed since they finished.",
+	})
 )
 
 // Metrics are the archive's collectors, which the manager registers.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{archiveUp, archiveErrors}
+	return []prometheus.Collector{archiveUp, archiveErrors, recordsPruned}
 }
 
 // observe records the outcome of one use of the archive.

@@ -42,6 +42,9 @@ CREATE INDEX toolledger_records_by_key ON toolledger_records (namespace, key, co
 	// also serves the key check (scanned backwards).
 	`CREATE INDEX toolledger_records_in_order ON toolledger_records (namespace, key, completion_time, uid);
 DROP INDEX toolledger_records_by_key;`,
+	// 3: pruning by tool and by age.
+	`CREATE INDEX toolledger_records_by_tool ON toolledger_records (tool_kind, tool_name, namespace, completion_time);
+CREATE INDEX toolledger_records_by_completion ON toolledger_records (completion_time);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

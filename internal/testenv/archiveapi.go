@@ -45,10 +45,13 @@ func NewArchiveAPI(certDir string) (*ArchiveAPI, error) {
 	return &ArchiveAPI{CertDir: certDir, ca: ca}, nil
 }
 
-// Register points the API server's archive.toolledger.dev/v1alpha1 at a
-// manager serving it on 127.0.0.1:port: an ExternalName Service naming
-// 127.0.0.1 (a local control plane has no Service network), and the
-// APIService, then waits until the API server finds it available.
+// apiServiceName is the archive's APIService, as the chart names it.
+var apiServiceName = archivev1alpha1.GroupVersion.Version + "." + archivev1alpha1.GroupVersion.Group
+
+// Register points a local API server's archive.toolledger.dev/v1alpha1 at
+// a manager serving it on 127.0.0.1:port: an ExternalName Service naming
+// 127.0.0.1 (a local control plane has no Service network, and its API
+// server runs on this machine), and the APIService.
 func (a *ArchiveAPI) Register(ctx context.Context, c client.Client, port int) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: ArchiveAPIService, Namespace: app.DefaultNamespace()}}
 	if err := createOrUpdate(ctx, c, svc, func() {
@@ -60,7 +63,7 @@ func (a *ArchiveAPI) Register(ctx context.Context, c client.Client, port int) er
 	apiService := &unstructured.Unstructured{}
 	apiService.SetAPIVersion("apiregistration.k8s.io/v1")
 	apiService.SetKind("APIService")
-	apiService.SetName(archivev1alpha1.GroupVersion.Version + "." + archivev1alpha1.GroupVersion.Group)
+	apiService.SetName(apiServiceName)
 	spec := map[string]any{
 		"group": archivev1alpha1.GroupVersion.Group, "version": archivev1alpha1.GroupVersion.Version,
 		"groupPriorityMinimum": int64(1000), "versionPriority": int64(15),
@@ -70,8 +73,14 @@ func (a *ArchiveAPI) Register(ctx context.Context, c client.Client, port int) er
 	if err := createOrUpdate(ctx, c, apiService, func() { apiService.Object["spec"] = spec }); err != nil {
 		return fmt.Errorf("cannot create the archive's APIService: %w", err)
 	}
+	return nil
+}
+
+// WaitAvailable returns once the API server finds the archive API
+// available: it reached the manager and read its discovery.
+func WaitAvailable(ctx context.Context, c client.Client) error {
 	return wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		return apiServiceAvailable(ctx, c, apiService.GetName())
+		return apiServiceAvailable(ctx, c, apiServiceName)
 	})
 }
 

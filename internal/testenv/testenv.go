@@ -87,7 +87,7 @@ func StartControlPlane(opts ControlPlaneOptions) (*ControlPlane, error) {
 		return nil, err
 	}
 	apiServer := &envtest.APIServer{CertDir: opts.APIServerCertDir, Out: opts.APIServerLog, Err: opts.APIServerLog}
-	if err := configureFrontProxy(apiServer, frontProxy); err != nil {
+	if err := ConfigureFrontProxy(apiServer, frontProxy); err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
@@ -145,11 +145,11 @@ func frontProxyDir(certDir string) (dir, made string, err error) {
 	return made, made, err
 }
 
-// configureFrontProxy lets the API server forward users to aggregated APIs
-// (the archive API): it gets a front-proxy CA and client certificate, and
-// publishes how it forwards users in kube-system's
-// extension-apiserver-authentication ConfigMap, as a cluster's does.
-func configureFrontProxy(apiServer *envtest.APIServer, dir string) error {
+// ConfigureFrontProxy lets the API server forward users to aggregated APIs
+// (the archive API), as a cluster's does: it gets a front-proxy CA and
+// client certificate, kept in dir, and publishes how it forwards users in
+// kube-system's extension-apiserver-authentication ConfigMap.
+func ConfigureFrontProxy(apiServer *envtest.APIServer, dir string) error {
 	ca, err := LoadOrNewCA(dir, "front-proxy-ca")
 	if err != nil {
 		return fmt.Errorf("cannot make the front proxy's CA: %w", err)

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -199,5 +201,68 @@ var _ = Describe("The archive", func() {
 		Eventually(gone(done.DeepCopy())).Should(BeTrue())
 		Expect(psql(fmt.Sprintf(`SELECT uid, cause FROM toolledger_records WHERE namespace = '%s' AND key = 'order-4001-refund'`, ns))).
 			To(Equal([]string{fmt.Sprintf("%s|RecordRetention", done.UID)}))
+	})
+})
+
+// With an archive, a tool that sets no keyRetention keeps its keys for the
+// manager's --archive-key-retention, and --archive-history-retention later
+// the record leaves the archive too.
+var _ = Describe("The archive's key and history retentions", func() {
+	It("frees a key after the archive's default keyRetention and prunes its record after the history retention", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		server, err := testenv.StartPostgres(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.Stop)
+		clock := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive-retentions", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: 10 * time.Minute,
+			ArchiveKeyRetention: 48 * time.Hour, ArchiveHistoryRetention: 24 * time.Hour})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable))
+		key := ns + "/order-4001-charge"
+		rows := func(uid types.UID) func() (int, error) {
+			return func() (int, error) {
+				conn, err := pgx.Connect(ctx, server.DSN)
+				if err != nil {
+					return 0, err
+				}
+				defer conn.Close(ctx)
+				var n int
+				return n, conn.QueryRow(ctx, `SELECT count(*) FROM toolledger_records WHERE uid = $1`, string(uid)).Scan(&n)
+			}
+		}
+
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-4001-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		clock.Step(11 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		Eventually(rows(first.UID)).Should(Equal(1))
+
+		By("within the default keyRetention the key answers from the archive")
+		clock.Step(46 * time.Hour)
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-4001-charge", 1200))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		recreate(again)
+
+		By("past it the key means a new intent, and the first record is still readable")
+		clock.Step(2 * time.Hour)
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-4001-charge", 1200))).To(Succeed())
+		fresh := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
+		Expect(downstream.Requests(key)).To(Equal(2))
+		Consistently(rows(first.UID), time.Second).Should(Equal(1))
+
+		By("a history retention after the key was freed, the first record leaves the archive; the new one stays")
+		clock.Step(23 * time.Hour)
+		Consistently(rows(first.UID), time.Second).Should(Equal(1), "the history retention has not passed")
+		clock.Step(time.Hour)
+		Eventually(rows(first.UID)).Should(BeZero())
+		clock.Step(11 * time.Minute)
+		Eventually(gone(fresh.DeepCopy())).Should(BeTrue())
+		Eventually(rows(fresh.UID)).Should(Equal(1))
 	})
 })

@@ -88,6 +88,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		registering, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		Expect(api.Register(registering, k8s, port)).To(Succeed())
+		Expect(testenv.WaitAvailable(registering, k8s)).To(Succeed())
 
 		remove, err := testenv.InstallRBAC(ctx, env.Config, k8s, "archive-api", "role_viewer.yaml")
 		Expect(err).NotTo(HaveOccurred())

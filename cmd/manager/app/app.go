@@ -125,6 +125,13 @@ type Options struct {
 	// records of a tool that sets no recordRetention stay in etcd;
 	// DefaultArchiveRecordRetention when zero.
 	ArchiveRecordRetention time.Duration
+	// ArchiveKeyRetention is how long, with an archive, the keys of a tool
+	// that sets no keyRetention are kept; DefaultArchiveKeyRetention when
+	// zero, for good when negative.
+	ArchiveKeyRetention time.Duration
+	// ArchiveHistoryRetention is how long archived records stay readable
+	// after their key is freed; zero keeps them for good.
+	ArchiveHistoryRetention time.Duration
 	// ArchiveAPIAddr is where the archive's aggregated API listens, when
 	// ArchiveAPICertDir holds its serving certificate (tls.crt, tls.key).
 	ArchiveAPIAddr    string
@@ -165,6 +172,12 @@ func ClientOptions() client.Options {
 // and for a person to look at a fresh failure, while the records the API
 // server holds stay a few minutes' worth (docs/archive.md).
 const DefaultArchiveRecordRetention = 5 * time.Minute
+
+// DefaultArchiveKeyRetention is how long, with an archive, the keys of a
+// tool that sets no keyRetention are kept: 90 days, past every provider's
+// own window in docs/catalog.md (Stripe 24 h, Adyen 7 days) and Adyen's
+// 31-day minimum with room to spare (docs/archive.md).
+const DefaultArchiveKeyRetention = 90 * 24 * time.Hour
 
 // DefaultRetentionRate is the retention writes a second a manager makes
 // by default: 100k records coming due at once are retired in about an hour.
@@ -240,6 +253,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.ArchiveRecordRetention <= 0 {
 		opts.ArchiveRecordRetention = DefaultArchiveRecordRetention
+	}
+	if opts.ArchiveKeyRetention == 0 {
+		opts.ArchiveKeyRetention = DefaultArchiveKeyRetention
 	}
 	if opts.RetentionRate <= 0 {
 		opts.RetentionRate = DefaultRetentionRate
@@ -418,6 +434,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Dispatcher:              dispatcher,
 		Queue:                   queue,
 		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
+		ArchiveKeyRetention:     max(opts.ArchiveKeyRetention, 0),
+		ArchiveHistoryRetention: opts.ArchiveHistoryRetention,
 	}
 	if opts.ArchiveDSN != "" {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {

@@ -1,0 +1,96 @@
+package archive
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pruneLock is the advisory lock one replica holds while it prunes, so
+// that replicas do not delete the same rows side by side.
+const pruneLock = 0x746f6f6c70727565 // "toolprue"
+
+// pruneBatch bounds one delete, so that pruning a long history holds no
+// lock for long and never blocks the key check or a keep.
+const pruneBatch = 1000
+
+// Cutoff says which records may go: those of one tool (Kind and Name, and
+// Namespace for a Tool) that finished before Before; a Cutoff without a
+// Kind applies to every record.
+type Cutoff struct {
+	Kind, Namespace, Name string
+	Before                time.Time
+}
+
+// Prune deletes the records each cutoff lets go, in batches, and returns
+// how many it deleted. One replica prunes at a time: when another holds
+// the prune lock, Prune returns 0 at once.
+func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		observe("prune", err)
+		return 0, fmt.Errorf("%w: cannot prune: %w", ErrUnavailable, err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(pruneLock)).Scan(&locked); err != nil || !locked {
+		observe("prune", err)
+		if err != nil {
+			return 0, fmt.Errorf("%w: cannot take the prune lock: %w", ErrUnavailable, err)
+		}
+		return 0, nil
+	}
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(pruneLock))
+	}()
+	var pruned int64
+	for _, c := range cutoffs {
+		n, err := pruneCutoff(ctx, conn.Conn(), c)
+		pruned += n
+		observe("prune", err)
+		if err != nil {
+			return pruned, fmt.Errorf("%w: cannot prune the records of %s: %w", ErrUnavailable, c, err)
+		}
+	}
+	recordsPruned.Add(float64(pruned))
+	return pruned, nil
+}
+
+func pruneCutoff(ctx context.Context, conn *pgx.Conn, c Cutoff) (int64, error) {
+	var pruned int64
+	for {
+		var (
+			tag pgconn.CommandTag
+			err error
+		)
+		if c.Kind == "" {
+			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
+	SELECT uid FROM toolledger_records WHERE completion_time < $1 LIMIT $2)`, c.Before, pruneBatch)
+		} else {
+			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
+	SELECT uid FROM toolledger_records
+	WHERE tool_kind = $1 AND tool_name = $2 AND ($3 = '' OR namespace = $3) AND completion_time < $4
+	LIMIT $5)`, c.Kind, c.Name, c.Namespace, c.Before, pruneBatch)
+		}
+		if err != nil {
+			return pruned, err
+		}
+		pruned += tag.RowsAffected()
+		if tag.RowsAffected() < pruneBatch {
+			return pruned, nil
+		}
+	}
+}
+
+func (c Cutoff) String() string {
+	switch {
+	case c.Kind == "":
+		return "every tool"
+	case c.Namespace == "":
+		return c.Kind + " " + c.Name
+	}
+	return c.Kind + " " + c.Namespace + "/" + c.Name
+}
