@@ -86,13 +86,20 @@ func allScenarios() []scenario {
 			})},
 		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
 		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
-		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
-		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
-		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
+		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(tombstones, nil, deleteThenApply)},
+		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(tombstones, nil, replaceForce)},
+		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(tombstones, pruneArgs, pruneThenResync)},
 		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 		{"stale-resolution", "two resolvers, one escalation: B resolves attempt 1 (kubectl toolledger resolve), A submits the same finding from a stale page of attempt 1 (NonRepeatable; lost requests, lost answers)", staleResolutions},
 		{"job-ttl-lost-answer", "kubernetesApply: a Job removed by its TTL after the apply's answer was lost (Compensatable)", jobTTLLostAnswer},
+		// Last: the archive scenarios stop the steady managers, which keep
+		// keys in Tombstones, and run their own on PostgreSQL.
+		{"archive-kill-retire", "archive: 1 manager SIGKILLed while it retires records (between the archive commit and the etcd delete), then every key applied again", archiveKillRetire},
+		{"archive-kill-keycheck", "archive: archived keys applied again with fresh ones, the only manager SIGKILLed during their key check", archiveKillKeyCheck},
+		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},
+		{"archive-prune-resync", "archive: kubectl apply --prune prunes, then re-syncs (NonRepeatable, 2 managers)",
+			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
 	}
 }
 
@@ -472,11 +479,11 @@ func (s *suite) downstreamScenario(sc *run, naive bool, effects string, load fun
 func (s *suite) paths(sc *run) string {
 	counts := map[string]int{}
 	for _, tr := range sc.trials {
-		var list v1alpha1.ToolActionList
-		if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		all, err := s.records(s.ctx, tr)
+		if err != nil {
 			continue
 		}
-		for _, a := range list.Items {
+		for _, a := range all {
 			steps := make([]string, 0, len(a.Status.History))
 			for _, h := range a.Status.History {
 				step := string(h.To)
