@@ -189,7 +189,7 @@ func (s *suite) archiveManagers(sc *run, prefix string, n int) (pool []*manager,
 
 // startArchiveManager starts a manager that keeps records in db.
 func (s *suite) startArchiveManager(prefix string, db *archiveDB) (*manager, error) {
-	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix), leaseGrace,
+	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix),
 		"--archive-dsn="+db.dsn, "--archive-record-retention="+archiveRecordRetention.String())
 	if err != nil {
 		return nil, err
@@ -345,7 +345,7 @@ func archiveKillRetire(s *suite, sc *run) error {
 	var errs []error
 	killed := time.Now()
 	for tr, first := range firsts {
-		if err := s.waitRetired(ctx, tr, first); err != nil {
+		if err := s.waitRetired(ctx, tr, first, killed.Add(settleTimeout+10*time.Second)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -358,7 +358,7 @@ func archiveKillRetire(s *suite, sc *run) error {
 		}
 	}
 	reapplied := time.Now()
-	errs = append(errs, s.checkAnsweredAgain(ctx, sc, firsts, keysOf, &counts, v1alpha1.TombstoneCauseRecordRetention))
+	errs = append(errs, s.checkAnsweredAgain(ctx, firsts, keysOf, &counts, v1alpha1.TombstoneCauseRecordRetention))
 	s.logf("%s: every key applied again settled within %s", sc.name, time.Since(reapplied).Round(100*time.Millisecond))
 	errs = append(errs, s.verify(sc))
 	sc.row.Notes = append(sc.row.Notes,
@@ -432,10 +432,9 @@ func (s *suite) retireSnapshot(tr *trial) (retireKill, error) {
 	return k, nil
 }
 
-// waitRetired waits, for at most settleTimeout, until none of the trial's
-// first records is left in etcd; a record left is a violation.
-func (s *suite) waitRetired(ctx context.Context, tr *trial, first map[string]*v1alpha1.ToolAction) error {
-	deadline := time.Now().Add(settleTimeout)
+// waitRetired waits, until deadline, until none of the trial's first
+// records is left in etcd; a record left is a violation.
+func (s *suite) waitRetired(ctx context.Context, tr *trial, first map[string]*v1alpha1.ToolAction, deadline time.Time) error {
 	for {
 		var list v1alpha1.ToolActionList
 		if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err != nil {
@@ -447,7 +446,7 @@ func (s *suite) waitRetired(ctx context.Context, tr *trial, first map[string]*v1
 		}
 		if time.Now().After(deadline) {
 			for _, a := range left {
-				tr.violation(a.Name, "the finished record is still in etcd %s after its recordRetention: %s", settleTimeout, describe(&a))
+				tr.violation(a.Name, "the finished record is still in etcd, past its recordRetention and a retention sweep: %s", describe(&a))
 			}
 			return nil
 		}
@@ -460,7 +459,7 @@ func (s *suite) waitRetired(ctx context.Context, tr *trial, first map[string]*v1
 // checkAnsweredAgain waits until every key of firsts was created again and
 // settled, and checks that the archive answered each: the original outcome
 // and reference, no attempt, one downstream request for the key in all.
-func (s *suite) checkAnsweredAgain(ctx context.Context, sc *run, firsts map[*trial]map[string]*v1alpha1.ToolAction,
+func (s *suite) checkAnsweredAgain(ctx context.Context, firsts map[*trial]map[string]*v1alpha1.ToolAction,
 	keysOf map[*trial][]string, counts *tally, cause string,
 ) error {
 	k := archiveKeeper(cause)
@@ -498,12 +497,13 @@ func archiveKillKeyCheck(s *suite, sc *run) error {
 	defer d.proc.stop(5 * time.Second)
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
+	// keyed is a trial: its archived keys and their first records, its
+	// fresh keys, and the manifest of both.
 	type keyed struct {
-		tr                  *trial
-		archived, fresh     []string
-		first               map[string]*v1alpha1.ToolAction
-		again               string
-		archivedAt, applied time.Time
+		tr              *trial
+		archived, fresh []string
+		first           map[string]*v1alpha1.ToolAction
+		again           string
 	}
 	var (
 		counts, caught tally
@@ -531,7 +531,7 @@ func archiveKillKeyCheck(s *suite, sc *run) error {
 				tr.violation(key, "the applied action did not succeed after one attempt: %s", describe(a))
 			}
 		}
-		if err := s.waitRetired(ctx, tr, t.first); err != nil {
+		if err := s.waitRetired(ctx, tr, t.first, time.Now().Add(settleTimeout)); err != nil {
 			return err
 		}
 		t.fresh = intents(tr, rng, "fresh", intRange(rng, 2, 4))
@@ -591,12 +591,16 @@ func archiveKillKeyCheck(s *suite, sc *run) error {
 			s.checkRecreated(ctx, t.tr, key, t.first[key], again[key], st.Requests[t.tr.ns+"/"+key], &counts, k)
 		}
 		for _, key := range t.fresh {
+			// A kill after the claim and before the send leaves an attempt
+			// never sent: the replacement's is the second, and the first
+			// request.
 			a, requests := again[key], st.Requests[t.tr.ns+"/"+key]
-			executed := a != nil && a.Status.Phase == v1alpha1.PhaseSucceeded && a.Status.Attempts == 1 && requests == 1
+			executed := a != nil && a.Status.Phase == v1alpha1.PhaseSucceeded && a.Status.Attempts >= 1 && requests == 1
 			if !executed {
-				t.tr.violation(key, "the fresh key's action is %s with %d downstream requests; want Succeeded after 1 attempt, 1 request", describe(a), requests)
+				t.tr.violation(key, "the fresh key's action is %s with %d downstream requests; want Succeeded, 1 request", describe(a), requests)
 			}
-			counts.add("fresh keys executed once", boolToInt(executed))
+			counts.add("fresh keys executed once (1 downstream request)", boolToInt(executed))
+			counts.add("of them on a second attempt, the first claimed by the victim and never sent", boolToInt(executed && a.Status.Attempts > 1))
 		}
 	}
 	errs = append(errs, s.verify(sc))

@@ -545,7 +545,7 @@ func (s *suite) nextManagerID(prefix string) string {
 
 // startManager starts a manager and waits for its workers.
 func (s *suite) startManager(prefix string) (*manager, error) {
-	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix), leaseGrace)
+	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix))
 	if err != nil {
 		return nil, err
 	}

@@ -565,7 +565,7 @@ type manager struct {
 // startManager runs bin/manager against the cluster as the admin user,
 // without metrics or probes listening and without leader election; extra
 // flags follow the suite's own.
-func (ps *processes) startManager(kubeconfig, id string, leaseGrace time.Duration, extra ...string) (*manager, error) {
+func (ps *processes) startManager(kubeconfig, id string, extra ...string) (*manager, error) {
 	path, err := binary("manager")
 	if err != nil {
 		return nil, err
