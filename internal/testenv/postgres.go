@@ -206,6 +206,15 @@ func (p *Postgres) Halt() error {
 	}
 }
 
+// PID is the server's process id, which is also its process group's; 0
+// while it is halted.
+func (p *Postgres) PID() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Resume starts a halted server again, on the same port and data.
 func (p *Postgres) Resume(ctx context.Context) error {
 	if p.cmd != nil {

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -47,6 +48,9 @@ type suite struct {
 	rows     []Row
 	managers int
 	steady   [2]*manager
+	// postgres serves the archive scenarios' databases; started by the
+	// first of them.
+	postgres *testenv.Postgres
 }
 
 // scenario is one row of the table; name is its subtest's name.
@@ -62,6 +66,9 @@ type run struct {
 	row    Row
 	trials []*trial
 	began  time.Time
+	// archive is the scenario's archive, which its trials' records leave
+	// etcd for; nil without one.
+	archive *archiveDB
 }
 
 // trial is one trial's intents and what the driver saw of them.
@@ -75,6 +82,9 @@ type trial struct {
 	// tickets: the trial's intents open tickets, which the downstream
 	// counts by incident (ticketEvidence), not charges by key.
 	tickets bool
+	// archive, when set, keeps the trial's records that left etcd: its
+	// ledger is both.
+	archive *archiveDB
 }
 
 func (tr *trial) add(key string, amount int64) string {
@@ -130,7 +140,7 @@ func (s *suite) newTrial(sc *run, d *downstream, opts toolOptions) (*trial, erro
 	if err != nil {
 		return nil, err
 	}
-	tr := &trial{ns: ns, d: d}
+	tr := &trial{ns: ns, d: d, archive: sc.archive}
 	s.mu.Lock()
 	sc.trials = append(sc.trials, tr)
 	s.mu.Unlock()
@@ -199,18 +209,14 @@ func (s *suite) waitSettled(trials []*trial, timeout time.Duration) {
 	pending := slices.Clone(trials)
 	for len(pending) > 0 && time.Now().Before(deadline) && s.ctx.Err() == nil {
 		pending = slices.DeleteFunc(pending, func(tr *trial) bool {
-			var list v1alpha1.ToolActionList
-			if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+			ledger, err := s.ledger(s.ctx, tr)
+			if err != nil {
 				return false
-			}
-			phases := map[string]v1alpha1.Phase{}
-			for _, a := range list.Items {
-				phases[a.Namespace+"/"+a.Name] = a.Status.Phase
 			}
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
 			for _, key := range tr.keys {
-				if !phases[key].IsSettled() {
+				if !v1alpha1.Phase(ledger[key].Phase).IsSettled() {
 					return false
 				}
 			}
@@ -240,15 +246,11 @@ func (s *suite) verify(sc *run) error {
 		charges := map[string]Charge{}
 		actions := map[*trial]map[string]Action{}
 		for _, tr := range trials {
-			var list v1alpha1.ToolActionList
-			if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
-				return fmt.Errorf("cannot list the actions of %s: %w", tr.ns, err)
+			ledger, err := s.ledger(s.ctx, tr)
+			if err != nil {
+				return err
 			}
-			actions[tr] = map[string]Action{}
-			for i := range list.Items {
-				a := toAction(&list.Items[i])
-				actions[tr][a.Key] = a
-			}
+			actions[tr] = ledger
 			for _, key := range tr.keys {
 				if tr.tickets {
 					break
@@ -286,6 +288,57 @@ func (s *suite) verify(sc *run) error {
 		}
 	}
 	return nil
+}
+
+// records are the trial's ToolActions: those in etcd and, with an archive,
+// the archived ones no longer there (each as the archive keeps it).
+func (s *suite) records(ctx context.Context, tr *trial) ([]v1alpha1.ToolAction, error) {
+	var list v1alpha1.ToolActionList
+	if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		return nil, fmt.Errorf("cannot list the actions of %s: %w", tr.ns, err)
+	}
+	if tr.archive == nil {
+		return list.Items, nil
+	}
+	archived, err := tr.archive.records(ctx, tr.ns)
+	if err != nil {
+		return nil, err
+	}
+	inEtcd := map[types.UID]bool{}
+	for _, a := range list.Items {
+		inEtcd[a.UID] = true
+	}
+	all := list.Items
+	for _, r := range archived {
+		if !inEtcd[r.action.UID] {
+			all = append(all, r.action)
+		}
+	}
+	return all, nil
+}
+
+// ledger is what the checker reads of the trial's keys: each key's record
+// in etcd, else its newest archived one.
+func (s *suite) ledger(ctx context.Context, tr *trial) (map[string]Action, error) {
+	all, err := s.records(ctx, tr)
+	if err != nil {
+		return nil, err
+	}
+	newest := map[string]*v1alpha1.ToolAction{}
+	for i := range all {
+		a := &all[i]
+		// etcd's records come first (a name has one at a time there, newer
+		// than any archived), then the archived ones, newest first.
+		if _, seen := newest[a.Name]; !seen {
+			newest[a.Name] = a
+		}
+	}
+	out := make(map[string]Action, len(newest))
+	for _, a := range newest {
+		action := toAction(a)
+		out[action.Key] = action
+	}
+	return out, nil
 }
 
 // firstCharge looks the key up downstream, waiting (bounded) while a
@@ -452,6 +505,7 @@ func newSuite(t *testing.T) *suite {
 	}()
 	t.Cleanup(func() {
 		s.procs.killAll()
+		s.stopPostgres()
 		if s.cluster != nil {
 			if err := s.cluster.stop(); err != nil {
 				t.Logf("stopping the control plane: %v", err)
@@ -491,7 +545,7 @@ func (s *suite) nextManagerID(prefix string) string {
 
 // startManager starts a manager and waits for its workers.
 func (s *suite) startManager(prefix string) (*manager, error) {
-	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix), leaseGrace)
+	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix))
 	if err != nil {
 		return nil, err
 	}

@@ -195,8 +195,10 @@ type cluster struct {
 	cfg        *rest.Config
 	kubeconfig string
 	client     client.Client
-	// pidFile lists the control plane's processes for the watchdog.
+	// pidFile lists the control plane's processes for the watchdog, and
+	// also those of other servers the suite started (PostgreSQL).
 	pidFile  string
+	also     []string
 	watchdog *exec.Cmd
 }
 
@@ -250,7 +252,15 @@ func (c *cluster) recordPIDs() error {
 	if len(pids) != 2 {
 		return fmt.Errorf("found the control-plane processes %v, want kube-apiserver and etcd", pids)
 	}
-	return os.WriteFile(c.pidFile, []byte(strings.Join(pids, " ")+"\n"), 0o600)
+	return os.WriteFile(c.pidFile, []byte(strings.Join(append(pids, c.also...), " ")+"\n"), 0o600)
+}
+
+// watchAlso has the watchdog kill the process group of pid too, instead of
+// any it was told of before: a server that runs in a process group of its
+// own (PostgreSQL) and is restarted with a new one.
+func (c *cluster) watchAlso(pid int) error {
+	c.also = []string{strconv.Itoa(pid)}
+	return c.recordPIDs()
 }
 
 func startCluster(dir string) (*cluster, error) {
@@ -553,15 +563,16 @@ type manager struct {
 }
 
 // startManager runs bin/manager against the cluster as the admin user,
-// without metrics or probes listening and without leader election.
-func (ps *processes) startManager(kubeconfig, id string, leaseGrace time.Duration) (*manager, error) {
+// without metrics or probes listening and without leader election; extra
+// flags follow the suite's own.
+func (ps *processes) startManager(kubeconfig, id string, extra ...string) (*manager, error) {
 	path, err := binary("manager")
 	if err != nil {
 		return nil, err
 	}
 	m := &manager{id: id, ready: make(chan struct{})}
 	var once sync.Once
-	m.proc, err = ps.start("manager-"+id, path, []string{
+	m.proc, err = ps.start("manager-"+id, path, append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--executor-id=" + id,
 		"--leader-elect=false",
@@ -572,7 +583,7 @@ func (ps *processes) startManager(kubeconfig, id string, leaseGrace time.Duratio
 		"--max-concurrent-reconciles=8",
 		// The downstreams listen on 127.0.0.1; nothing else is reachable.
 		"--egress-allow=127.0.0.1/32",
-	}, func(line string) {
+	}, extra...), func(line string) {
 		// Workers start once the caches are synced: from then on the
 		// manager claims what it sees.
 		if strings.Contains(line, "Starting workers") && strings.Contains(line, `"controller":"toolaction"`) {
@@ -609,6 +620,8 @@ type toolOptions struct {
 	maxAttempts int32
 	// approval makes the tool require an approval.
 	approval bool
+	// recordRetention is the tool's recordRetention; unset when zero.
+	recordRetention time.Duration
 }
 
 const toolTimeout = time.Second
@@ -638,6 +651,9 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 	}
 	if opts.approval {
 		shape = append(shape, testenv.WithApprovalRequired())
+	}
+	if opts.recordRetention > 0 {
+		shape = append(shape, testenv.WithRecordRetention(opts.recordRetention))
 	}
 	tool := testenv.NewTool(ns.Name, "charge", d.url+"/charges", shape...)
 	if err := c.Create(ctx, tool); err != nil {

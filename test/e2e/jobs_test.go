@@ -98,7 +98,7 @@ func jobTTLLostAnswer(s *suite, sc *run) error {
 	var pool []*manager
 	defer stopAll(&pool)
 	for range 2 {
-		m, err := s.procs.startManager(kubeconfig, s.nextManagerID("proxied"), leaseGrace)
+		m, err := s.procs.startManager(kubeconfig, s.nextManagerID("proxied"))
 		if err != nil {
 			return err
 		}

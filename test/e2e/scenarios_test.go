@@ -86,13 +86,20 @@ func allScenarios() []scenario {
 			})},
 		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
 		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
-		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(nil, deleteThenApply)},
-		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(nil, replaceForce)},
-		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(pruneArgs, pruneThenResync)},
+		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(tombstones, nil, deleteThenApply)},
+		{"replace-force", "re-created after success: kubectl replace --force (NonRepeatable)", recreateScenario(tombstones, nil, replaceForce)},
+		{"prune-resync", "re-created after success: kubectl apply --prune prunes, then re-syncs (NonRepeatable)", recreateScenario(tombstones, pruneArgs, pruneThenResync)},
 		{"tickets-by-reference", "tickets with no idempotency key: lost answers found by the incident (Reference lookup), resets before commit escalated", ticketsByReference},
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 		{"stale-resolution", "two resolvers, one escalation: B resolves attempt 1 (kubectl toolledger resolve), A submits the same finding from a stale page of attempt 1 (NonRepeatable; lost requests, lost answers)", staleResolutions},
 		{"job-ttl-lost-answer", "kubernetesApply: a Job removed by its TTL after the apply's answer was lost (Compensatable)", jobTTLLostAnswer},
+		// Last: the archive scenarios stop the steady managers, which keep
+		// keys in Tombstones, and run their own on PostgreSQL.
+		{"archive-kill-retire", "archive: 1 manager SIGKILLed while it retires records (between the archive commit and the etcd delete), then every key applied again", archiveKillRetire},
+		{"archive-kill-keycheck", "archive: archived keys applied again with fresh ones, the only manager SIGKILLed during their key check", archiveKillKeyCheck},
+		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},
+		{"archive-prune-resync", "archive: kubectl apply --prune prunes, then re-syncs (NonRepeatable, 2 managers)",
+			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
 	}
 }
 
@@ -218,6 +225,35 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   in, before the resolution; the check after it adds only violations. Made to take absence as
   proof for every class, as it did before issue 33, the adapter applied every intent twice (39
   duplicates of 39 keys in 20 trials).
+* **the archive** — the last four rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
+  keys in Tombstones, are stopped) on a database of their own in a PostgreSQL server the suite starts from
+  Debian's binaries on 127.0.0.1; ` + "`--archive-record-retention=24h`" + `, so that the records of earlier scenarios
+  stay where they are, while the trials' Tools set ` + "`recordRetention: 1s`" + ` where records must leave etcd. A
+  trial's ledger is then etcd and the archive: a key's record is the one in etcd, else its newest archived
+  row (the ToolAction the row keeps), and every key is checked as above. No tenant may hold a Tombstone.
+  Each runs a quarter of ` + "`E2E_TRIALS`" + ` trials (12 by default).
+  * **SIGKILLed while retiring** — one trial is one tenant of 5–10 intents applied with ` + "`kubectl apply`" + `; once
+    they all succeeded (one attempt each), the suite freezes the only manager (SIGSTOP) at random moments,
+    reads the trial's records in etcd and its rows in the archive, and SIGKILLs the manager as soon as a record
+    is in both — archived, not yet deleted from etcd — (or none is left in etcd, or after 8s), then starts a
+    replacement at once. The notes count what each kill caught. Every record must then leave etcd, and its
+    key be guarded by exactly one archived row, its own (` + "`RecordRetention`" + `, the original outcome and reference);
+    the same manifests applied again must each be answered ` + "`Succeeded`/`SettledByArchive`" + ` with the original
+    reference and 0 attempts, and the downstream must have received one request per key.
+  * **SIGKILLed during the key check** — one trial is one tenant whose 3–6 intents are applied, succeed and
+    leave etcd for the archive; then a manifest of those keys again and 2–4 fresh ones, in random order, is
+    applied while the suite freezes the only manager at random moments and SIGKILLs it as soon as one of the
+    new actions exists and has not passed its key check (not settled, not claimed, no attempt), then starts
+    a replacement. Archived keys must be answered from the archive (as above, one request in all); each fresh
+    key must succeed with one downstream request.
+  * **PostgreSQL stopped under load** — two managers; one round of 6 trials per outage. Each trial invokes
+    2–4 intents through the SDK at random moments over 1s; 0.3–1s in, PostgreSQL is stopped (a fast
+    shutdown), and each trial invokes 2–4 more. For the 3–5s the server is down, none of those may reach the
+    downstream, and each must be seen waiting, ` + "`Accepted`" + ` with the reason ` + "`ArchiveUnavailable`" + `; then the
+    server is started again on its data, and each must be sent once.
+  * **prune and re-sync** — the GitOps re-creation above, with two archive managers: every re-created action
+    must be answered by the pruned action's archived row (` + "`Deleted`" + `), the only row guarding the key, and no
+    Tombstone written.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
@@ -246,7 +282,7 @@ func (s *suite) steadyManagers() error {
 			s.t.Logf("steady manager %s had exited (%v); starting another", s.steady[i].id, s.steady[i].proc.err)
 		}
 		s.managers++
-		m, err := s.procs.startManager(s.cluster.kubeconfig, fmt.Sprintf("steady-%03d", s.managers), leaseGrace)
+		m, err := s.procs.startManager(s.cluster.kubeconfig, fmt.Sprintf("steady-%03d", s.managers))
 		if err != nil {
 			return err
 		}
@@ -472,11 +508,11 @@ func (s *suite) downstreamScenario(sc *run, naive bool, effects string, load fun
 func (s *suite) paths(sc *run) string {
 	counts := map[string]int{}
 	for _, tr := range sc.trials {
-		var list v1alpha1.ToolActionList
-		if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		all, err := s.records(s.ctx, tr)
+		if err != nil {
 			continue
 		}
-		for _, a := range list.Items {
+		for _, a := range all {
 			steps := make([]string, 0, len(a.Status.History))
 			for _, h := range a.Status.History {
 				step := string(h.To)

@@ -82,22 +82,48 @@ data:
 	return s.kubectlCounting(ctx, counts, append([]string{"apply", "-f", path}, pruneArgs(tr)...), " created", "created again by kubectl apply --prune")
 }
 
+// keeper is where a scenario's managers keep the key of a record taken
+// away: its Tombstone, or the archive.
+type keeper struct {
+	// name is what the notes call it.
+	name string
+	// reason is that of an action answered from it.
+	reason string
+	// start readies the scenario's managers and returns what stops those
+	// it started.
+	start func(s *suite, sc *run) (stop func(), err error)
+	// trials is how many trials the scenario runs.
+	trials func(s *suite) int
+	// kept checks that it keeps the key of deleted, the action taken away.
+	kept func(s *suite, ctx context.Context, tr *trial, key string, deleted *v1alpha1.ToolAction, counts *tally)
+}
+
+// tombstones are the steady managers' keeper, without an archive.
+var tombstones = keeper{
+	name: "tombstone", reason: v1alpha1.ReasonSettledByTombstone,
+	start:  func(s *suite, _ *run) (func(), error) { return func() {}, s.steadyManagers() },
+	trials: func(s *suite) int { return s.trials },
+	kept:   (*suite).checkTombstone,
+}
+
 // recreateScenario runs recreateParallel trials at a time of recreateIntents
 // intents each, against a naive downstream with a NonRepeatable tool:
 // applied (with syncArgs, if any), settled, taken away and created again by
-// recreate.
-func recreateScenario(syncArgs func(*trial) []string, recreate recreation) func(s *suite, sc *run) error {
+// recreate, and answered from where k keeps the key.
+func recreateScenario(k keeper, syncArgs func(*trial) []string, recreate recreation) func(s *suite, sc *run) error {
 	return func(s *suite, sc *run) error {
-		if err := s.steadyManagers(); err != nil {
+		stop, err := k.start(s, sc)
+		if err != nil {
 			return err
 		}
+		defer stop()
 		d, err := s.procs.startDownstream(sc.name, true)
 		if err != nil {
 			return err
 		}
 		defer d.proc.stop(5 * time.Second)
 		var counts tally
-		err = s.parallelTrials(sc, recreateParallel, func(_ int, rng *rand.Rand) error {
+		err = s.parallelTrialsOf(sc, k.trials(s), recreateParallel, func(_ int, rng *rand.Rand) error {
 			tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.NonRepeatable})
 			if err != nil {
 				return err
@@ -132,7 +158,7 @@ func recreateScenario(syncArgs func(*trial) []string, recreate recreation) func(
 				return err
 			}
 			for _, key := range keys {
-				s.checkRecreated(ctx, tr, key, first[key], again[key], st.Requests[tr.ns+"/"+key], &counts)
+				s.checkRecreated(ctx, tr, key, first[key], again[key], st.Requests[tr.ns+"/"+key], &counts, k)
 			}
 			return nil
 		})
@@ -148,23 +174,23 @@ func recreateScenario(syncArgs func(*trial) []string, recreate recreation) func(
 }
 
 // checkRecreated checks a key whose first action (before) was taken away
-// and created again (after): the first action's tombstone answered the new
-// one with the original outcome, and the downstream saw one request.
-func (s *suite) checkRecreated(ctx context.Context, tr *trial, key string, before, after *v1alpha1.ToolAction, requests int, counts *tally) {
+// and created again (after): where k keeps the first action's key answered
+// the new one with the original outcome, and the downstream saw one request.
+func (s *suite) checkRecreated(ctx context.Context, tr *trial, key string, before, after *v1alpha1.ToolAction, requests int, counts *tally, k keeper) {
 	switch {
 	case before == nil:
 		// Reported when it did not settle.
 	case after == nil:
 		tr.violation(key, "the action was not created again and settled within %s", settleTimeout)
 	default:
-		s.checkTombstone(ctx, tr, key, before, counts)
+		k.kept(s, ctx, tr, key, before, counts)
 		answered := after.Status.Phase == v1alpha1.PhaseSucceeded && after.Status.Attempts == 0 &&
-			after.Status.ExternalRef == before.Status.ExternalRef && reasons(after) == v1alpha1.ReasonSettledByTombstone+"/"+v1alpha1.ReasonSettledByTombstone
+			after.Status.ExternalRef == before.Status.ExternalRef && reasons(after) == k.reason+"/"+k.reason
 		if !answered {
 			tr.violation(key, "the re-created action is %s; want Succeeded, reasons %s/%s, external reference %q, 0 attempts",
-				describe(after), v1alpha1.ReasonSettledByTombstone, v1alpha1.ReasonSettledByTombstone, before.Status.ExternalRef)
+				describe(after), k.reason, k.reason, before.Status.ExternalRef)
 		}
-		counts.add("re-created actions answered by their tombstone (Succeeded/SettledByTombstone, the original external reference, 0 attempts)", boolToInt(answered))
+		counts.add(fmt.Sprintf("re-created actions answered by their %s (Succeeded/%s, the original external reference, 0 attempts)", k.name, k.reason), boolToInt(answered))
 		counts.add("re-created actions dispatched again", boolToInt(after.Status.Attempts > 0))
 	}
 	if requests != 1 {
@@ -237,16 +263,15 @@ func (s *suite) labelledManifest(tr *trial, keys []string) (string, error) {
 }
 
 // waitActions waits, for at most settleTimeout, until the trial has n
-// settled actions other than those of before (by uid), and returns the
-// settled actions it found, by name.
+// settled actions other than those of before (by uid), in etcd or archived,
+// and returns the settled actions it found, by name.
 func (s *suite) waitActions(ctx context.Context, tr *trial, n int, before map[string]*v1alpha1.ToolAction) map[string]*v1alpha1.ToolAction {
 	deadline := time.Now().Add(settleTimeout)
 	for {
 		found := map[string]*v1alpha1.ToolAction{}
-		var list v1alpha1.ToolActionList
-		if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err == nil {
-			for i := range list.Items {
-				a := &list.Items[i]
+		if all, err := s.records(ctx, tr); err == nil {
+			for i := range all {
+				a := &all[i]
 				if a.Status.Phase.IsSettled() && (before[a.Name] == nil || before[a.Name].UID != a.UID) {
 					found[a.Name] = a
 				}
