@@ -180,11 +180,13 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: r.retentionOf(&t.Spec.ToolSpec)})
 	}
 	var errs []error
-	if r.Archive != nil {
-		errs = append(errs, s.archiveTombstones(ctx))
-	}
+	// Pruning is a few indexed deletes; it goes first, so that moving a
+	// backlog of Tombstones at the retention pace does not hold it up.
 	if r.Archive != nil && r.ArchiveHistoryRetention > 0 {
 		errs = append(errs, s.pruneArchive(ctx, targets))
+	}
+	if r.Archive != nil {
+		errs = append(errs, s.archiveTombstones(ctx))
 	}
 	for _, target := range targets {
 		if earliestRetention(target.spec) != nil {
