@@ -36,6 +36,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC, and the cha
 	$(CONTROLLER_GEN) crd rbac:roleName=toolledger-manager paths="./..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	rm -rf $(CHART_CRDS) && mkdir -p $(CHART_CRDS) && cp config/crd/bases/*.yaml $(CHART_CRDS)/
+	cp config/crd/bases/toolledger.dev_toolactions.yaml internal/archiveapi/toolactions.crd.yaml
 	$(MAKE) --no-print-directory chart-rbac
 	$(MAKE) --no-print-directory chart-admission
 	$(MAKE) --no-print-directory chart-observability
@@ -43,9 +44,9 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy code, CRDs, RBAC, and the cha
 .PHONY: verify
 verify: generate ## Fail when generated files are stale or go.mod is untidy.
 	go mod tidy
-	@if [ -n "$$(git status --porcelain -- api config charts go.mod go.sum)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts internal/archiveapi go.mod go.sum)" ]; then \
 		echo "generated files are stale; run 'make generate' and 'go mod tidy' and commit:"; \
-		git status --porcelain -- api config charts go.mod go.sum; git --no-pager diff --stat; exit 1; fi
+		git status --porcelain -- api config charts internal/archiveapi go.mod go.sum; git --no-pager diff --stat; exit 1; fi
 
 .PHONY: fmt
 fmt: ## Format the Go code.

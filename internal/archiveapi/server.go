@@ -90,6 +90,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case versionPath:
 		writeJSON(w, apiResources())
 		return
+	case "/openapi/v3":
+		writeRaw(w, openAPIIndex)
+		return
+	case openAPIPath:
+		writeRaw(w, openAPI)
+		return
 	}
 	namespace, name, ok := parseResourcePath(strings.TrimPrefix(r.URL.Path, versionPath))
 	if !ok || !strings.HasPrefix(r.URL.Path, versionPath+"/") {
@@ -292,6 +298,11 @@ func apiResources() *metav1.APIResourceList {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeRaw(w http.ResponseWriter, encoded []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(encoded)
 }
 
 func writeStatus(w http.ResponseWriter, err error) {

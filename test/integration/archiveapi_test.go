@@ -250,6 +250,18 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(body).To(ContainSubstring("ToolAction order-9999-charge not found in namespace " + ns + ", no Tombstone keeps that key, and the archive holds no record of it."))
 	})
 
+	It("describes ArchivedToolAction to kubectl explain, with the ToolAction's own field docs", func() {
+		// The API server aggregates the OpenAPI document on its own schedule.
+		Eventually(func() string {
+			stdout, _, _ := kubectl("explain", "archivedtoolactions.archive.guardsKey")
+			return stdout
+		}, time.Minute, time.Second).Should(ContainSubstring("Whether the record keeps its key"))
+		stdout, stderr, err := kubectl("explain", "archivedtoolactions.spec.toolRef")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stdout).To(ContainSubstring("GROUP:      archive.toolledger.dev"))
+		Expect(stdout).To(MatchRegexp(`FIELDS:\n\s+kind\s`))
+	})
+
 	It("says a key the archive does not hold is not found", func() {
 		err := asReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-9999-charge"}, &archivev1alpha1.ArchivedToolAction{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "get: %v", err)

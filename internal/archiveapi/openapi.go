@@ -1,0 +1,126 @@
+package archiveapi
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+)
+
+// toolActionCRD is config/crd/bases' ToolAction CRD, copied by make
+// generate: an archived record's spec and status are a ToolAction's, so
+// their schema, with every field's description, is the CRD's.
+//
+//go:embed toolactions.crd.yaml
+var toolActionCRD []byte
+
+// openAPIPath is the group version's document under /openapi/v3.
+const openAPIPath = "/openapi/v3/apis/" + "archive.toolledger.dev/v1alpha1"
+
+// openAPI is the API's OpenAPI v3 document, which the API server
+// aggregates so that kubectl explain describes ArchivedToolAction, and the
+// index of /openapi/v3 that names it with its hash.
+var openAPI, openAPIIndex = mustOpenAPI()
+
+func mustOpenAPI() (doc, index []byte) {
+	doc, err := buildOpenAPI()
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(doc)
+	index, err = json.Marshal(map[string]any{"paths": map[string]any{
+		openAPIPath[len("/openapi/v3/"):]: map[string]string{"serverRelativeURL": openAPIPath + "?hash=" + hex.EncodeToString(sum[:])},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	return doc, index
+}
+
+func buildOpenAPI() ([]byte, error) {
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(toolActionCRD, &crd); err != nil {
+		return nil, fmt.Errorf("the embedded ToolAction CRD: %w", err)
+	}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Schema == nil {
+		return nil, fmt.Errorf("the embedded ToolAction CRD has %d versions, want one with a schema", len(crd.Spec.Versions))
+	}
+	action := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	gvk := func(kind string) []map[string]string {
+		return []map[string]string{{"group": archivev1alpha1.GroupVersion.Group, "version": archivev1alpha1.GroupVersion.Version, "kind": kind}}
+	}
+	str := func(description string) map[string]any {
+		return map[string]any{"type": "string", "description": description}
+	}
+	record := map[string]any{
+		"type": "object",
+		"description": "ArchivedToolAction is a finished ToolAction as the archive keeps it after it left etcd: its metadata " +
+			"(name = idempotency key, namespace = tenant), spec and status as they were when it was retired, and why and when it " +
+			"left. get returns the newest record of a key; list returns every record, in key order.",
+		"properties": map[string]any{
+			"apiVersion": action["apiVersion"],
+			"kind":       action["kind"],
+			"metadata":   map[string]any{"type": "object", "description": "The ToolAction's metadata: name, namespace, uid, labels, annotations, creationTimestamp."},
+			"spec":       action["spec"],
+			"status":     action["status"],
+			"archive": map[string]any{
+				"type":        "object",
+				"description": "What the archive adds to a record.",
+				"properties": map[string]any{
+					"cause":            str("Why the record left etcd: Deleted (kubectl delete, a GitOps prune), RecordRetention or KeyRetention."),
+					"deletedBy":        str("The user who deleted the record, when the manager knows."),
+					"deletionTime":     map[string]any{"type": "string", "format": "date-time", "description": "When the record left etcd, or was asked to."},
+					"guardsKey":        map[string]any{"type": "boolean", "description": "Whether the record keeps its key: a ToolAction created again under the key is answered from it (SettledByArchive) until the tool's keyRetention has passed since its completion."},
+					"idempotencyClass": str("The tool's idempotency class when the record was retired."),
+					"fromTombstone":    map[string]any{"type": "boolean", "description": "True for a record moved from a Tombstone written before the archive: its spec holds only the tool."},
+				},
+			},
+		},
+		"x-kubernetes-group-version-kind": gvk("ArchivedToolAction"),
+	}
+	list := map[string]any{
+		"type":        "object",
+		"description": "ArchivedToolActionList is a page of archived records.",
+		"properties": map[string]any{
+			"apiVersion": action["apiVersion"],
+			"kind":       action["kind"],
+			"metadata":   map[string]any{"type": "object", "description": "The list's metadata: continue names the next page."},
+			"items":      map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/" + schemaName("ArchivedToolAction")}},
+		},
+		"x-kubernetes-group-version-kind": gvk("ArchivedToolActionList"),
+	}
+	// kubectl explain finds a resource's kind through its paths' operations.
+	operation := func(action, kind string) map[string]any {
+		return map[string]any{"get": map[string]any{
+			"operationId":                     action + "ArchivedToolAction",
+			"x-kubernetes-action":             action,
+			"x-kubernetes-group-version-kind": gvk(kind)[0],
+			"responses": map[string]any{"200": map[string]any{"description": "OK", "content": map[string]any{
+				"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/" + schemaName(kind)}},
+			}}},
+		}}
+	}
+	resources := versionPath + "/namespaces/{namespace}/" + archivev1alpha1.Resource
+	return json.Marshal(map[string]any{
+		"openapi": "3.0.0",
+		"info":    map[string]string{"title": "toolledger archive", "version": archivev1alpha1.GroupVersion.Version},
+		"paths": map[string]any{
+			resources + "/{name}": operation("get", "ArchivedToolAction"),
+			resources:             operation("list", "ArchivedToolActionList"),
+			versionPath + "/" + archivev1alpha1.Resource: operation("list", "ArchivedToolActionList"),
+		},
+		"components": map[string]any{"schemas": map[string]any{
+			schemaName("ArchivedToolAction"):     record,
+			schemaName("ArchivedToolActionList"): list,
+		}},
+	})
+}
+
+// schemaName is a kind's schema name, in the API server's reversed-group form.
+func schemaName(kind string) string { return "dev.toolledger.archive.v1alpha1." + kind }
