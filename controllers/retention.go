@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -134,9 +135,12 @@ func (r *ToolActionReconciler) retire(ctx context.Context, action *v1alpha1.Tool
 type RetentionSweep struct {
 	Reconciler *ToolActionReconciler
 	Every      time.Duration
+
+	pokeOnce sync.Once
+	poke     chan struct{}
 }
 
-// Start sweeps at once and then every Every.
+// Start sweeps at once, then every Every, and when poked.
 func (s *RetentionSweep) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("retention-sweep")
 	for {
@@ -147,8 +151,25 @@ func (s *RetentionSweep) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(s.Every):
+		case <-s.poked():
 		}
 	}
+}
+
+// Poke asks for a sweep now, or right after the one under way: a change of
+// shard members may have handed this manager the finished records of one
+// that stopped (killed, say, between an archive commit and the delete),
+// which the cache of active actions does not hold.
+func (s *RetentionSweep) Poke() {
+	select {
+	case s.poked() <- struct{}{}:
+	default: // a sweep is already asked for
+	}
+}
+
+func (s *RetentionSweep) poked() chan struct{} {
+	s.pokeOnce.Do(func() { s.poke = make(chan struct{}, 1) })
+	return s.poke
 }
 
 // sweepTarget is one tool with a retention, as the sweep lists it.

@@ -400,7 +400,7 @@ func archiveKillRetire(s *suite, sc *run) error {
 		fmt.Sprintf("%d SIGKILLs of the only manager while it retired a trial's records (recordRetention %s), each replaced at once; %d manager processes started in all",
 			len(firsts), archiveRetention, started),
 		"at the kills: "+caught.String(),
-		fmt.Sprintf("every record left etcd %s after the last kill (the victim's share of the records waits for the replacement's next retention sweep, every minute, once the victim's member Lease lapsed)", retired.Round(100*time.Millisecond)),
+		fmt.Sprintf("every record left etcd %s after the last kill (the victim's share of the records is swept by the replacement once the victim's member Lease lapses)", retired.Round(100*time.Millisecond)),
 		counts.String(), s.paths(sc))
 	return errors.Join(append(errs, s.noTombstones(sc))...)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -367,7 +368,7 @@ func refuseAPIServer(dialer *egress.Dialer, cfg *rest.Config) error {
 // addShards has the reconciler handle only its share of the active actions.
 // The member Leases are read and written without the cache, so that no
 // informer watches Leases across the cluster.
-func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler) error {
+func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, sweep *controllers.RetentionSweep) error {
 	if opts.MemberLeaseDuration < time.Second {
 		return fmt.Errorf("the member Lease duration %s is shorter than a second", opts.MemberLeaseDuration)
 	}
@@ -376,12 +377,17 @@ func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActio
 		return fmt.Errorf("cannot create the member Lease client: %w", err)
 	}
 	reconciler.Shards = &shard.Members{
-		Client:      leases,
-		Namespace:   opts.Namespace,
-		Identity:    opts.ExecutorID,
-		Duration:    opts.MemberLeaseDuration,
-		Renew:       opts.MemberLeaseDuration / 3,
-		Resync:      reconciler.ResyncOwned,
+		Client:    leases,
+		Namespace: opts.Namespace,
+		Identity:  opts.ExecutorID,
+		Duration:  opts.MemberLeaseDuration,
+		Renew:     opts.MemberLeaseDuration / 3,
+		// A changed share: its active actions, and its finished ones due
+		// to retire, which only the sweep finds.
+		Resync: func(ctx context.Context, owns func(types.NamespacedName) bool) {
+			reconciler.ResyncOwned(ctx, owns)
+			sweep.Poke()
+		},
 		Progressing: reconciler.Queue.Progressing,
 	}
 	if err := mgr.Add(reconciler.Shards); err != nil {
@@ -447,8 +453,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
+	sweep := &controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}
 	if !opts.NoSharding && !opts.LeaderElection {
-		if err := addShards(mgr, opts, reconciler); err != nil {
+		if err := addShards(mgr, opts, reconciler, sweep); err != nil {
 			return err
 		}
 	}
@@ -461,7 +468,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return fmt.Errorf("cannot add the deletion watch: %w", err)
 		}
 	}
-	if err := mgr.Add(&controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}); err != nil {
+	if err := mgr.Add(sweep); err != nil {
 		return fmt.Errorf("cannot add the retention sweep: %w", err)
 	}
 	decisions := controllers.Decisions{
