@@ -372,32 +372,21 @@ func durationOf(d *metav1.Duration) *time.Duration {
 	return &d.Duration
 }
 
-// pruneArchive deletes the archived records whose key was freed more than
-// ArchiveHistoryRetention ago: a tool's records by its keyRetention, and
-// records of tools that no longer exist (or migrated from Tombstones
-// without their tool's kind) by the longest keyRetention of any tool, so
-// that no record that may still guard a key goes. When some tool keeps its
-// keys for good, only the records of tools with a keyRetention go.
+// pruneArchive deletes the archived records of each tool whose key was
+// freed more than ArchiveHistoryRetention ago, by the tool's keyRetention
+// (or the archive's default) as the key check reads it. Records of a tool
+// that keeps its keys for good stay, and so do those of a tool that no
+// longer exists: created again, it may keep its keys longer than it did.
 func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 	r := s.Reconciler
 	now := r.Clock.Now()
-	var (
-		cutoffs []archive.Cutoff
-		longest time.Duration
-		forever bool
-	)
+	var cutoffs []archive.Cutoff
 	for _, t := range targets {
 		if t.spec.KeyRetention == nil {
-			forever = true
 			continue
 		}
-		key := t.spec.KeyRetention.Duration
-		longest = max(longest, key)
-		cutoffs = append(cutoffs, archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-key - r.ArchiveHistoryRetention)})
-	}
-	if !forever {
-		longest = max(longest, r.ArchiveKeyRetention)
-		cutoffs = append(cutoffs, archive.Cutoff{Before: now.Add(-longest - r.ArchiveHistoryRetention)})
+		before := now.Add(-t.spec.KeyRetention.Duration - r.ArchiveHistoryRetention)
+		cutoffs = append(cutoffs, archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: before})
 	}
 	pruned, err := r.Archive.Prune(ctx, cutoffs)
 	if pruned > 0 {

@@ -140,7 +140,8 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
 	}
 	t := tomb.Record
 	return Record{
-		UID: t.ActionUID, Namespace: tomb.Namespace, Key: tomb.Name, Tool: t.ToolRef, IdempotencyClass: t.IdempotencyClass,
+		UID: t.ActionUID, Namespace: tomb.Namespace, Key: tomb.Name, IdempotencyClass: t.IdempotencyClass,
+		Tool:          v1alpha1.ToolReference{Kind: t.ToolRef.KindOrDefault(), Name: t.ToolRef.Name},
 		RequestDigest: t.RequestDigest, Phase: t.Phase, ErrorClass: t.ErrorClass, ErrorReason: t.ErrorReason,
 		ExternalRef: t.ExternalRef, Attempts: t.Attempts, GuardsKey: true, CompletionTime: t.CompletionTime.Time,
 		Cause: t.Cause, DeletedBy: t.DeletedBy, DeletionTime: t.DeletionTime.Time, Action: doc,
@@ -252,11 +253,15 @@ type Position struct {
 // uid, and the position of the next page, or nil when there is no more.
 // Each page is one query on the primary ordering, however deep it starts.
 func (s *Store) List(ctx context.Context, namespace string, from Position, limit int) ([]Record, *Position, error) {
+	// Two statements, so that each keeps an index plan for its own shape.
+	where := `WHERE namespace = $1 AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
+	if namespace == "" {
+		where = `WHERE $1 = '' AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
+	}
 	rows, err := s.pool.Query(ctx, `
 SELECT `+recordColumns+`
 FROM toolledger_records
-WHERE ($1 = '' OR namespace = $1)
-	AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)
+`+where+`
 ORDER BY namespace, key, completion_time, uid
 LIMIT $6`, namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit+1)
 	var records []Record

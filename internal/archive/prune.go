@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // pruneLock is the advisory lock one replica holds while it prunes, so
@@ -18,8 +19,8 @@ const pruneLock = 0x746f6f6c70727565 // "toolprue"
 const pruneBatch = 1000
 
 // Cutoff says which records may go: those of one tool (Kind and Name, and
-// Namespace for a Tool) that finished before Before; a Cutoff without a
-// Kind applies to every record.
+// Namespace for a Tool; "" for a ClusterTool's, in every namespace) that
+// finished before Before.
 type Cutoff struct {
 	Kind, Namespace, Name string
 	Before                time.Time
@@ -43,9 +44,7 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 		}
 		return 0, nil
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(pruneLock))
-	}()
+	defer unlock(ctx, conn)
 	var pruned int64
 	for _, c := range cutoffs {
 		n, err := pruneCutoff(ctx, conn.Conn(), c)
@@ -66,14 +65,14 @@ func pruneCutoff(ctx context.Context, conn *pgx.Conn, c Cutoff) (int64, error) {
 			tag pgconn.CommandTag
 			err error
 		)
-		if c.Kind == "" {
+		if c.Namespace == "" {
 			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
-	SELECT uid FROM toolledger_records WHERE completion_time < $1 LIMIT $2)`, c.Before, pruneBatch)
+	SELECT uid FROM toolledger_records WHERE tool_kind = $1 AND tool_name = $2 AND completion_time < $3 LIMIT $4)`,
+				c.Kind, c.Name, c.Before, pruneBatch)
 		} else {
 			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
-	SELECT uid FROM toolledger_records
-	WHERE tool_kind = $1 AND tool_name = $2 AND ($3 = '' OR namespace = $3) AND completion_time < $4
-	LIMIT $5)`, c.Kind, c.Name, c.Namespace, c.Before, pruneBatch)
+	SELECT uid FROM toolledger_records WHERE tool_kind = $1 AND tool_name = $2 AND namespace = $3 AND completion_time < $4 LIMIT $5)`,
+				c.Kind, c.Name, c.Namespace, c.Before, pruneBatch)
 		}
 		if err != nil {
 			return pruned, err
@@ -86,11 +85,19 @@ func pruneCutoff(ctx context.Context, conn *pgx.Conn, c Cutoff) (int64, error) {
 }
 
 func (c Cutoff) String() string {
-	switch {
-	case c.Kind == "":
-		return "every tool"
-	case c.Namespace == "":
+	if c.Namespace == "" {
 		return c.Kind + " " + c.Name
 	}
 	return c.Kind + " " + c.Namespace + "/" + c.Name
+}
+
+// unlock releases the prune lock, or closes the connection that holds it:
+// a session lock left on a pooled connection would keep every replica from
+// pruning.
+func unlock(ctx context.Context, conn *pgxpool.Conn) {
+	var released bool
+	err := conn.QueryRow(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(pruneLock)).Scan(&released)
+	if err != nil || !released {
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+	}
 }

@@ -38,13 +38,11 @@ var migrations = []string{
 	action jsonb NOT NULL
 );
 CREATE INDEX toolledger_records_by_key ON toolledger_records (namespace, key, completion_time DESC);`,
-	// 2: one index in the order the archive's API lists records, which
-	// also serves the key check (scanned backwards).
+	// 2: the archive API's listing order, and pruning by tool. No index
+	// is dropped: DROP INDEX would lock the table against the key check
+	// while a large archive builds the new ones.
 	`CREATE INDEX toolledger_records_in_order ON toolledger_records (namespace, key, completion_time, uid);
-DROP INDEX toolledger_records_by_key;`,
-	// 3: pruning by tool and by age.
-	`CREATE INDEX toolledger_records_by_tool ON toolledger_records (tool_kind, tool_name, namespace, completion_time);
-CREATE INDEX toolledger_records_by_completion ON toolledger_records (completion_time);`,
+CREATE INDEX toolledger_records_by_tool ON toolledger_records (tool_kind, tool_name, namespace, completion_time);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -51,32 +51,39 @@ type Authenticator struct {
 	current atomic.Pointer[requestHeader]
 }
 
-// NewAuthenticator reads the front-proxy configuration with reader once;
-// Run keeps it current.
-func NewAuthenticator(ctx context.Context, reader client.Reader) (*Authenticator, error) {
-	a := &Authenticator{reader: reader}
-	if err := a.refresh(ctx); err != nil {
-		return nil, err
-	}
-	return a, nil
+// NewAuthenticator returns an Authenticator that reads the front-proxy
+// configuration with reader when it runs.
+func NewAuthenticator(reader client.Reader) *Authenticator {
+	return &Authenticator{reader: reader}
 }
 
-// Run re-reads the configuration every interval until ctx ends; a failed
-// read keeps the last one.
+// Run reads the configuration until it has it, retrying every few
+// seconds, then again every interval until ctx ends; a failed read keeps
+// the last one. Until the first read, every request is answered 503.
 func (a *Authenticator) Run(ctx context.Context, interval time.Duration, onError func(error)) {
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
+	wait := firstReadRetry
 	for {
+		if err := a.refresh(ctx); err != nil && ctx.Err() == nil {
+			onError(err)
+		}
+		if a.current.Load() != nil {
+			wait = interval
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-ticker.C:
-			if err := a.refresh(ctx); err != nil {
-				onError(err)
-			}
+		case <-time.After(wait):
 		}
 	}
 }
+
+// firstReadRetry is how soon a failed first read of the configuration is
+// tried again.
+const firstReadRetry = 5 * time.Second
+
+// errNotConfigured answers requests before the front-proxy configuration
+// was read.
+var errNotConfigured = errors.New("the archive API has not yet read the API server's front-proxy configuration (ConfigMap kube-system/extension-apiserver-authentication)")
 
 func (a *Authenticator) refresh(ctx context.Context) error {
 	var cm corev1.ConfigMap
@@ -128,12 +135,11 @@ func (a *Authenticator) TLSConfig(serving func(*tls.ClientHelloInfo) (*tls.Certi
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return &tls.Config{
-				MinVersion:     tls.VersionTLS12,
-				GetCertificate: serving,
-				ClientAuth:     tls.VerifyClientCertIfGiven,
-				ClientCAs:      a.current.Load().clientCAs,
-			}, nil
+			config := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serving}
+			if h := a.current.Load(); h != nil {
+				config.ClientAuth, config.ClientCAs = tls.VerifyClientCertIfGiven, h.clientCAs
+			}
+			return config, nil
 		},
 	}
 }
@@ -141,6 +147,9 @@ func (a *Authenticator) TLSConfig(serving func(*tls.ClientHelloInfo) (*tls.Certi
 // User returns the user the API server forwarded with r.
 func (a *Authenticator) User(r *http.Request) (authenticationv1.UserInfo, error) {
 	h := a.current.Load()
+	if h == nil {
+		return authenticationv1.UserInfo{}, errNotConfigured
+	}
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
 		return authenticationv1.UserInfo{}, errNotFromTheAPIServer
 	}

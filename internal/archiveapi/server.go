@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,8 +37,14 @@ import (
 // token, as kubectl and client-go's pagers follow.
 const MaxPage = 500
 
+// MaxUnpaged is the most records a list without a limit returns: a client
+// that asks for everything expects everything, so a longer list is refused
+// with a reason rather than cut short.
+const MaxUnpaged = 10000
+
 // Records is the archive as the API reads it.
 type Records interface {
+	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
 	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
 }
@@ -48,12 +55,13 @@ type Handler struct {
 	authn   *Authenticator
 	// kube asks the API server SubjectAccessReviews.
 	kube client.Client
+	log  logr.Logger
 }
 
 // NewHandler returns the API's handler: records read with the users
 // authn authenticates, authorized by SubjectAccessReviews asked with kube.
-func NewHandler(records Records, authn *Authenticator, kube client.Client) *Handler {
-	return &Handler{records: records, authn: authn, kube: kube}
+func NewHandler(records Records, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
+	return &Handler{records: records, authn: authn, kube: kube, log: log}
 }
 
 var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
@@ -70,7 +78,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	user, err := h.authn.User(r)
-	if err != nil {
+	switch {
+	case errors.Is(err, errNotConfigured):
+		writeStatus(w, retryLater(err.Error()))
+		return
+	case err != nil:
 		writeStatus(w, apierrors.NewUnauthorized(err.Error()))
 		return
 	}
@@ -170,10 +182,14 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 		writeStatus(w, apierrors.NewNotFound(groupResource, name))
 		return
 	}
-	record, err := h.records.Newest(r.Context(), namespace, name)
+	// The record the key check answers from, else the newest.
+	record, err := h.records.Guarding(r.Context(), namespace, name)
+	if err == nil && record == nil {
+		record, err = h.records.Newest(r.Context(), namespace, name)
+	}
 	switch {
 	case err != nil:
-		writeStatus(w, unavailable(err))
+		writeStatus(w, h.unavailable(err))
 		return
 	case record == nil:
 		writeStatus(w, apierrors.NewNotFound(groupResource, name))
@@ -199,16 +215,19 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			return
 		}
 	}
-	limit := MaxPage
+	limit, unpaged := MaxPage, true
 	if v := query.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a count", v)))
 			return
 		}
-		if n > 0 && n < MaxPage {
-			limit = n
+		if n > 0 {
+			limit, unpaged = min(n, MaxPage), false
 		}
+	}
+	if unpaged {
+		limit = MaxUnpaged
 	}
 	from, err := decodeContinue(query.Get("continue"), namespace)
 	if err != nil {
@@ -216,8 +235,12 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 		return
 	}
 	records, next, err := h.records.List(r.Context(), namespace, from, limit)
-	if err != nil {
-		writeStatus(w, unavailable(err))
+	switch {
+	case err != nil:
+		writeStatus(w, h.unavailable(err))
+		return
+	case unpaged && next != nil:
+		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", groupResource, MaxUnpaged)))
 		return
 	}
 	list := &archivev1alpha1.ArchivedToolActionList{
@@ -244,13 +267,21 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	writeJSON(w, list)
 }
 
-// unavailable is the answer when the archive cannot be read: 503, which
-// clients retry.
-func unavailable(err error) *apierrors.StatusError {
-	status := apierrors.NewServiceUnavailable(err.Error())
+// unavailable is the answer when the archive cannot be read: 503 with a
+// Retry-After, which clients retry. The database's own error, which may
+// name hosts and roles, goes to the manager's log, not to the caller.
+func (h *Handler) unavailable(err error) *apierrors.StatusError {
+	h.log.Error(err, "The archive API cannot read the archive")
 	if !errors.Is(err, archive.ErrUnavailable) {
-		status = apierrors.NewInternalError(err)
+		return apierrors.NewInternalError(errors.New("the archived record cannot be read; the manager's log says why"))
 	}
+	return retryLater("the archive cannot be reached right now; the manager's log says why")
+}
+
+// retryLater is a 503 that clients retry after a few seconds.
+func retryLater(message string) *apierrors.StatusError {
+	status := apierrors.NewServiceUnavailable(message)
+	status.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 5}
 	return status
 }
 
@@ -312,6 +343,9 @@ func writeStatus(w http.ResponseWriter, err error) {
 	}
 	s := status.Status()
 	s.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	if s.Details != nil && s.Details.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(s.Details.RetryAfterSeconds)))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(int(s.Code))
 	_ = json.NewEncoder(w).Encode(&s)

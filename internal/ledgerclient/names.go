@@ -41,7 +41,7 @@ func PhaseOf(action *v1alpha1.ToolAction) v1alpha1.Phase {
 }
 
 // DescribeArchive says in words why and when an archived record left etcd,
-// and whether it still keeps its key.
+// and whether it answers its key (until its tool's keyRetention passes).
 func DescribeArchive(a *archivev1alpha1.ArchiveInfo) string {
 	text := fmt.Sprintf("in the archive; left etcd %s (%s", a.DeletionTime.UTC().Format(time.RFC3339), DescribeCause(a.Cause))
 	if a.DeletedBy != "" {
@@ -49,7 +49,7 @@ func DescribeArchive(a *archivev1alpha1.ArchiveInfo) string {
 	}
 	text += ")"
 	if a.GuardsKey {
-		return text + "; keeps its key: the same request again is answered from it"
+		return text + "; it was dispatched, so it answers its key until the tool's keyRetention has passed since it finished"
 	}
-	return text + "; does not keep its key"
+	return text + "; it answers no key (never dispatched, or archived after its key was freed)"
 }

@@ -74,6 +74,12 @@ func TestArchiveAPI(t *testing.T) {
 		t.Errorf("the manager is bound to %q in kube-system, want extension-apiserver-authentication-reader", role)
 	}
 
+	objects = decodeObjects(t, helmTemplate(t, "--set", "archive.dsnSecret.name=ledger-archive", "--set", "archive.api.enabled=false"))
+	if find(objects, "APIService", "v1alpha1.archive.toolledger.dev") != nil {
+		t.Errorf("with archive.api.enabled=false the chart still registers the archive API")
+	}
+	wantArgs(t, soleContainer(t, deployment(t, objects, monitoringName)).Args, nil, []string{"--archive-api-cert-dir=/var/run/toolledger/archive-api-certs"})
+
 	_, err = helmTemplateErr(t, "--set", "archive.dsnSecret.name=ledger-archive", "--set", "archive.api.certSecret=own-cert")
 	if err == nil || !strings.Contains(err.Error(), "archive.api.certSecret needs archive.api.caBundle") {
 		t.Errorf("an own certificate without its CA: %v, want the chart to refuse", err)

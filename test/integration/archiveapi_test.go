@@ -193,7 +193,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		first := archived[ns+"/order-3001-charge"]
 		code, stdout, stderr := plugin("-n", ns, "status", "order-3001-charge")
 		Expect(code).To(BeZero(), stderr)
-		Expect(stdout).To(MatchRegexp(`(?m)^Archived: +in the archive; left etcd \S+ \(RecordRetention: the tool's recordRetention passed, by toolledger \(archive-api\)\); keeps its key: the same request again is answered from it$`))
+		Expect(stdout).To(MatchRegexp(`(?m)^Archived: +in the archive; left etcd \S+ \(RecordRetention: the tool's recordRetention passed, by toolledger \(archive-api\)\); it was dispatched, so it answers its key until the tool's keyRetention has passed since it finished$`))
 		Expect(stdout).To(MatchRegexp(`(?m)^Phase: +Succeeded$`))
 		Expect(stdout).To(MatchRegexp(`(?m)^External ref: +%s$`, first.Status.ExternalRef))
 		Expect(stdout).To(MatchRegexp(`(?m)^Request digest: +%s$`, first.Status.RequestDigest))
@@ -237,7 +237,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		status, body := page("/actions/" + ns + "/order-3001-charge")
 		Expect(status).To(Equal(http.StatusOK), body)
 		Expect(body).To(ContainSubstring(`<span class="phase phase-succeeded" id="phase">Succeeded</span>`))
-		Expect(body).To(MatchRegexp(`<dd id="archived">in the archive; left etcd \S+ \(RecordRetention: the tool&#39;s recordRetention passed, by toolledger \(archive-api\)\); keeps its key: the same request again is answered from it</dd>`))
+		Expect(body).To(MatchRegexp(`<dd id="archived">in the archive; left etcd \S+ \(RecordRetention: the tool&#39;s recordRetention passed, by toolledger \(archive-api\)\); it was dispatched, so it answers its key until the tool&#39;s keyRetention has passed since it finished</dd>`))
 		Expect(body).To(ContainSubstring("<code>" + first.Status.ExternalRef + "</code>"))
 		Expect(body).NotTo(ContainSubstring("data-events="), "an archived record has no live events to follow")
 

@@ -144,3 +144,7 @@ The archive API's Service, and the name its serving certificate carries.
 {{- define "toolledger.archiveAPICertSecret" -}}
 {{ .Values.archive.api.certSecret | default (printf "%s-tls" (include "toolledger.archiveAPIName" .)) }}
 {{- end }}
+
+{{- define "toolledger.archiveAPI" -}}
+{{- if and .Values.archive.dsnSecret.name .Values.archive.api.enabled }}true{{ end }}
+{{- end }}

@@ -508,7 +508,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // it when the manager stops. A manager that cannot reach it does not start:
 // it must not retire records nor check keys without it.
 func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Long enough for a migration that builds an index over a large
+	// archive; meanwhile older replicas go on, their new rows held back.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	store, err := archive.Open(ctx, dsn)
 	if err != nil {
@@ -530,15 +532,9 @@ func addArchiveAPI(mgr ctrl.Manager, opts Options, store *archive.Store) error {
 		log.Info("The archive API is off: no --archive-api-cert-dir; records that left etcd are read only by the key check")
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	authn, err := archiveapi.NewAuthenticator(ctx, mgr.GetAPIReader())
-	if err != nil {
-		return err
-	}
 	server := &archiveapi.Server{
 		Addr: opts.ArchiveAPIAddr, CertDir: opts.ArchiveAPICertDir, Log: log,
-		Handler: archiveapi.NewHandler(store, authn, mgr.GetClient()),
+		Handler: archiveapi.NewHandler(store, archiveapi.NewAuthenticator(mgr.GetAPIReader()), mgr.GetClient(), log),
 	}
 	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("cannot add the archive API: %w", err)

@@ -1,0 +1,250 @@
+package archiveapi
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
+)
+
+// records is an archive of a few records in memory: the handler's paging
+// and answers are the point here; internal/archive's tests hold the SQL
+// against a real PostgreSQL.
+type records struct {
+	rows []archive.Record
+	err  error
+}
+
+func (f *records) Guarding(_ context.Context, namespace, key string) (*archive.Record, error) {
+	return f.find(namespace, key, true)
+}
+
+func (f *records) Newest(_ context.Context, namespace, key string) (*archive.Record, error) {
+	return f.find(namespace, key, false)
+}
+
+func (f *records) find(namespace, key string, guarding bool) (*archive.Record, error) {
+	var found *archive.Record
+	for i := range f.rows {
+		r := &f.rows[i]
+		if r.Namespace == namespace && r.Key == key && (r.GuardsKey || !guarding) && (found == nil || r.CompletionTime.After(found.CompletionTime)) {
+			found = r
+		}
+	}
+	return found, f.err
+}
+
+func (f *records) List(_ context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error) {
+	var out []archive.Record
+	for _, r := range f.rows {
+		if (namespace == "" || r.Namespace == namespace) && (from.Key == "" || r.Key > from.Key) {
+			out = append(out, r)
+		}
+	}
+	if len(out) <= limit {
+		return out, nil, f.err
+	}
+	last := out[limit-1]
+	return out[:limit], &archive.Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, f.err
+}
+
+func row(key string, attempts int32, completed time.Time) archive.Record {
+	action, _ := json.Marshal(v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: key, UID: types.UID(key + "-" + fmt.Sprint(attempts))}})
+	return archive.Record{UID: types.UID(key + "-" + fmt.Sprint(attempts)), Namespace: "shop", Key: key, Attempts: attempts,
+		GuardsKey: attempts > 0, CompletionTime: completed, Cause: v1alpha1.TombstoneCauseRecordRetention, Action: action}
+}
+
+// proxy is the API server's front proxy: a client certificate of the CA
+// the handler trusts.
+type proxy struct {
+	leaf *x509.Certificate
+	ca   []byte
+}
+
+func newProxy(t *testing.T) proxy {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "front-proxy-ca"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "front-proxy-client"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := x509.ParseCertificate(leafDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proxy{leaf: parsed, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+}
+
+// handler serves rows to users the proxy names, and allows them what
+// allowed says.
+func handler(t *testing.T, p proxy, f *records, allowed func(*authorizationv1.SubjectAccessReview) bool) *Handler {
+	t.Helper()
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: AuthenticationConfigMap.Namespace, Name: AuthenticationConfigMap.Name},
+		Data: map[string]string{
+			"requestheader-client-ca-file":   string(p.ca),
+			"requestheader-allowed-names":    `["front-proxy-client"]`,
+			"requestheader-username-headers": `["X-Remote-User"]`,
+			"requestheader-group-headers":    `["X-Remote-Group"]`,
+		},
+	}
+	kube := fake.NewClientBuilder().WithObjects(cm).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
+			review := obj.(*authorizationv1.SubjectAccessReview)
+			review.Status.Allowed = allowed(review)
+			return nil
+		},
+	}).Build()
+	authn := NewAuthenticator(kube)
+	if err := authn.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return NewHandler(f, authn, kube, logr.Discard())
+}
+
+// get asks h for path as user, through the proxy when p is set.
+func get(h http.Handler, p *proxy, user, path string) (*httptest.ResponseRecorder, metav1.Status) {
+	req := httptest.NewRequestWithContext(context.Background(), http.MethodGet, path, nil)
+	req.TLS = &tls.ConnectionState{}
+	if p != nil {
+		req.TLS.PeerCertificates = []*x509.Certificate{p.leaf}
+		req.TLS.VerifiedChains = [][]*x509.Certificate{{p.leaf}}
+	}
+	req.Header.Set("X-Remote-User", user)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var status metav1.Status
+	_ = json.Unmarshal(rec.Body.Bytes(), &status)
+	return rec, status
+}
+
+const shop = "/apis/archive.toolledger.dev/v1alpha1/namespaces/shop/archivedtoolactions"
+
+func allowAll(*authorizationv1.SubjectAccessReview) bool { return true }
+
+func TestAGetAnswersWithTheRecordThatGuardsTheKey(t *testing.T) {
+	p := newProxy(t)
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	// The key was dispatched once, then applied again and answered from
+	// the archive: the newer record guards nothing.
+	h := handler(t, p, &records{rows: []archive.Record{row("order-1", 1, t0), row("order-1", 0, t0.Add(time.Hour))}}, allowAll)
+	rec, _ := get(h, &p, "alice", shop+"/order-1")
+	var got archivev1alpha1.ArchivedToolAction
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("get: %d %s", rec.Code, rec.Body)
+	}
+	if got.UID != "order-1-1" || !got.Archive.GuardsKey {
+		t.Errorf("get answered with %s (guardsKey %v), want the dispatched record order-1-1", got.UID, got.Archive.GuardsKey)
+	}
+}
+
+func TestAListWithoutALimitIsWholeOrRefused(t *testing.T) {
+	p := newProxy(t)
+	f := &records{}
+	for i := range MaxUnpaged + 1 {
+		f.rows = append(f.rows, row(fmt.Sprintf("order-%06d", i), 1, time.Now()))
+	}
+	h := handler(t, p, f, allowAll)
+	rec, status := get(h, &p, "alice", shop)
+	if rec.Code != http.StatusBadRequest || status.Message != fmt.Sprintf("archivedtoolactions.archive.toolledger.dev holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", MaxUnpaged) {
+		t.Errorf("a list of %d records without a limit: %d %q, want 400 with the reason", len(f.rows), rec.Code, status.Message)
+	}
+	f.rows = f.rows[:MaxUnpaged]
+	rec, _ = get(h, &p, "alice", shop)
+	var list archivev1alpha1.ArchivedToolActionList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Items) != MaxUnpaged || list.Continue != "" {
+		t.Errorf("a list of %d records without a limit: %d items, continue %q, want them all", MaxUnpaged, len(list.Items), list.Continue)
+	}
+	rec, _ = get(h, &p, "alice", shop+"?limit=2")
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Items) != 2 || list.Continue == "" {
+		t.Fatalf("limit=2: %d items, continue %q", len(list.Items), list.Continue)
+	}
+	other := "/apis/archive.toolledger.dev/v1alpha1/namespaces/other/archivedtoolactions?limit=2&continue=" + list.Continue
+	if rec, status = get(h, &p, "alice", other); rec.Code != http.StatusBadRequest || status.Message != `the continue token is for namespace "shop", not "other"` {
+		t.Errorf("another namespace's continue token: %d %q", rec.Code, status.Message)
+	}
+}
+
+func TestTheArchiveAPIAnswersOnlyWhatItMay(t *testing.T) {
+	p := newProxy(t)
+	f := &records{rows: []archive.Record{row("order-1", 1, time.Now())}}
+	onlyShop := func(r *authorizationv1.SubjectAccessReview) bool {
+		return r.Spec.User == "alice" && r.Spec.ResourceAttributes.Namespace == "shop"
+	}
+	h := handler(t, p, f, onlyShop)
+	cases := []struct {
+		name, user, path string
+		proxied          bool
+		code             int
+		message          string
+	}{
+		{"no front-proxy certificate, forged user", "system:admin", shop + "/order-1", false, http.StatusUnauthorized,
+			"the archive API answers only requests forwarded by the API server (its front-proxy client certificate); use kubectl or a Kubernetes client"},
+		{"another tenant", "alice", "/apis/archive.toolledger.dev/v1alpha1/namespaces/other/archivedtoolactions/order-1", true, http.StatusForbidden,
+			`archivedtoolactions.archive.toolledger.dev "order-1" is forbidden: User "alice" cannot get resource "archivedtoolactions" in API group "archive.toolledger.dev" in the namespace "other"`},
+		{"another user", "mallory", shop, true, http.StatusForbidden,
+			`archivedtoolactions.archive.toolledger.dev is forbidden: User "mallory" cannot list resource "archivedtoolactions" in API group "archive.toolledger.dev" in the namespace "shop"`},
+		{"a watch", "alice", shop + "?watch=true", true, http.StatusMethodNotAllowed,
+			`watch is not supported on resources of kind "archivedtoolactions.archive.toolledger.dev"`},
+		{"a label selector", "alice", shop + "?labelSelector=a%3Db", true, http.StatusBadRequest,
+			`archivedtoolactions.archive.toolledger.dev cannot select by labelSelector ("a=b"): list the namespace and filter the output`},
+	}
+	for _, c := range cases {
+		var via *proxy
+		if c.proxied {
+			via = &p
+		}
+		rec, status := get(h, via, c.user, c.path)
+		if rec.Code != c.code || status.Message != c.message {
+			t.Errorf("%s: %d %q, want %d %q", c.name, rec.Code, status.Message, c.code, c.message)
+		}
+	}
+
+	f.err = fmt.Errorf("%w: dial tcp 10.1.2.3:5432: password authentication failed for user \"ledger\"", archive.ErrUnavailable)
+	rec, status := get(h, &p, "alice", shop+"/order-1")
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "5" ||
+		status.Message != "the archive cannot be reached right now; the manager's log says why" {
+		t.Errorf("the archive down: %d (Retry-After %q) %q, want 503, Retry-After 5 and no database detail", rec.Code, rec.Header().Get("Retry-After"), status.Message)
+	}
+
+	unread := NewHandler(f, NewAuthenticator(fake.NewClientBuilder().Build()), nil, logr.Discard())
+	rec, status = get(unread, &p, "alice", shop)
+	if rec.Code != http.StatusServiceUnavailable || status.Message != errNotConfigured.Error() {
+		t.Errorf("before the front-proxy configuration is read: %d %q, want 503", rec.Code, status.Message)
+	}
+}
