@@ -297,7 +297,10 @@ func fullArchive() *archiveResult {
 		Check: archiveCheck{Actions: 300, Counted: true, CheckQueries: 1, Statements: 2.03, CheckMeanExec: msec(0.061),
 			Rows:    []writeRow{{Verb: "APPLY", Resource: "toolactions", Code: "200", Count: 300, PerAction: 1}},
 			Samples: 2000, P50: msec(0.21), P95: msec(0.34), P99: msec(0.52)},
-		Retire: retirement{Records: 3000, Rate: 30, Retired: 3000, Archived: 3000, Time: msec(99100), Achieved: 29.8},
+		Retire: []retirement{
+			{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 3000, Archived: 3000, Time: msec(99100), Achieved: 29.8},
+			{Namespace: "archive-retire-2", Records: 3000, Rate: 90, Retired: 3000, Archived: 3000, Time: msec(34800), Achieved: 86.2},
+		},
 	}
 }
 
@@ -360,7 +363,7 @@ func smokeBench() *bench {
 			Empty:  liveRun{Offered: 57, Samples: 50, Achieved: 18.7, P50: msec(30), P95: msec(80), P99: msec(95), Plane: planeLoad{HeapInuse: 60 << 20}},
 			Full:   liveRun{Offered: 57, Samples: 51, Achieved: 18.9, P50: msec(31), P95: msec(82), P99: msec(101), Plane: planeLoad{HeapInuse: 61 << 20}},
 			Check:  archiveCheck{Actions: 30, CountError: "pg_stat_statements must be loaded via shared_preload_libraries", Samples: 100, P50: msec(0.2), P95: msec(0.3), P99: msec(0.4)},
-			Retire: retirement{Records: 150, Rate: 30, Retired: 150, Archived: 150, Time: msec(4900), Achieved: 30.4}},
+			Retire: []retirement{{Namespace: "archive-retire-1", Records: 150, Rate: 30, Retired: 150, Archived: 150, Time: msec(4900), Achieved: 30.4}}},
 		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
@@ -403,7 +406,7 @@ func verdictsBench() *bench {
 	// the retirement off its pace.
 	ar := *r.Archive
 	ar.Full.P99, ar.Full.Plane.HeapInuse, ar.Check.CheckQueries, ar.Check.TombstoneRequests = msec(412.7), 140<<20, 2, 1
-	ar.Retire.Achieved, ar.Retire.Retired, ar.Retire.Archived = 2.3, 700, 700
+	ar.Retire = []retirement{{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 700, Archived: 690, Time: msec(300000), Achieved: 2.3}}
 	r.Archive = &ar
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
 	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
