@@ -117,7 +117,7 @@ var knobs = []*knob{
 	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: costly-schema (its figures logged), or archive (section 10 written to benchmarks-archive.md in -out)"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
-	{flag: "timeout", env: "BENCH_TIMEOUT", full: "75m", smoke: "8m", help: "bound on the whole run"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},
 }
 
 // settings are the parsed knobs.
