@@ -242,13 +242,14 @@ func withConn(ctx context.Context, dsn string, fn func(*pgx.Conn) error) error {
 // loadArchive writes res.Records archived records straight into the full
 // database with COPY, as a long-lived archive holds them: finished a day
 // to a year ago, spread over archivedNamespaces namespaces, each row the
-// archive's record of a real finished action (archive.NewRecord). It then
-// weighs the table.
+// archive's record of a real finished action (archive.NewRecord), its
+// document naming the row's own key. It then weighs the table.
 func (b *bench) loadArchive(ctx context.Context, a *archiveBench, res *archiveResult) error {
 	template, err := archivedRecord(0, time.Now())
 	if err != nil {
 		return err
 	}
+	document := string(template.Action)
 	now := time.Now()
 	began := time.Now()
 	err = withConn(ctx, a.fullDSN, func(conn *pgx.Conn) error {
@@ -257,12 +258,7 @@ func (b *bench) loadArchive(ctx context.Context, a *archiveBench, res *archiveRe
 			if i == res.Records {
 				return nil, nil
 			}
-			r := template
-			r.UID = types.UID(fmt.Sprintf("archived-%08d", i))
-			r.Namespace = fmt.Sprintf("archived-%03d", i%archivedNamespaces)
-			r.Key = fmt.Sprintf("key-%08d", i)
-			r.CompletionTime = now.Add(-24*time.Hour - time.Duration(i%365)*24*time.Hour)
-			r.DeletionTime = r.CompletionTime.Add(5 * time.Minute)
+			r := loadedRecord(template, document, i, now)
 			i++
 			return recordRow(r), nil
 		})
@@ -294,15 +290,36 @@ func (r *archiveResult) InsertRate() float64 {
 	return safeDiv(float64(r.Records), r.LoadTime.Seconds())
 }
 
+// loadedRecord is the i-th record loadArchive writes: template, with
+// document (its action) naming the row's UID, namespace and key.
+func loadedRecord(template archive.Record, document string, i int, now time.Time) archive.Record {
+	r := template
+	r.UID = types.UID(fmt.Sprintf("archived-%08d", i))
+	r.Namespace = fmt.Sprintf("archived-%03d", i%archivedNamespaces)
+	r.Key = fmt.Sprintf("key-%08d", i)
+	r.CompletionTime = now.Add(-24*time.Hour - time.Duration(i%365)*24*time.Hour)
+	r.DeletionTime = r.CompletionTime.Add(5 * time.Minute)
+	r.Action = []byte(strings.NewReplacer(templateUID, string(r.UID), templateNamespace, r.Namespace, templateKey, r.Key).Replace(document))
+	return r
+}
+
+// The template record's UID, namespace and key, which each loaded row's
+// replace: as long as theirs, so that every document is as large.
+const (
+	templateUID       = "tmpl-uid-00000000" // archived-%08d
+	templateNamespace = "tmpl-ns-0000"      // archived-%03d
+	templateKey       = "tmpl-key-000"      // key-%08d
+)
+
 // archivedRecord is the archive's record of a benchmark action that
-// Succeeded at completed and left etcd by its record retention.
+// Succeeded at completed and left etcd by its record retention, under the
+// template's UID, namespace and key.
 func archivedRecord(amount int, completed time.Time) (archive.Record, error) {
-	const ns, name = "archived-000", "key-00000000"
 	a := &v1alpha1.ToolAction{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "ToolAction"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "archived-00000000", Finalizers: []string{v1alpha1.Finalizer}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: templateNamespace, Name: templateKey, UID: templateUID, Finalizers: []string{v1alpha1.Finalizer}},
 		Spec:       spec(amount),
-		Status:     succeededStatus(ns, name, amount, completed),
+		Status:     succeededStatus(templateNamespace, templateKey, amount, completed),
 	}
 	tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.KeyProtected}}
 	return archive.NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "", completed.Add(5*time.Minute))
