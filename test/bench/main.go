@@ -24,7 +24,11 @@
 //   - tombstones: the check each new action makes, the bytes a tombstone
 //     takes in etcd against a finished record, live latency while the
 //     shipped manager's retention sweep retires a backlog, and the latency
-//     run again once the many finished actions are tombstones instead.
+//     run again once the many finished actions are tombstones instead;
+//   - the archive: the manager with a PostgreSQL archive, its own ceiling and
+//     half-load latency with an empty archive and with many records loaded
+//     with COPY, what the key check adds to a new action, retirement into the
+//     archive against its configured pace, and what a record takes there.
 //
 // Run it with `make bench`, or `make bench-smoke` for a small run that only
 // proves it works; -only runs one step alone. Every knob is a flag and an environment variable; see
@@ -106,10 +110,14 @@ var knobs = []*knob{
 	{flag: "costly-healthy", env: "BENCH_COSTLY_HEALTHY", full: "40", smoke: "4", help: "a healthy tenant's actions timed one after another, alone and then beside a tenant whose actions carry a costly uniqueItems payload, refused at admission and then stored (0 for none)"},
 	{flag: "costly-hostile", env: "BENCH_COSTLY_HOSTILE", full: "8", smoke: "2", help: "the hostile tenant's actions, created at once before each run beside them, which starts once the API server has answered them all; those stored are kept until it ends"},
 	{flag: "costly-items", env: "BENCH_COSTLY_ITEMS", full: "150000", smoke: "20000", help: "distinct numbers in each hostile action's uniqueItems array (150,000 encode under 1 MiB; more than the parameters policy's 10,000 values, so that it refuses them)"},
-	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step, costly-schema, on a control plane of its own, and log its figures instead of writing the report"},
+	{flag: "archive-records", env: "BENCH_ARCHIVE_RECORDS", full: "1000000", smoke: "2000", help: "archived records loaded with COPY into PostgreSQL for the archive's half-load run beside an empty archive"},
+	{flag: "archive-check-samples", env: "BENCH_ARCHIVE_CHECK_SAMPLES", full: "2000", smoke: "100", help: "key checks of absent keys timed one after another against the full archive"},
+	{flag: "archive-retire", env: "BENCH_ARCHIVE_RETIRE", full: "3000", smoke: "150", help: "finished records past their recordRetention that the manager with the archive retires into it"},
+	{flag: "archive-retention-rate", env: "BENCH_ARCHIVE_RETENTION_RATE", full: "0", smoke: "0", help: "--retention-rate of the archive's retirement run (0: the shipped default)"},
+	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: costly-schema (its figures logged), or archive (section 10 written to benchmarks-archive.md in -out)"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
-	{flag: "timeout", env: "BENCH_TIMEOUT", full: "75m", smoke: "8m", help: "bound on the whole run"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},
 }
 
 // settings are the parsed knobs.
@@ -159,6 +167,10 @@ type settings struct {
 	CostlyHealthy           int
 	CostlyHostile           int
 	CostlyItems             int
+	ArchiveRecords          int
+	ArchiveCheckSamples     int
+	ArchiveRetire           int
+	ArchiveRetentionRate    float64
 	Only                    string
 	EtcdDir                 string
 	ManagerBin              string
@@ -279,6 +291,10 @@ func parseSettings(args []string) (settings, error) {
 		CostlyHealthy:           num("costly-healthy"),
 		CostlyHostile:           num("costly-hostile"),
 		CostlyItems:             num("costly-items"),
+		ArchiveRecords:          num("archive-records"),
+		ArchiveCheckSamples:     num("archive-check-samples"),
+		ArchiveRetire:           num("archive-retire"),
+		ArchiveRetentionRate:    float("archive-retention-rate"),
 		Only:                    get("only"),
 		EtcdDir:                 get("etcd-dir"),
 		ManagerBin:              get("manager-bin"),
@@ -302,8 +318,11 @@ func parseSettings(args []string) (settings, error) {
 	if s.CostlyHealthy < 0 || s.CostlyHostile <= 0 || s.CostlyItems <= 0 {
 		errs = append(errs, errors.New("-costly-healthy must not be negative, -costly-hostile and -costly-items must be positive"))
 	}
-	if s.Only != "" && s.Only != onlyCostlySchema {
-		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s)", s.Only, onlyCostlySchema))
+	if s.ArchiveRecords < 0 || s.ArchiveCheckSamples <= 0 || s.ArchiveRetire <= 0 || s.ArchiveRetentionRate < 0 {
+		errs = append(errs, errors.New("-archive-records and -archive-retention-rate must not be negative, -archive-check-samples and -archive-retire must be positive"))
+	}
+	if s.Only != "" && s.Only != onlyCostlySchema && s.Only != onlyArchive {
+		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s)", s.Only, onlyCostlySchema, onlyArchive))
 	}
 	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
 		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
@@ -359,9 +378,11 @@ type results struct {
 	SizesSDK    objectSizes
 	SizesMemory objectSizes
 	Tombstones  tombstoneResults
-	Failures    []string
-	Wall        time.Duration
-	SetupTime   time.Duration
+	// Archive is section 10; nil when it did not run.
+	Archive   *archiveResult
+	Failures  []string
+	Wall      time.Duration
+	SetupTime time.Duration
 	// CPU seconds: the machine's busy time during the run, the part of it
 	// spent by this run's processes, and whether /proc told.
 	CPUBusy, CPUOurs float64
@@ -463,6 +484,14 @@ func (b *bench) stopPlane() error {
 		return fmt.Errorf("cannot stop control plane %s: %w", b.plane, err)
 	}
 	return nil
+}
+
+// outDir is where the report goes: -out, under the repository's root when relative.
+func (b *bench) outDir() string {
+	if filepath.IsAbs(b.settings.Out) {
+		return b.settings.Out
+	}
+	return filepath.Join(b.root, b.settings.Out)
 }
 
 func (b *bench) etcdDir(plane string) string {
@@ -579,6 +608,12 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if s.Only == onlyCostlySchema {
 		return b.costlySchema(ctx)
 	}
+	if s.Only == onlyArchive {
+		if err := b.archive(ctx); err != nil {
+			return err
+		}
+		return b.writeArchiveSection(b.outDir())
+	}
 
 	steps := s.MemorySteps
 	if len(steps) > 0 {
@@ -656,8 +691,12 @@ func (b *bench) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	// Last: its actions stay active, and would be cached by every manager after it.
+	// Its actions stay active, and would be cached by every manager after it.
 	if err := b.largeParams(ctx); err != nil {
+		return err
+	}
+	// Last: on control planes of its own, beside a PostgreSQL server.
+	if err := b.archive(ctx); err != nil {
 		return err
 	}
 	b.results.Wall = time.Since(b.started)
@@ -665,10 +704,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if r := b.results; r.CPUKnown {
 		b.logf("CPU: the machine was busy %.0f core-seconds, %.0f of them this run's processes", r.CPUBusy, r.CPUOurs)
 	}
-	out := s.Out
-	if !filepath.IsAbs(out) {
-		out = filepath.Join(b.root, out)
-	}
+	out := b.outDir()
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}

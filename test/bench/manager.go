@@ -26,6 +26,10 @@ type inProcess struct {
 type managerConfig struct {
 	Workers     int
 	QuietEvents bool
+	// ArchiveDSN is the archive's database (--archive-dsn); none when empty.
+	ArchiveDSN string
+	// RetentionRate is --retention-rate; the shipped default when zero.
+	RetentionRate float64
 }
 
 func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
@@ -33,6 +37,8 @@ func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
 		MaxConcurrentReconciles: config.Workers,
 		QuietRoutineEvents:      config.QuietEvents,
+		ArchiveDSN:              config.ArchiveDSN,
+		RetentionRate:           config.RetentionRate,
 	})
 	if err != nil {
 		return nil, err

@@ -55,7 +55,9 @@ type reportView struct {
 	Recovery      *recoveryView
 	Dispatch      *dispatchView
 	Costly        *costlyView
-	Memory        memoryView
+	// Archive is section 10; nil when it did not run.
+	Archive *archiveView
+	Memory  memoryView
 	// Tombstones is section 7; nil when none of it ran.
 	Tombstones *tombstonesView
 	Tuning     tuningView
@@ -80,6 +82,7 @@ func (b *bench) view() reportView {
 		Recovery:      recoveryFigures(r.Recovery),
 		Dispatch:      dispatchFigures(r.Dispatch, r.SplitCPUs),
 		Costly:        costlyFigures(r.Costly, s.Smoke),
+		Archive:       archiveFigures(r.Archive, r.Tombstones.State, s.Smoke),
 		Memory:        memoryFigures(r.Memory),
 		Tombstones:    tombstonesFigures(r.Writes, r.Tombstones),
 		Tuning:        b.tuningFigures(),

@@ -267,6 +267,7 @@ func fullResults() results {
 		Recovery: fullRecovery(),
 		Dispatch: fullDispatch(),
 		Costly:   fullCostly(),
+		Archive:  fullArchive(),
 		Memory: []memoryStep{
 			{Present: 1000, Created: 1000, CreateTime: msec(8200), SettleTime: msec(3400), HeapLive: 5.3e6, HeapInuse: 7e6, RSS: 40e6,
 				AfterGC: true, GCWaited: msec(118000), HeapLiveAfterGC: 5.1e6, HeapInuseAfterGC: 6.8e6, RSSAfterGC: 41e6},
@@ -280,6 +281,26 @@ func fullResults() results {
 		Wall:     29*time.Minute + 44*time.Second, SetupTime: msec(9300),
 		CPUBusy: 1749, CPUOurs: 1739, CPUKnown: true,
 		OtherLoad: []float64{0.01, 0.03, 0.02}, Repeated: 1, KeptBusy: 0,
+	}
+}
+
+// fullArchive is section 10 with a million records: within its ratios, the
+// retirement at its pace but slower than the ceiling.
+func fullArchive() *archiveResult {
+	run := func(p99 float64, heap float64, tombstones int) liveRun {
+		return liveRun{Namespace: "tl-archive", Offered: 1080, Samples: 1020, Achieved: 35.8,
+			P50: msec(p99 / 3), P95: msec(p99 * 0.8), P99: msec(p99), Plane: planeLoad{Tombstones: tombstones, HeapInuse: heap * (1 << 20)}}
+	}
+	return &archiveResult{Records: 1000000, LoadTime: msec(74200), TableBytes: 1.61e9,
+		Ceiling: 71.9, CeilingAt: 32, Load: 0.5, Rate: 35.95,
+		Empty: run(212.4, 96.1, 0), Full: run(221.9, 99.4, 0),
+		Check: archiveCheck{Actions: 300, Counted: true, CheckQueries: 1, Statements: 2.03, CheckMeanExec: msec(0.061),
+			Rows:    []writeRow{{Verb: "APPLY", Resource: "toolactions", Code: "200", Count: 300, PerAction: 1}},
+			Samples: 2000, P50: msec(0.21), P95: msec(0.34), P99: msec(0.52)},
+		Retire: []retirement{
+			{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 3000, Archived: 3000, Time: msec(99100), Achieved: 29.8},
+			{Namespace: "archive-retire-2", Records: 3000, Rate: 90, Retired: 3000, Archived: 3000, Time: msec(34800), Achieved: 86.2},
+		},
 	}
 }
 
@@ -338,6 +359,11 @@ func smokeBench() *bench {
 			Stored: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
 				Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
 				Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}}},
+		Archive: &archiveResult{Records: 2000, LoadTime: msec(410), TableBytes: 4.1e6, Ceiling: 38.2, CeilingAt: 4, Load: 0.5, Rate: 19.1,
+			Empty:  liveRun{Offered: 57, Samples: 50, Achieved: 18.7, P50: msec(30), P95: msec(80), P99: msec(95), Plane: planeLoad{HeapInuse: 60 << 20}},
+			Full:   liveRun{Offered: 57, Samples: 51, Achieved: 18.9, P50: msec(31), P95: msec(82), P99: msec(101), Plane: planeLoad{HeapInuse: 61 << 20}},
+			Check:  archiveCheck{Actions: 30, CountError: "pg_stat_statements must be loaded via shared_preload_libraries", Samples: 100, P50: msec(0.2), P95: msec(0.3), P99: msec(0.4)},
+			Retire: []retirement{{Namespace: "archive-retire-1", Records: 150, Rate: 30, Retired: 150, Archived: 150, Time: msec(4900), Achieved: 30.4}}},
 		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
@@ -376,6 +402,12 @@ func verdictsBench() *bench {
 	r.Duplicate.EtcdMetric, r.Duplicate.RVChanged, r.Duplicate.NotDeduplicated = false, 1, 2
 	r.Recovery.Lost, r.Recovery.TimedOut = 1, true
 	r.Dispatch.Beside.P99, r.Dispatch.Slow.Throughput = msec(140.8), 52.5
+	// The archive past its ratios and its goal, its check past one query,
+	// the retirement off its pace.
+	ar := *r.Archive
+	ar.Full.P99, ar.Full.Plane.HeapInuse, ar.Check.CheckQueries, ar.Check.TombstoneRequests = msec(412.7), 140<<20, 2, 1
+	ar.Retire = []retirement{{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 700, Archived: 690, Time: msec(300000), Achieved: 2.3}}
+	r.Archive = &ar
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
 	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
 }
