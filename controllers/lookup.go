@@ -34,6 +34,13 @@ func (r *ToolActionReconciler) lookup(ctx context.Context, action *v1alpha1.Tool
 // (rules.afterLookup): a request proved absent is sent again in the same
 // slot.
 func (r *ToolActionReconciler) lookUp(ctx context.Context, s *dispatch.Slot, action *v1alpha1.ToolAction, tool *resolvedTool) (ctrl.Result, error) {
+	// A reconcile that read the cache before it saw this manager's last
+	// write (the previous lookup's outcome, say) must not ask the
+	// downstream again: the stored action is read first, and a newer one
+	// is left to the next reconcile.
+	if current, err := r.isCurrent(ctx, action); err != nil || !current {
+		return ctrl.Result{Requeue: true}, err
+	}
 	// The deadline is judged at the time the lookup was asked.
 	rules := r.rules()
 	outcome, err := r.lookUpKey(ctx, action, tool)
@@ -71,4 +78,14 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 	observeCall(action, tool.tool, operationLookup, result, took)
 	log.FromContext(ctx).Info("Lookup answered", "result", result, "duration", took.Round(time.Millisecond))
 	return outcome, err
+}
+
+// isCurrent reports whether action is the stored version: one read of the
+// API server, which a lookup (a downstream request) is worth.
+func (r *ToolActionReconciler) isCurrent(ctx context.Context, action *v1alpha1.ToolAction) (bool, error) {
+	var stored v1alpha1.ToolAction
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(action), &stored); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return stored.UID == action.UID && stored.ResourceVersion == action.ResourceVersion, nil
 }
