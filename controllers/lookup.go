@@ -39,7 +39,7 @@ func (r *ToolActionReconciler) lookUp(ctx context.Context, s *dispatch.Slot, act
 	// downstream again: the stored action is read first, and a newer one
 	// is left to the next reconcile.
 	if current, err := r.isCurrent(ctx, action); err != nil || !current {
-		return ctrl.Result{Requeue: true}, err
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, err
 	}
 	// The deadline is judged at the time the lookup was asked.
 	rules := r.rules()
