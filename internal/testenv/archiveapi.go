@@ -8,11 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
@@ -54,9 +54,10 @@ var apiServiceName = archivev1alpha1.GroupVersion.Version + "." + archivev1alpha
 // server runs on this machine), and the APIService.
 func (a *ArchiveAPI) Register(ctx context.Context, c client.Client, port int) error {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: ArchiveAPIService, Namespace: app.DefaultNamespace()}}
-	if err := createOrUpdate(ctx, c, svc, func() {
+	if _, err := controllerutil.CreateOrUpdate(ctx, c, svc, func() error {
 		svc.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "127.0.0.1",
 			Ports: []corev1.ServicePort{{Name: "https", Port: int32(port)}}}
+		return nil
 	}); err != nil {
 		return fmt.Errorf("cannot create the archive API's Service: %w", err)
 	}
@@ -70,7 +71,10 @@ func (a *ArchiveAPI) Register(ctx context.Context, c client.Client, port int) er
 		"caBundle": a.ca.PEM,
 		"service":  map[string]any{"namespace": app.DefaultNamespace(), "name": ArchiveAPIService, "port": int64(port)},
 	}
-	if err := createOrUpdate(ctx, c, apiService, func() { apiService.Object["spec"] = spec }); err != nil {
+	if _, err := controllerutil.CreateOrUpdate(ctx, c, apiService, func() error {
+		apiService.Object["spec"] = spec
+		return nil
+	}); err != nil {
 		return fmt.Errorf("cannot create the archive's APIService: %w", err)
 	}
 	return nil
@@ -99,20 +103,6 @@ func apiServiceAvailable(ctx context.Context, c client.Client, name string) (boo
 		}
 	}
 	return false, nil
-}
-
-// createOrUpdate creates obj as mutate shapes it, or updates the one there.
-func createOrUpdate(ctx context.Context, c client.Client, obj client.Object, mutate func()) error {
-	mutate()
-	err := c.Create(ctx, obj)
-	if !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		return err
-	}
-	mutate()
-	return c.Update(ctx, obj)
 }
 
 // PortOf is the port of a host:port address.
