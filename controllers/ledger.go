@@ -56,11 +56,11 @@ type Ledger struct {
 	// client writes to the API server; reader reads it directly.
 	client client.Client
 	reader client.Reader
-	// recorder emits the events; quietRoutine leaves out the happy path's
+	// recorder emits the events; routine decides which of the happy path's
 	// Normal ones.
-	recorder     events.EventRecorder
-	quietRoutine bool
-	clock        clock.PassiveClock
+	recorder events.EventRecorder
+	routine  *RoutineEvents
+	clock    clock.PassiveClock
 	// executor names this process in the history and the logs.
 	executor string
 	// tools finds an action's tool for the metrics' labels when the
@@ -88,7 +88,7 @@ type Decisions struct {
 
 // Ledger is this reconciler's writer, for the controllers beside it.
 func (r *ToolActionReconciler) Ledger() *Ledger {
-	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, quietRoutine: r.QuietRoutine,
+	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, routine: r.RoutineEvents,
 		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit}
 }
 
@@ -149,9 +149,12 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 	}
 	l.observe(ctx, current, recorded, tool, t.tally)
 	for _, e := range t.events {
-		if !e.routine || !l.quietRoutine {
+		if l.routine.tell(recorded.UID, e, l.clock.Now()) {
 			l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
 		}
+	}
+	if recorded.Status.Phase.IsTerminal() {
+		l.routine.finished(recorded.UID)
 	}
 	return recorded, nil
 }

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,8 +50,10 @@ var _ = BeforeSuite(func() {
 	metricsAddr, err := testenv.FreeLocalAddr()
 	Expect(err).NotTo(HaveOccurred())
 	metricsURL = "https://" + metricsAddr + "/metrics"
+	// Every action's story is told, so that the specs read their events
+	// whatever else the suite runs at once (the budget: routine_events_test.go).
 	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
-		MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter)})
+		MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter), RoutineEventRate: math.Inf(1)})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(stopManager)
 

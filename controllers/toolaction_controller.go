@@ -42,11 +42,10 @@ type ToolActionReconciler struct {
 	Adapters *adapter.Registry
 	// Recorder emits events on transitions.
 	Recorder events.EventRecorder
-	// QuietRoutine leaves out the Normal events of the happy path (a claim
-	// to Executing, a dispatch that succeeded), which status.history holds
-	// too: two API writes fewer per action. By default every change of phase
-	// makes one event.
-	QuietRoutine bool
+	// RoutineEvents decides which actions' happy paths (a claim to
+	// Executing, a dispatch that succeeded) get their Normal events, which
+	// status.history holds too; nil tells every one.
+	RoutineEvents *RoutineEvents
 	// Clock is injected so that leases and backoff can be tested.
 	Clock clock.PassiveClock
 	// Executor identifies this reconciler in claims; unique per process.

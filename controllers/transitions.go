@@ -43,9 +43,10 @@ type report struct {
 	eventType, reason, verb, message string
 	// related is the object that caused the transition, if not the action.
 	related runtime.Object
-	// routine: a Normal event of the happy path, emitted unless
-	// RoutineEvents is off.
-	routine bool
+	// routine: a Normal event of the happy path, emitted as RoutineEvents
+	// decides; opensStory marks the one that begins an action's story (its
+	// first claim).
+	routine, opensStory bool
 }
 
 func warning(reason, verb, message string) report {
@@ -71,8 +72,10 @@ func (p rules) claimed(a *v1alpha1.ToolAction, lease time.Duration, reason, requ
 			}
 			setExecuting(a, p.now, p.by, reason, message)
 		},
-		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonExecuting, verb: "Dispatch", message: message, routine: true}},
-		race:   "claim",
+		// A later attempt follows a warning: its claim is always told.
+		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonExecuting, verb: "Dispatch", message: message,
+			routine: attempt == 1, opensStory: attempt == 1}},
+		race: "claim",
 	}
 }
 

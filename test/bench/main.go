@@ -77,7 +77,7 @@ var knobs = []*knob{
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
 	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest (without the finalizer the SDK sets), with the admission policy that adds it and without (4 writes instead of 3)"},
 	{flag: "compare-watch-per-invoke", env: "BENCH_COMPARE_WATCH_PER_INVOKE", full: "true", smoke: "true", help: "also measure the SDK's apply with a watch per invocation, as the SDK did before its invocations shared one watch per namespace"},
-	{flag: "compare-quiet-events", env: "BENCH_COMPARE_QUIET_EVENTS", full: "true", smoke: "true", help: "also measure the manager without the happy path's events (--routine-events=false)"},
+	{flag: "compare-events", env: "BENCH_COMPARE_EVENTS", full: "true", smoke: "true", help: "also measure the manager with an event for every change of phase (--routine-event-rate=inf) and with warnings only (--routine-events=false)"},
 	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
 	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
 	{flag: "latency-load", env: "BENCH_LATENCY_LOAD", full: "0.5", smoke: "0.5", help: "share of the maximum measured throughput offered in the latency run"},
@@ -134,7 +134,7 @@ type settings struct {
 	TuneWorkers             []int
 	CompareManifest         bool
 	CompareWatchPerInvoke   bool
-	CompareQuietEvents      bool
+	CompareEvents           bool
 	CompareSDKQPS           bool
 	TuneMinConcurrency      int
 	LatencyLoad             float64
@@ -258,7 +258,7 @@ func parseSettings(args []string) (settings, error) {
 		TuneWorkers:             list("tune-workers"),
 		CompareManifest:         get("compare-manifest") == "true",
 		CompareWatchPerInvoke:   get("compare-watch-per-invoke") == "true",
-		CompareQuietEvents:      get("compare-quiet-events") == "true",
+		CompareEvents:           get("compare-events") == "true",
 		CompareSDKQPS:           get("compare-sdk-qps") == "true",
 		TuneMinConcurrency:      num("tune-min-concurrency"),
 		LatencyLoad:             float("latency-load"),
@@ -567,8 +567,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	if s.CompareWatchPerInvoke {
 		b.variants = append(b.variants, variant{ID: "watch-per-invoke", Workers: s.Workers, WatchPerInvoke: true})
 	}
-	if s.CompareQuietEvents {
-		b.variants = append(b.variants, variant{ID: "quiet-events", Workers: s.Workers, QuietEvents: true})
+	if s.CompareEvents {
+		b.variants = append(b.variants, variant{ID: "every-event", Workers: s.Workers, Events: eventsEvery},
+			variant{ID: "quiet-events", Workers: s.Workers, Events: eventsWarnings})
 	}
 	// Group by manager configuration so that the in-process manager restarts least.
 	ordered := []variant{b.variants[0]}

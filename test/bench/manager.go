@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,19 +25,38 @@ type inProcess struct {
 
 // managerConfig is what a configuration changes in the in-process manager.
 type managerConfig struct {
-	Workers     int
-	QuietEvents bool
+	Workers int
+	// Events is the variant's events (variant.Events).
+	Events string
 	// ArchiveDSN is the archive's database (--archive-dsn); none when empty.
 	ArchiveDSN string
 	// RetentionRate is --retention-rate; the shipped default when zero.
 	RetentionRate float64
 }
 
+// The manager's events besides the shipped default's (variant.Events).
+const (
+	// eventsEvery tells every action's happy path (--routine-event-rate=inf).
+	eventsEvery = "every"
+	// eventsWarnings tells warnings only (--routine-events=false).
+	eventsWarnings = "warnings"
+)
+
+func (c managerConfig) routineEventRate() float64 {
+	switch c.Events {
+	case eventsEvery:
+		return math.Inf(1)
+	case eventsWarnings:
+		return -1
+	}
+	return 0
+}
+
 func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 	stop, err := testenv.StartManager(c.cfg, app.Options{
 		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
 		MaxConcurrentReconciles: config.Workers,
-		QuietRoutineEvents:      config.QuietEvents,
+		RoutineEventRate:        config.routineEventRate(),
 		ArchiveDSN:              config.ArchiveDSN,
 		RetentionRate:           config.RetentionRate,
 	})

@@ -167,7 +167,7 @@ func (b *bench) throughputFigures() throughputView {
 		t.Shared = append(t.Shared, row)
 		t.SharedRatios = append(t.SharedRatios, levelValue{l.Concurrency, row.Ratio})
 	}
-	t.RatioMark, t.SharedMark = atLeast(t.Ratios, 0.8), atLeast(t.SharedRatios, 0.8)
+	t.RatioMark, t.SharedMark = atLeast(t.Ratios, 0.9), atLeast(t.SharedRatios, 0.8)
 	t.Compared, t.Variants = len(b.variants) > 1, b.variantRows()
 	return t
 }
@@ -615,29 +615,45 @@ func (g gainRange) NoneGained() bool { return g.Best < g.Threshold }
 // AllLost is whether every level lost beyond the threshold.
 func (g gainRange) AllLost() bool { return g.Best <= -g.Threshold }
 
-// eventsView compares the shipped manager, an event per change of phase
-// (before), with one that leaves the happy path's events out (after).
+// eventsView compares an event for every change of phase (before) with
+// the shipped manager's budget of told happy paths (after), and with
+// warnings only, level by level.
 type eventsView struct {
-	Pairs []pairedRun
-	// MeanGain is the mean change across the levels; Rose when it is
-	// beyond the noise.
+	Rows []eventsRow
+	// MeanGain is the shipped manager's mean change against every event
+	// across the levels; Rose when it is beyond the noise.
 	MeanGain float64
 	Rose     bool
 }
 
+// eventsRow is one level of eventsView.
+type eventsRow struct {
+	pairedRun
+	// Quiet is the manager with warnings only at the same level.
+	Quiet runSummary
+}
+
 func (b *bench) eventsFigures(threshold float64) *eventsView {
-	quiet := b.findVariant(func(v variant) bool { return v.QuietEvents })
-	if quiet.ID == "" {
+	every := b.findVariant(func(v variant) bool { return v.Events == eventsEvery })
+	quiet := b.findVariant(func(v variant) bool { return v.Events == eventsWarnings })
+	if every.ID == "" || quiet.ID == "" {
 		return nil
 	}
-	e := &eventsView{Pairs: b.pairs(b.baseline().ID, quiet.ID)}
-	if len(e.Pairs) == 0 {
+	e := &eventsView{}
+	for _, p := range b.pairs(every.ID, b.baseline().ID) {
+		for _, l := range b.results.Levels {
+			if q, ok := l.Toolledger[quiet.ID]; ok && l.Concurrency == p.Concurrency {
+				e.Rows = append(e.Rows, eventsRow{pairedRun: p, Quiet: q})
+			}
+		}
+	}
+	if len(e.Rows) == 0 {
 		return e
 	}
-	for _, p := range e.Pairs {
-		e.MeanGain += p.Gain
+	for _, r := range e.Rows {
+		e.MeanGain += r.Gain
 	}
-	e.MeanGain /= float64(len(e.Pairs))
+	e.MeanGain /= float64(len(e.Rows))
 	e.Rose = e.MeanGain >= threshold
 	return e
 }

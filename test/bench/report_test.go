@@ -96,7 +96,8 @@ func allVariants() []variant {
 		{ID: "sdk-nopolicy", Workers: 8, NoPolicy: true},
 		{ID: "watch-per-invoke", Workers: 8, WatchPerInvoke: true},
 		{ID: "w32", Workers: 32},
-		{ID: "quiet-events", Workers: 8, QuietEvents: true},
+		{ID: "every-event", Workers: 8, Events: eventsEvery},
+		{ID: "quiet-events", Workers: 8, Events: eventsWarnings},
 	}
 }
 

@@ -31,16 +31,15 @@ type variant struct {
 	// NoPolicy removes the admission policy that sets the finalizer at
 	// creation, as before it was shipped.
 	NoPolicy bool
-	// QuietEvents runs the manager without the happy path's events
-	// (--routine-events=false), as it did before every change of phase
-	// made one.
-	QuietEvents bool
+	// Events is how many happy paths the manager tells as events: as
+	// shipped when empty, eventsEvery or eventsWarnings.
+	Events string
 	// Baseline marks the configuration as shipped.
 	Baseline bool
 }
 
 func (v variant) manager() managerConfig {
-	return managerConfig{Workers: v.Workers, QuietEvents: v.QuietEvents}
+	return managerConfig{Workers: v.Workers, Events: v.Events}
 }
 
 func (v variant) label() string {
@@ -56,7 +55,10 @@ func (v variant) label() string {
 	if v.NoPolicy {
 		s += " without the admission policy"
 	}
-	if v.QuietEvents {
+	switch v.Events {
+	case eventsEvery:
+		s += ", an event for every change of phase"
+	case eventsWarnings:
 		s += ", events for warnings only"
 	}
 	if v.Baseline {

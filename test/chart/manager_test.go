@@ -12,17 +12,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// TestRoutineEventsValue: routineEvents reaches the manager's
-// --routine-events, true by default.
+// TestRoutineEventsValue: routineEvents and routineEventRate reach the
+// manager's --routine-events (true by default) and --routine-event-rate (1
+// by default).
 func TestRoutineEventsValue(t *testing.T) {
 	for _, tc := range []struct {
 		args          []string
-		want, notWant string
+		want, notWant []string
 	}{
-		{nil, "--routine-events=true", "--routine-events=false"},
-		{[]string{"--set", "routineEvents=false"}, "--routine-events=false", "--routine-events=true"},
+		{nil, []string{"--routine-events=true", "--routine-event-rate=1"}, []string{"--routine-events=false"}},
+		{[]string{"--set", "routineEvents=false"}, []string{"--routine-events=false"}, []string{"--routine-events=true"}},
+		{[]string{"--set", "routineEventRate=inf"}, []string{"--routine-event-rate=inf"}, []string{"--routine-event-rate=1"}},
 	} {
-		wantArgs(t, managerArgs(t, decodeObjects(t, helmTemplate(t, tc.args...))), []string{tc.want}, []string{tc.notWant})
+		wantArgs(t, managerArgs(t, decodeObjects(t, helmTemplate(t, tc.args...))), tc.want, tc.notWant)
 	}
 }
 

@@ -102,9 +102,11 @@ type Options struct {
 	Namespace string
 	// Adapters are the adapters tools may name; DefaultAdapters when nil.
 	Adapters *adapter.Registry
-	// QuietRoutineEvents leaves out the Normal events of the happy path (a
-	// claim, a success); by default every change of phase makes an event.
-	QuietRoutineEvents bool
+	// RoutineEventRate is how many actions a second have their happy path
+	// (a claim, a success) told as Normal events, beside every warning;
+	// DefaultRoutineEventRate when zero, none when negative, every action's
+	// at math.Inf(1).
+	RoutineEventRate float64
 	// RetentionSweep is how often finished actions past their tool's
 	// keyRetention are looked for; a minute when zero.
 	RetentionSweep time.Duration
@@ -184,6 +186,12 @@ const DefaultArchiveKeyRetention = 90 * 24 * time.Hour
 // by default: 100k records coming due at once are retired in about an hour.
 const DefaultRetentionRate = 30
 
+// DefaultRoutineEventRate is the actions a second whose happy path a
+// manager tells as events by default: every action of a cluster that runs
+// a few, a sample of a busy one, whose events would otherwise add two writes
+// to each action's three (docs/operations.md).
+const DefaultRoutineEventRate = 1
+
 // DefaultMaxConcurrentDispatches is the downstream calls a manager has in
 // flight at most by default, over every tool. A slot is held from the
 // claim to the recorded outcome, so with half of them open to one
@@ -260,6 +268,12 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.RetentionRate <= 0 {
 		opts.RetentionRate = DefaultRetentionRate
+	}
+	switch {
+	case opts.RoutineEventRate == 0:
+		opts.RoutineEventRate = DefaultRoutineEventRate
+	case opts.RoutineEventRate < 0:
+		opts.RoutineEventRate = 0
 	}
 	if opts.LeaseGrace <= 0 {
 		opts.LeaseGrace = 30 * time.Second
@@ -429,7 +443,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Adapters:                adapters,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
-		QuietRoutine:            opts.QuietRoutineEvents,
+		RoutineEvents:           controllers.NewRoutineEvents(opts.RoutineEventRate),
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
