@@ -62,6 +62,7 @@ func (r *ToolActionReconciler) attemptIn(ctx context.Context, held *dispatch.Slo
 		}
 		return ctrl.Result{}, err
 	}
+	d.slot = s
 	ctx = withActionLog(ctx, d.claimed, r.Executor)
 	if held != nil {
 		return r.dispatch(ctx, d)
@@ -98,6 +99,9 @@ type claimedAttempt struct {
 	tool    *resolvedTool
 	conn    adapter.Connection
 	request adapter.Request
+	// slot is the dispatcher's slot the request is sent in, given back as
+	// soon as the downstream answered: recording the outcome needs none.
+	slot *dispatch.Slot
 }
 
 // claim writes the Executing phase with the resourceVersion the action was
@@ -161,6 +165,7 @@ func (r *ToolActionReconciler) dispatch(ctx context.Context, d *claimedAttempt) 
 	defer cancel()
 	start := time.Now()
 	outcome, err := d.conn.Execute(sendCtx, d.request)
+	d.slot.Release()
 	took, result := time.Since(start), attemptResult(err)
 	observeCall(d.claimed, d.tool.tool, operationAttempt, result, took)
 	logger := log.FromContext(ctx).WithValues("result", result, "duration", took.Round(time.Millisecond))

@@ -51,9 +51,10 @@ type Dispatcher struct {
 	// token is due, at pendingAt; nil when none is set.
 	pending   *time.Timer
 	pendingAt time.Time
-	// slots counts the slots held (granted or running) so that a shutdown
-	// waits for the calls in flight.
-	slots sync.WaitGroup
+	// slots counts the slots held (granted or running), and calls the calls
+	// running until they recorded their outcome (a call may give its slot
+	// back before), so that a shutdown waits for both.
+	slots, calls sync.WaitGroup
 	// wake has an action reconciled again.
 	wake func(types.NamespacedName)
 	// reserving is the action whose reserve call is serving the lanes: a
@@ -207,9 +208,13 @@ func (d *Dispatcher) Forget(action types.NamespacedName, began time.Time) {
 	d.serveLocked()
 }
 
-// Run makes the call in its own goroutine and releases the slot after it.
+// Run makes the call in its own goroutine and releases the slot after it,
+// unless the call released it sooner: once the downstream answered, what
+// is left (recording the outcome) needs no slot.
 func (s *Slot) Run(call func()) {
+	s.d.calls.Add(1)
 	go func() {
+		defer s.d.calls.Done()
 		defer s.Release()
 		call()
 	}()
@@ -393,6 +398,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}
 	}
 	d.mu.Unlock()
+	// Every running call was added before its slot was released.
 	d.slots.Wait()
+	d.calls.Wait()
 	return nil
 }

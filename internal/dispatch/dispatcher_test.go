@@ -233,3 +233,41 @@ func TestDispatcherDrainsOnStop(t *testing.T) {
 		t.Fatal("a slot was given after the stop")
 	}
 }
+
+// TestDispatcherSlotFreedWhileTheOutcomeIsRecorded: a call that gives its
+// slot back once the downstream answered lets the next action in while it
+// records its outcome, and a stop still waits for that outcome.
+func TestDispatcherSlotFreedWhileTheOutcomeIsRecorded(t *testing.T) {
+	td := newTestDispatcher(t, 64, 64)
+	slot := td.Reserve(toolA, unpaced(1), key("a", "0"))
+	answered, recorded := make(chan struct{}), make(chan struct{})
+	slot.Run(func() {
+		slot.Release() // the downstream answered
+		close(answered)
+		<-recorded
+	})
+	<-answered
+	next := td.Reserve(toolA, unpaced(1), key("a", "1"))
+	if next == nil {
+		t.Fatal("the next action waits for a slot given back while the first recorded its outcome")
+	}
+	next.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error)
+	go func() { stopped <- td.Start(ctx) }()
+	cancel()
+	select {
+	case <-stopped:
+		t.Fatal("the dispatcher stopped while a call was still recording its outcome")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(recorded)
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dispatcher did not stop once the outcome was recorded")
+	}
+}

@@ -194,7 +194,7 @@ const DefaultRoutineEventRate = 1
 
 // DefaultMaxConcurrentDispatches is the downstream calls a manager has in
 // flight at most by default, over every tool. A slot is held from the
-// claim to the recorded outcome, so with half of them open to one
+// claim until the downstream answers, so with half of them open to one
 // namespace a single tenant's 300 ms tool still reaches about 140
 // actions/s, above what a small control plane writes (docs/benchmarks.md,
 // section 8).
