@@ -450,7 +450,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		LeaseMargin:             opts.LeaseMargin,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		OperatorNamespace:       opts.Namespace,
-		Pacer:                   controllers.NewPacer(opts.RetentionRate, int(opts.RetentionRate)),
+		// Turns one after another, no burst: a backlog's retirements spread
+		// evenly beside the live actions instead of a second's worth at once.
+		Pacer:                   controllers.NewPacer(opts.RetentionRate, 1),
 		Dispatcher:              dispatcher,
 		Queue:                   queue,
 		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
