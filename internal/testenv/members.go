@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -29,15 +30,23 @@ func CreateOperatorNamespace(ctx context.Context, c client.Client) error {
 // LiveMembers counts the managers' member Leases in the operator namespace
 // renewed within the last duration: the managers sharing the actions.
 func LiveMembers(ctx context.Context, c client.Reader, duration time.Duration) (int, error) {
+	live, err := LiveMemberIdentities(ctx, c, duration)
+	return len(live), err
+}
+
+// LiveMemberIdentities are the identities (executor IDs) of those managers,
+// sorted.
+func LiveMemberIdentities(ctx context.Context, c client.Reader, duration time.Duration) ([]string, error) {
 	var leases coordinationv1.LeaseList
 	if err := c.List(ctx, &leases, client.InNamespace(app.DefaultNamespace()), client.MatchingLabels{shard.MemberLabel: "true"}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	live := 0
+	var live []string
 	for _, l := range leases.Items {
-		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < duration {
-			live++
+		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < duration && l.Spec.HolderIdentity != nil {
+			live = append(live, *l.Spec.HolderIdentity)
 		}
 	}
+	slices.Sort(live)
 	return live, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,10 +34,14 @@ type dispatchResult struct {
 	FastAlone, Beside openLoopSummary
 	Hung              int // actions queued on the hung tool
 	// Rate and Duration shape the fast tool's two runs; Bounded is the
-	// dispatches of the replica runs bounded by the replicas.
-	Rate     float64
-	Duration time.Duration
-	Bounded  int
+	// dispatches of the replica runs bounded by the replicas, whose
+	// downstream takes BoundedDelay ± BoundedJitter.
+	Rate                        float64
+	Duration                    time.Duration
+	Bounded                     int
+	BoundedDelay, BoundedJitter time.Duration
+	// BoundedWarmup and BoundedMeasure time those runs.
+	BoundedWarmup, BoundedMeasure time.Duration
 	// HungHeld is how many of them the hung downstream held during the
 	// run beside them; HungWaiting how many waited in the dispatcher.
 	HungHeld, HungWaiting int
@@ -49,7 +54,12 @@ type replicaRun struct {
 	Dispatches int    // each process's --max-concurrent-dispatches
 	Sharded    bool
 	Replicas   int
-	Run        runSummary
+	// Bounded marks the runs where the replicas' slots, not the API
+	// server, bound throughput: at most Bound actions/s.
+	Bounded bool
+	Bound   float64
+	Callers int
+	Run     runSummary
 	// ClaimConflicts are the claims and finalizer writes the processes
 	// lost, per action completed.
 	ClaimConflicts float64
@@ -109,7 +119,9 @@ func (b *bench) dispatch(ctx context.Context) error {
 	s := b.settings
 	res := &dispatchResult{Concurrency: s.DispatchConcurrency, Delay: s.DispatchDelay, Jitter: s.DispatchJitter,
 		MaxDispatches: app.DefaultMaxConcurrentDispatches, PerNamespace: app.DefaultMaxConcurrentDispatches / 2, Hung: s.DispatchHung,
-		Rate: s.DispatchRate, Duration: s.DispatchDuration, Bounded: s.DispatchBounded}
+		Rate: s.DispatchRate, Duration: s.DispatchDuration, Bounded: s.DispatchBounded,
+		BoundedDelay: s.DispatchBoundedDelay, BoundedJitter: s.DispatchBoundedJitter,
+		BoundedWarmup: s.DispatchBoundedWarmup, BoundedMeasure: s.DispatchBoundedMeasure}
 	b.results.Dispatch = res
 	slow := slowDownstream(s.DispatchDelay, s.DispatchJitter)
 	slowServer := httptest.NewServer(slow)
@@ -134,7 +146,7 @@ func (b *bench) dispatch(ctx context.Context) error {
 	if err := b.useManager(ctx, b.baseline().manager()); err != nil {
 		return err
 	}
-	if res.Slow, err = b.invokeRun(ctx, "dispatch-slow", slowTool, c); err != nil {
+	if res.Slow, err = b.invokeRun(ctx, "dispatch-slow", slowTool, c, s.Warmup, s.Measure); err != nil {
 		return err
 	}
 	res.SlowDuplicates = duplicates(slow)
@@ -146,8 +158,18 @@ func (b *bench) dispatch(ctx context.Context) error {
 	}
 	b.stopManager()
 
-	for _, r := range b.replicaPlan(slowTool) {
-		run, err := b.replicaRun(ctx, r, len(res.Replicas), slow)
+	bounded := slowDownstream(s.DispatchBoundedDelay, s.DispatchBoundedJitter)
+	boundedServer := httptest.NewServer(bounded)
+	defer boundedServer.Close()
+	boundedTool := func(ns string) *v1alpha1.Tool {
+		return chargeTool(ns, boundedServer.URL+"/effects", v1alpha1.Compensatable, 5*time.Second)
+	}
+	for _, r := range b.replicaPlan(slowTool, boundedTool) {
+		downstream := slow
+		if r.Bounded {
+			downstream = bounded
+		}
+		run, err := b.replicaRun(ctx, r, len(res.Replicas), downstream)
 		if err != nil {
 			return err
 		}
@@ -157,13 +179,14 @@ func (b *bench) dispatch(ctx context.Context) error {
 }
 
 // invokeRun is a closed loop of SDK invocations at concurrency c against the
-// tool that tool makes, in a new namespace ns.
-func (b *bench) invokeRun(ctx context.Context, ns string, tool func(string) *v1alpha1.Tool, c int) (runSummary, error) {
+// tool that tool makes, in a new namespace ns, measured for measure after
+// warmup.
+func (b *bench) invokeRun(ctx context.Context, ns string, tool func(string) *v1alpha1.Tool, c int, warmup, measure time.Duration) (runSummary, error) {
 	if err := b.c.namespace(ctx, tool(ns)); err != nil {
 		return runSummary{}, err
 	}
 	sum, _, err := b.measured(ctx, v1alpha1.GroupVersion.Group, "toolactions", func() runResult {
-		return closedLoop(ctx, c, b.settings.Warmup, b.settings.Measure, func(ctx context.Context, w, seq int) error {
+		return closedLoop(ctx, c, warmup, measure, func(ctx context.Context, w, seq int) error {
 			_, err := invokeSucceeded(ctx, b.sdk, request(ns, objectName(w, seq), amount(w, seq)))
 			return err
 		})
@@ -257,21 +280,28 @@ func (b *bench) besideHung(ctx context.Context, res *dispatchResult) error {
 	}
 }
 
-// replicaPlan is every replica run: fast, slow and slow with a bounded
-// dispatcher, sharded at each replica count, and unsharded beside the
-// sharded runs with a fast downstream.
-func (b *bench) replicaPlan(slowTool func(string) *v1alpha1.Tool) []replicaPlanned {
+// replicaPlan is every replica run: fast and slow as shipped, and with a
+// slower downstream and a bounded dispatcher, sharded at each replica
+// count, and unsharded beside the sharded runs with a fast downstream.
+func (b *bench) replicaPlan(slowTool, boundedTool func(string) *v1alpha1.Tool) []replicaPlanned {
 	s := b.settings
 	fast := func(ns string) *v1alpha1.Tool { return b.fastTool(ns) }
+	shipped := app.DefaultMaxConcurrentDispatches
 	slowName := fmt.Sprintf("%s ± %s", s.DispatchDelay, s.DispatchJitter)
+	boundedName := fmt.Sprintf("%s ± %s", s.DispatchBoundedDelay, s.DispatchBoundedJitter)
 	var plan []replicaPlanned
 	for _, n := range s.DispatchReplicas {
+		c := s.DispatchConcurrency
+		// Twice the slots in callers: every slot stays busy, and each
+		// caller waits about one call for a slot.
+		callers := 2 * n * s.DispatchBounded
 		plan = append(plan,
-			replicaPlanned{replicaRun{Downstream: "fast", Dispatches: app.DefaultMaxConcurrentDispatches, Sharded: true, Replicas: n}, fast},
-			replicaPlanned{replicaRun{Downstream: slowName, Dispatches: app.DefaultMaxConcurrentDispatches, Sharded: true, Replicas: n}, slowTool},
-			replicaPlanned{replicaRun{Downstream: slowName, Dispatches: s.DispatchBounded, Sharded: true, Replicas: n}, slowTool})
+			replicaPlanned{replicaRun{Downstream: "fast", Dispatches: shipped, Sharded: true, Replicas: n, Callers: c}, fast},
+			replicaPlanned{replicaRun{Downstream: slowName, Dispatches: shipped, Sharded: true, Replicas: n, Callers: c}, slowTool},
+			replicaPlanned{replicaRun{Downstream: boundedName, Dispatches: s.DispatchBounded, Sharded: true, Replicas: n, Callers: callers,
+				Bounded: true, Bound: float64(n*s.DispatchBounded) / s.DispatchBoundedDelay.Seconds()}, boundedTool})
 		if n > 1 {
-			plan = append(plan, replicaPlanned{replicaRun{Downstream: "fast", Dispatches: app.DefaultMaxConcurrentDispatches, Replicas: n}, fast})
+			plan = append(plan, replicaPlanned{replicaRun{Downstream: "fast", Dispatches: shipped, Replicas: n, Callers: c}, fast})
 		}
 	}
 	return plan
@@ -312,7 +342,7 @@ func (b *bench) replicaRun(ctx context.Context, p replicaPlanned, index int, slo
 		procs = append(procs, proc)
 	}
 	if run.Sharded {
-		if err := b.waitMembers(ctx, run.Replicas); err != nil {
+		if err := b.waitMembers(ctx, procs); err != nil {
 			return run, err
 		}
 	}
@@ -328,7 +358,11 @@ func (b *bench) replicaRun(ctx context.Context, p replicaPlanned, index int, slo
 	duplicatesBefore := duplicates(slow)
 	before := conflicts()
 	ns := fmt.Sprintf("dispatch-replicas-%02d", index)
-	sum, err := b.invokeRun(ctx, ns, p.tool, b.settings.DispatchConcurrency)
+	warmup, measure := b.settings.Warmup, b.settings.Measure
+	if run.Bounded {
+		warmup, measure = b.settings.DispatchBoundedWarmup, b.settings.DispatchBoundedMeasure
+	}
+	sum, err := b.invokeRun(ctx, ns, p.tool, run.Callers, warmup, measure)
 	if err != nil {
 		return run, err
 	}
@@ -347,16 +381,22 @@ func (b *bench) replicaRun(ctx context.Context, p replicaPlanned, index int, slo
 // processes see each other within a third of it.
 const benchMemberLease = 3 * time.Second
 
-// waitMembers waits until n member Leases are live and every process has
-// listed them since (one renewal period, with room).
-func (b *bench) waitMembers(ctx context.Context, n int) error {
+// waitMembers waits until the member Leases live are exactly those of
+// procs (a stopped run's Leases lapse first) and every process has listed
+// them since (one renewal period, with room).
+func (b *bench) waitMembers(ctx context.Context, procs []*managerProcess) error {
+	want := make([]string, 0, len(procs))
+	for _, p := range procs {
+		want = append(want, p.executorID)
+	}
+	slices.Sort(want)
 	for deadline := time.Now().Add(time.Minute); ; {
-		live, err := testenv.LiveMembers(ctx, b.c.k8s, benchMemberLease)
-		if err == nil && live >= n {
+		live, err := testenv.LiveMemberIdentities(ctx, b.c.k8s, benchMemberLease)
+		if err == nil && slices.Equal(live, want) {
 			return testenv.Sleep(ctx, benchMemberLease/3+time.Second)
 		}
 		if time.Now().After(deadline) {
-			return errors.Join(err, fmt.Errorf("%d of %d member Leases live after a minute", live, n))
+			return errors.Join(err, fmt.Errorf("member Leases live after a minute: %v, want %v", live, want))
 		}
 		if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err

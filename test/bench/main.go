@@ -98,6 +98,10 @@ var knobs = []*knob{
 	{flag: "dispatch-duration", env: "BENCH_DISPATCH_DURATION", full: "20s", smoke: "3s", help: "length of each of those two runs"},
 	{flag: "dispatch-replicas", env: "BENCH_DISPATCH_REPLICAS", full: "1,2,3", smoke: "1,2", help: "manager processes in each replica run (\"\" for none)"},
 	{flag: "dispatch-bounded", env: "BENCH_DISPATCH_BOUNDED", full: "8", smoke: "8", help: "--max-concurrent-dispatches of the replica runs where each replica, not the API server, bounds the throughput"},
+	{flag: "dispatch-bounded-delay", env: "BENCH_DISPATCH_BOUNDED_DELAY", full: "2s", smoke: "1s", help: "the downstream's mean latency in those runs: slow enough that replicas × dispatches ÷ it stays well below what the API server writes"},
+	{flag: "dispatch-bounded-jitter", env: "BENCH_DISPATCH_BOUNDED_JITTER", full: "500ms", smoke: "250ms", help: "its latency spread (uniform, ± this)"},
+	{flag: "dispatch-bounded-warmup", env: "BENCH_DISPATCH_BOUNDED_WARMUP", full: "10s", smoke: "3s", help: "time before measuring in those runs, whose callers (2 × replicas × dispatches) each take about 2 × the latency an action"},
+	{flag: "dispatch-bounded-measure", env: "BENCH_DISPATCH_BOUNDED_MEASURE", full: "30s", smoke: "8s", help: "measured time in those runs"},
 	{flag: "memory-steps", env: "BENCH_MEMORY_STEPS", full: "1000,50000", smoke: "100,300", help: "finished actions in the cluster at each memory reading (\"\" for none); the first is taken before anything else runs, the others at the end"},
 	{flag: "memory-create-concurrency", env: "BENCH_MEMORY_CREATE_CONCURRENCY", full: "32", smoke: "16", help: "parallel creates of finished actions (and parallel deletes when they become tombstones)"},
 	{flag: "large-param-actions", env: "BENCH_LARGE_PARAM_ACTIONS", full: "500", smoke: "20", help: "active actions (held for an approval) carrying large parameters, whose manager's memory is read at the end of the run (0 for none)"},
@@ -155,6 +159,10 @@ type settings struct {
 	DispatchDuration        time.Duration
 	DispatchReplicas        []int
 	DispatchBounded         int
+	DispatchBoundedDelay    time.Duration
+	DispatchBoundedJitter   time.Duration
+	DispatchBoundedWarmup   time.Duration
+	DispatchBoundedMeasure  time.Duration
 	MemorySteps             []int
 	MemoryCreateConcurrency int
 	MemoryGCWait            time.Duration
@@ -279,6 +287,10 @@ func parseSettings(args []string) (settings, error) {
 		DispatchDuration:        dur("dispatch-duration"),
 		DispatchReplicas:        list("dispatch-replicas"),
 		DispatchBounded:         num("dispatch-bounded"),
+		DispatchBoundedDelay:    dur("dispatch-bounded-delay"),
+		DispatchBoundedJitter:   dur("dispatch-bounded-jitter"),
+		DispatchBoundedWarmup:   dur("dispatch-bounded-warmup"),
+		DispatchBoundedMeasure:  dur("dispatch-bounded-measure"),
 		MemorySteps:             list("memory-steps"),
 		MemoryCreateConcurrency: num("memory-create-concurrency"),
 		MemoryGCWait:            dur("memory-gc-wait"),
@@ -311,6 +323,9 @@ func parseSettings(args []string) (settings, error) {
 	}
 	if s.DispatchConcurrency <= 0 || s.DispatchBounded <= 0 || s.DispatchRate <= 0 || s.DispatchDuration <= 0 || s.DispatchHung < 0 || s.DispatchJitter > s.DispatchDelay {
 		errs = append(errs, errors.New("-dispatch-concurrency, -dispatch-bounded, -dispatch-rate and -dispatch-duration must be positive, -dispatch-hung not negative, and -dispatch-jitter at most -dispatch-delay"))
+	}
+	if s.DispatchBoundedDelay <= 0 || s.DispatchBoundedMeasure <= 0 || s.DispatchBoundedWarmup < 0 || s.DispatchBoundedJitter > s.DispatchBoundedDelay {
+		errs = append(errs, errors.New("-dispatch-bounded-delay and -dispatch-bounded-measure must be positive, -dispatch-bounded-warmup not negative, and -dispatch-bounded-jitter at most -dispatch-bounded-delay"))
 	}
 	if s.TombstoneSample < 0 || s.RetentionRecords < 0 || s.TombstoneSettle < 0 {
 		errs = append(errs, errors.New("-tombstone-sample, -retention-records and -tombstone-settle must not be negative"))

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,6 +70,8 @@ func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 // managerProcess is cmd/manager running as its own OS process, so that it
 // can be killed for real and its memory read apart from the harness's.
 type managerProcess struct {
+	// executorID is its --executor-id, when the harness gave one.
+	executorID string
 	cmd        *exec.Cmd
 	done       chan error
 	metricsURL string
@@ -122,6 +125,11 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 		return nil, fmt.Errorf("cannot start %s: %w", bin, err)
 	}
 	p := &managerProcess{cmd: cmd, done: make(chan error, 1), metricsURL: "http://" + metricsAddr + "/metrics", logPath: logPath}
+	for _, arg := range extra {
+		if id, ok := strings.CutPrefix(arg, "--executor-id="); ok {
+			p.executorID = id
+		}
+	}
 	go func() {
 		p.done <- cmd.Wait()
 		_ = logFile.Close()

@@ -20,7 +20,7 @@ import (
 var reportTemplate string
 
 var reportPage = template.Must(template.New("benchmarks.md").Funcs(template.FuncMap{
-	"ms": ms, "dur": dur, "mib": mib, "count": count, "float": func(n int) float64 { return float64(n) }, "mul": func(a, b float64) float64 { return a * b }, "tput": tput, "pct": pct, "gain": gain,
+	"ms": ms, "dur": dur, "mib": mib, "count": count, "float": func(n int) float64 { return float64(n) }, "mul": func(a, b float64) float64 { return a * b }, "tput": tput, "pct": pct, "gain": gain, "div": safeDiv,
 }).Parse(reportTemplate))
 
 // report renders docs/benchmarks.md from the run's results.
@@ -940,11 +940,13 @@ func dispatchFigures(d *dispatchResult, splitCPUs bool) *dispatchView {
 		row := scalingRow{replicaRun: r, Ratio: safeDiv(r.Run.Throughput, single[fmt.Sprintf("%s/%d", r.Downstream, r.Dispatches)])}
 		switch {
 		case r.Replicas == 1:
-		case r.Downstream == "fast":
-			row.Target = 1.0
-		default:
-			// The targets: 1.6 with two replicas, 2.2 with three.
+		case r.Bounded:
+			// Where the replicas' slots are the bound: 1.6 with two
+			// replicas, 2.2 with three.
 			row.Target = 1.0 + 0.6*float64(r.Replicas-1)
+		default:
+			// Where the API server is the bound, a replica must cost none.
+			row.Target = 1.0
 		}
 		if row.Target > 0 {
 			row.Mark = mark(row.Ratio >= row.Target, false)

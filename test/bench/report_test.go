@@ -145,6 +145,8 @@ func fullSettings() settings {
 		MemorySteps: []int{1000, 50000}, MemoryCreateConcurrency: 32, MemoryGCWait: 130 * time.Second,
 		DispatchConcurrency: 128, DispatchDelay: 300 * time.Millisecond, DispatchJitter: 100 * time.Millisecond,
 		DispatchHung: 200, DispatchRate: 20, DispatchDuration: 20 * time.Second, DispatchReplicas: []int{1, 2, 3}, DispatchBounded: 8,
+		DispatchBoundedDelay: 2 * time.Second, DispatchBoundedJitter: 500 * time.Millisecond, DispatchBoundedWarmup: 10 * time.Second,
+		DispatchBoundedMeasure: 30 * time.Second,
 	}
 }
 
@@ -152,19 +154,24 @@ func fullSettings() settings {
 // bounded dispatcher and not with the API server as the bound.
 func fullDispatch() *dispatchResult {
 	replica := func(downstream string, dispatches int, sharded bool, n int, tp, conflicts float64) replicaRun {
-		return replicaRun{Downstream: downstream, Dispatches: dispatches, Sharded: sharded, Replicas: n, Run: sampleRun(128, 1, tp, 900), ClaimConflicts: conflicts}
+		r := replicaRun{Downstream: downstream, Dispatches: dispatches, Sharded: sharded, Replicas: n, Callers: 128, Run: sampleRun(128, 1, tp, 900), ClaimConflicts: conflicts}
+		if dispatches == 8 {
+			r.Bounded, r.Bound, r.Callers = true, float64(4*n), 16*n
+		}
+		return r
 	}
-	slow := "300ms ± 100ms"
+	slow, bounded := "300ms ± 100ms", "2s ± 500ms"
 	return &dispatchResult{Concurrency: 128, Delay: 300 * time.Millisecond, Jitter: 100 * time.Millisecond, MaxDispatches: 64, PerNamespace: 32,
 		Ceiling: sampleRun(128, 1, 88.1, 2400), Slow: sampleRun(128, 1, 74.2, 2900),
 		FastAlone: openLoopSummary{Samples: 360, P50: msec(31.2), P95: msec(52.3), P99: msec(70.4)},
 		Beside:    openLoopSummary{Samples: 360, P50: msec(33.9), P95: msec(58.1), P99: msec(81.7)},
 		Hung:      200, HungHeld: 32, HungWaiting: 168, Rate: 20, Duration: 20 * time.Second, Bounded: 8,
+		BoundedDelay: 2 * time.Second, BoundedJitter: 500 * time.Millisecond, BoundedWarmup: 10 * time.Second, BoundedMeasure: 30 * time.Second,
 		Replicas: []replicaRun{
-			replica("fast", 64, true, 1, 80.3, 0), replica(slow, 64, true, 1, 70.2, 0), replica(slow, 8, true, 1, 25.9, 0),
-			replica("fast", 64, true, 2, 76.1, 0.004), replica(slow, 64, true, 2, 71.9, 0.002), replica(slow, 8, true, 2, 50.8, 0.001),
+			replica("fast", 64, true, 1, 80.3, 0), replica(slow, 64, true, 1, 70.2, 0), replica(bounded, 8, true, 1, 3.9, 0),
+			replica("fast", 64, true, 2, 76.1, 0.004), replica(slow, 64, true, 2, 71.9, 0.002), replica(bounded, 8, true, 2, 7.7, 0.001),
 			replica("fast", 64, false, 2, 61.5, 0.31),
-			replica("fast", 64, true, 3, 73.5, 0.006), replica(slow, 64, true, 3, 70.8, 0.003), replica(slow, 8, true, 3, 69.0, 0.002),
+			replica("fast", 64, true, 3, 73.5, 0.006), replica(slow, 64, true, 3, 70.8, 0.003), replica(bounded, 8, true, 3, 11.2, 0.002),
 			replica("fast", 64, false, 3, 55.2, 0.52),
 		},
 	}
