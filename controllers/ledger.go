@@ -148,10 +148,8 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 		return nil, err
 	}
 	l.observe(ctx, current, recorded, tool, t.tally)
-	for _, e := range t.events {
-		if l.routine.tell(recorded.UID, e, l.clock.Now()) {
-			l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
-		}
+	for _, e := range l.routine.tell(recorded.UID, t.events, l.clock.Now()) {
+		l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
 	}
 	if recorded.Status.Phase.IsTerminal() {
 		l.routine.finished(recorded.UID)

@@ -48,6 +48,8 @@ func (r *ToolActionReconciler) lookUp(ctx context.Context, s *dispatch.Slot, act
 	if next.kind == stepAttempt {
 		return r.attemptIn(ctx, s, action, tool, next.reason)
 	}
+	// Recording what the answer means needs no slot.
+	s.Release()
 	return r.perform(ctx, action, tool, next)
 }
 

@@ -4,6 +4,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"strings"
@@ -38,7 +40,7 @@ func main() {
 	flag.IntVar(&opts.MaxConcurrentDispatches, "max-concurrent-dispatches", app.DefaultMaxConcurrentDispatches, "Downstream calls (attempts and lookups) in flight at once in this manager, over every tool; each tool's spec.limits bound its own share. A slot is held from the claim until the downstream answers, so a manager completes at most this many ÷ (the tools' latency + the claim's write) actions per second (128 calls and a 1s tool make about 120/s).")
 	flag.IntVar(&opts.MaxDispatchesPerNamespace, "max-dispatches-per-namespace", 0, "Downstream calls in flight at once for the actions of one namespace, so that one tenant's backlog leaves room for the others; half of --max-concurrent-dispatches when 0.")
 	routineEvents := flag.Bool("routine-events", true, "Record Normal events for the happy path's changes of phase too (a claim to Executing, a success), for up to --routine-event-rate actions a second; false leaves them all to status.history. Warnings are always recorded.")
-	flag.Float64Var(&opts.RoutineEventRate, "routine-event-rate", app.DefaultRoutineEventRate, "Actions a second, in bursts of five seconds' worth, whose happy path is told as Normal events (two API writes an action beside its record's three); the others' is in status.history alone. An action with a warning is told whole. inf tells every action's, 0 none (docs/operations.md).")
+	flag.Float64Var(&opts.RoutineEventRate, "routine-event-rate", app.DefaultRoutineEventRate, "Actions a second, in bursts of five seconds' worth, whose happy path is told as Normal events (two API writes an action beside its record's three); the others' is in status.history alone. A transition with a warning is told whole, and its action's story from then on. inf tells every action's, 0 none (docs/operations.md).")
 	flag.DurationVar(&opts.LeaseGrace, "lease-grace", 30*time.Second, "Time added to a tool's timeout to give a claim's lease.")
 	flag.DurationVar(&opts.LeaseMargin, "lease-margin", 0, "How long before a claim's lease ends its executor stops sending the attempt: the most the replicas' clocks may disagree. Less than --lease-grace; 5s, or half of --lease-grace when that is less, when 0.")
 	flag.BoolVar(&opts.NoSharding, "no-sharding", false, "Have every replica race for every active action, as one unsharded manager does. By default replicas split the active actions by key hash over the live members' Leases in the operator namespace; the claim keeps every dispatch single either way.")
@@ -64,6 +66,10 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if math.IsNaN(opts.RoutineEventRate) {
+		fmt.Fprintln(os.Stderr, "--routine-event-rate must be a number of actions a second, or inf")
+		os.Exit(2)
+	}
 	if !*routineEvents || opts.RoutineEventRate == 0 {
 		opts.RoutineEventRate = -1
 	}
