@@ -257,8 +257,8 @@ func TestDispatcherSlotFreedWhileTheOutcomeIsRecorded(t *testing.T) {
 	go func() { stopped <- td.Start(ctx) }()
 	cancel()
 	select {
-	case <-stopped:
-		t.Fatal("the dispatcher stopped while a call was still recording its outcome")
+	case err := <-stopped:
+		t.Fatalf("the dispatcher stopped while a call was still recording its outcome: %v", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(recorded)

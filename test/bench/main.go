@@ -109,6 +109,8 @@ var knobs = []*knob{
 	{flag: "memory-gc-wait", env: "BENCH_MEMORY_GC_WAIT", full: "130s", smoke: "0s", help: "how long to wait, after the manager settled, for its next GC (the runtime forces one every 2 minutes); 0 reads the last GC's figures"},
 	{flag: "tombstone-sample", env: "BENCH_TOMBSTONE_SAMPLE", full: "50", smoke: "10", help: "actions of the writes batch deleted with the manager running, whose tombstones are weighed in etcd (0 for none)"},
 	{flag: "retention-records", env: "BENCH_RETENTION_RECORDS", full: "10000", smoke: "400", help: "finished records past their tool's recordRetention that the shipped manager's retention sweep retires while live actions are timed (0 for none); those it has not reached by the end count towards the memory steps"},
+	{flag: "retention-live-rate", env: "BENCH_RETENTION_LIVE_RATE", full: "0", smoke: "0", help: "live actions a second offered beside the retention sweep; 0 takes the latency run's (half the maximum), which -only retention does not measure, so give one there"},
+	{flag: "retention-compare-rate", env: "BENCH_RETENTION_COMPARE_RATE", full: "10", smoke: "10", help: "another --retention-rate whose sweep is timed beside the same live run, on what the shipped one left (0 for none)"},
 	{flag: "tombstone-state", env: "BENCH_TOMBSTONE_STATE", full: "true", smoke: "true", help: "run the last latency run at rest after a restart on the same etcd data, then delete every stored action with the manager running, so that tombstones replace them, restart again and run it again"},
 	{flag: "tombstone-settle", env: "BENCH_TOMBSTONE_SETTLE", full: "30s", smoke: "0s", help: "idle time after each restart of the control plane on its etcd data, before the runs with the records and with the tombstones"},
 	{flag: "costly-healthy", env: "BENCH_COSTLY_HEALTHY", full: "40", smoke: "4", help: "a healthy tenant's actions timed one after another, alone and then beside a tenant whose actions carry a costly uniqueItems payload, refused at admission and then stored (0 for none)"},
@@ -118,7 +120,7 @@ var knobs = []*knob{
 	{flag: "archive-check-samples", env: "BENCH_ARCHIVE_CHECK_SAMPLES", full: "2000", smoke: "100", help: "key checks of absent keys timed one after another against the full archive"},
 	{flag: "archive-retire", env: "BENCH_ARCHIVE_RETIRE", full: "3000", smoke: "150", help: "finished records past their recordRetention that the manager with the archive retires into it"},
 	{flag: "archive-retention-rate", env: "BENCH_ARCHIVE_RETENTION_RATE", full: "0", smoke: "0", help: "--retention-rate of the archive's retirement run (0: the shipped default)"},
-	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: costly-schema (its figures logged), or archive (section 10 written to benchmarks-archive.md in -out)"},
+	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: costly-schema or retention (their figures logged; retention offers -retention-live-rate), or archive (section 10 written to benchmarks-archive.md in -out)"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},
@@ -180,6 +182,8 @@ type settings struct {
 	ArchiveRetire           int
 	ArchiveRetentionRate    float64
 	Only                    string
+	RetentionLiveRate       float64
+	RetentionCompareRate    float64
 	EtcdDir                 string
 	ManagerBin              string
 	Timeout                 time.Duration
@@ -308,6 +312,8 @@ func parseSettings(args []string) (settings, error) {
 		ArchiveRetire:           num("archive-retire"),
 		ArchiveRetentionRate:    float("archive-retention-rate"),
 		Only:                    get("only"),
+		RetentionLiveRate:       float("retention-live-rate"),
+		RetentionCompareRate:    float("retention-compare-rate"),
 		EtcdDir:                 get("etcd-dir"),
 		ManagerBin:              get("manager-bin"),
 		Timeout:                 dur("timeout"),
@@ -336,8 +342,8 @@ func parseSettings(args []string) (settings, error) {
 	if s.ArchiveRecords < 0 || s.ArchiveCheckSamples <= 0 || s.ArchiveRetire <= 0 || s.ArchiveRetentionRate < 0 {
 		errs = append(errs, errors.New("-archive-records and -archive-retention-rate must not be negative, -archive-check-samples and -archive-retire must be positive"))
 	}
-	if s.Only != "" && s.Only != onlyCostlySchema && s.Only != onlyArchive {
-		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s)", s.Only, onlyCostlySchema, onlyArchive))
+	if s.Only != "" && s.Only != onlyCostlySchema && s.Only != onlyArchive && s.Only != onlyRetention {
+		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s, %s)", s.Only, onlyCostlySchema, onlyArchive, onlyRetention))
 	}
 	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
 		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
@@ -601,7 +607,7 @@ func (b *bench) run(ctx context.Context) (err error) {
 	b.variants = ordered
 
 	b.managerBin = s.ManagerBin
-	if b.managerBin == "" && s.Only == "" {
+	if b.managerBin == "" && (s.Only == "" || s.Only == onlyRetention) {
 		b.logf("building ./cmd/manager")
 		if b.managerBin, err = buildManager(ctx, b.root, b.tmp); err != nil {
 			return err
@@ -629,6 +635,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 			return err
 		}
 		return b.writeArchiveSection(b.outDir())
+	}
+	if s.Only == onlyRetention {
+		return b.retentionSweep(ctx)
 	}
 
 	steps := s.MemorySteps

@@ -137,6 +137,22 @@ func (b *bench) memory(ctx context.Context, target int) error {
 	return nil
 }
 
+// synced waits until the manager's deletion watches are in sync: it has
+// started its work.
+func (p *managerProcess) synced(ctx context.Context) error {
+	for deadline := time.Now().Add(time.Minute); ; {
+		if m, err := p.metrics(ctx); err == nil && m.sum("toolledger_deletion_watch_synced", nil) == deletionWatches {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the manager's deletion watches were not in sync within a minute (see %s)", p.logPath)
+		}
+		if err := testenv.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
 // settle waits until the manager process has settled: its deletion
 // watches have listed every action (the finished ones are neither cached
 // nor reconciled), then quiet without a reconcile. It returns the last

@@ -20,7 +20,7 @@ import (
 var reportTemplate string
 
 var reportPage = template.Must(template.New("benchmarks.md").Funcs(template.FuncMap{
-	"ms": ms, "dur": dur, "mib": mib, "count": count, "float": func(n int) float64 { return float64(n) }, "mul": func(a, b float64) float64 { return a * b }, "tput": tput, "pct": pct, "gain": gain, "div": safeDiv,
+	"ms": ms, "dur": dur, "mib": mib, "count": count, "float": func(n int) float64 { return float64(n) }, "mul": func(a, b float64) float64 { return a * b }, "tput": tput, "pct": pct, "gain": gain, "div": safeDiv, "seconds": seconds,
 }).Parse(reportTemplate))
 
 // report renders docs/benchmarks.md from the run's results.
@@ -454,6 +454,20 @@ type sweepView struct {
 	RateMark   string
 	// Slower is whether the sweep went more than 20% below the limit.
 	Slower bool
+	// P99Mark is whether live p99 during the sweep stayed within 1.3× of
+	// that without it.
+	P99Mark string
+	// Compared is the sweep at another --retention-rate; nil when not run.
+	Compared *sweepComparedView
+}
+
+// sweepComparedView is the live run beside a sweep at another pace.
+type sweepComparedView struct {
+	*sweepCompared
+	Row                  liveRow
+	RetireRate, P99Ratio float64
+	RateMark, P99Mark    string
+	Window               time.Duration
 }
 
 // liveRow is a live run with the kube-apiserver's GCs during it.
@@ -510,8 +524,19 @@ func tombstonesFigures(wr *writesResult, t tombstoneResults) *tombstonesView {
 			P50Ratio: durRatio(sw.With.P50, sw.Without.P50), P95Ratio: durRatio(sw.With.P95, sw.Without.P95),
 			P99Ratio: durRatio(sw.With.P99, sw.Without.P99),
 			RateMark: mark(sw.RetentionRate > 0 && math.Abs(rate/sw.RetentionRate-1) <= 0.2, false),
-			Slower:   rate < 0.8*sw.RetentionRate}
+			Slower:   rate < 0.8*sw.RetentionRate,
+			P99Mark:  mark(durRatio(sw.With.P99, sw.Without.P99) <= 1.3 && sw.Without.P99 > 0, false)}
 		v.Sweep.Rows = []liveRow{v.Sweep.Without, v.Sweep.With}
+		if c := sw.Compared; c != nil {
+			cw := seconds(c.Run.Plane.Seconds)
+			cr := safeDiv(float64(c.Retired), cw.Seconds())
+			p99 := durRatio(c.Run.P99, sw.Without.P99)
+			v.Sweep.Compared = &sweepComparedView{sweepCompared: c, Window: cw, RetireRate: cr, P99Ratio: p99,
+				Row:      liveRow{Label: fmt.Sprintf("during a sweep at --retention-rate %g", c.RetentionRate), Run: &c.Run, GCs: gcFrequencyOf(c.Run.Plane)},
+				RateMark: mark(math.Abs(cr/c.RetentionRate-1) <= 0.2, false),
+				P99Mark:  mark(p99 <= 1.3 && sw.Without.P99 > 0, false)}
+			v.Sweep.Rows = append(v.Sweep.Rows, v.Sweep.Compared.Row)
+		}
 	}
 	if st := t.State; st != nil && st.Records != nil && st.Tombstones != nil {
 		r, tb := st.Records, st.Tombstones

@@ -329,7 +329,22 @@ type sweepResult struct {
 	// Exhausted is whether the sweep had retired every record by then.
 	Tombstones int
 	Exhausted  bool
+	// Compared is the same live run beside a sweep at another
+	// --retention-rate, on what the first left; nil when not run.
+	Compared *sweepCompared
 }
+
+// sweepCompared is a live run beside a sweep at CompareRate.
+type sweepCompared struct {
+	RetentionRate float64
+	Run           liveRun
+	Retired       int
+	Exhausted     bool
+}
+
+// onlyRetention is the -only value that runs the retention sweep's step
+// alone, its figures logged.
+const onlyRetention = "retention"
 
 // retentionNamespace holds the records the retention sweep retires.
 const retentionNamespace = "tl-retention"
@@ -343,12 +358,16 @@ const retentionNamespace = "tl-retention"
 // memory steps.
 func (b *bench) retentionSweep(ctx context.Context) error {
 	s := b.settings
-	if len(b.results.Latency) == 0 {
-		return errors.New("the retention sweep's live runs take the latency run's rate; it did not run")
+	rate := s.RetentionLiveRate
+	if rate <= 0 {
+		if len(b.results.Latency) == 0 {
+			return errors.New("the retention sweep's live runs take the latency run's rate; it did not run (give -retention-live-rate)")
+		}
+		rate = b.results.Latency[0].Rate
 	}
 	b.stopManager()
 	res := &sweepResult{Namespace: retentionNamespace, Records: s.RetentionRecords, RecordRetention: time.Minute,
-		CompletedAgo: 10 * time.Minute, RetentionRate: app.DefaultRetentionRate, Rate: b.results.Latency[0].Rate}
+		CompletedAgo: 10 * time.Minute, RetentionRate: app.DefaultRetentionRate, Rate: rate}
 	b.results.Tombstones.Sweep = res
 	if err := b.c.namespace(ctx, b.fastTool(retentionNamespace)); err != nil {
 		return err
@@ -377,8 +396,14 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	if err := b.setRecordRetention(ctx, retentionNamespace, &metav1.Duration{Duration: res.RecordRetention}); err != nil {
 		return err
 	}
-	p, err = b.settledManager(ctx, "bench-retention-with")
+	// Not settled: its sweep starts at once and is not quiet until the
+	// backlog is gone. Timed as soon as its watches are in sync.
+	p, err = startManagerProcess(ctx, b.managerBin, b.kubeconfig, filepath.Join(b.tmp, "bench-retention-with-manager.log"), "--executor-id=bench-retention-with")
 	if err != nil {
+		return err
+	}
+	if err := p.synced(ctx); err != nil {
+		p.stop()
 		return err
 	}
 	left, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
@@ -398,6 +423,11 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 		return err
 	}
 	res.Retired = left - after
+	if s.RetentionCompareRate > 0 && after > 0 {
+		if res.Compared, err = b.comparedSweep(ctx, s.RetentionCompareRate, res.Rate, after); err != nil {
+			return err
+		}
+	}
 	if res.Tombstones, err = countIn(ctx, b.c.k8s, &v1alpha1.TombstoneList{}, retentionNamespace); err != nil {
 		return err
 	}
@@ -410,6 +440,38 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	// The records left are ordinary finished actions again: no manager
 	// after this one retires them.
 	return b.setRecordRetention(ctx, retentionNamespace, nil)
+}
+
+// comparedSweep times the live run beside a new process sweeping the
+// left records at retentionRate.
+func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float64, left int) (*sweepCompared, error) {
+	id := fmt.Sprintf("bench-retention-at-%.0f", retentionRate)
+	p, err := startManagerProcess(ctx, b.managerBin, b.kubeconfig, filepath.Join(b.tmp, id+"-manager.log"),
+		"--executor-id="+id, fmt.Sprintf("--retention-rate=%g", retentionRate))
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	if err := p.synced(ctx); err != nil {
+		return nil, err
+	}
+	before, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	if err != nil {
+		return nil, err
+	}
+	c := &sweepCompared{RetentionRate: retentionRate}
+	if c.Run, err = b.liveRun(ctx, "tl-retention-compared", liveRate); err != nil {
+		return nil, err
+	}
+	after, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	if err != nil {
+		return nil, err
+	}
+	c.Retired, c.Exhausted = before-after, after == 0
+	b.logf("retention: beside a sweep at --retention-rate %g, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); it retired %d records in %s (%.1f/s) of the %d left",
+		retentionRate, ms(c.Run.P50), ms(c.Run.P95), ms(c.Run.P99), c.Run.Samples, c.Retired, dur(seconds(c.Run.Plane.Seconds)),
+		safeDiv(float64(c.Retired), c.Run.Plane.Seconds), left)
+	return c, nil
 }
 
 // settledManager starts the manager binary with its shipped defaults and
