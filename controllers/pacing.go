@@ -12,6 +12,8 @@ import (
 // deleting tombstones past their key retention) at a bounded rate, so that a
 // backlog of many thousand records never crowds out live actions: the
 // controller's workers never wait on it, they requeue a record for its turn.
+// Turns are taken in real time, whatever clock judges the retentions: the
+// pace bounds the load on the API server, which real time measures.
 type Pacer struct {
 	limiter *rate.Limiter
 	mu      sync.Mutex

@@ -94,7 +94,7 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	if due == keepRecord {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
-	if wait := r.Pacer.turn(action.UID, r.Clock.Now()); wait > 0 {
+	if wait := r.Pacer.turn(action.UID, time.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	if r.Archive != nil || (due == toTombstone && needsTombstone(action)) {
@@ -275,7 +275,7 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 		return keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now())
 	}
 	return s.eachOwnedTombstone(ctx, fmt.Sprintf("of %s %s", target.kind, target.name), opts, expired, func(tomb *v1alpha1.Tombstone) error {
-		if r.Pacer.turn(tomb.UID, r.Clock.Now()) > 0 {
+		if r.Pacer.turn(tomb.UID, time.Now()) > 0 {
 			return nil // the clock has not reached the turn (an injected one)
 		}
 		return unbury(ctx, r.Client, tomb)
@@ -342,7 +342,7 @@ func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client
 
 // waitTurn holds the sweep until the Pacer gives uid its turn.
 func (s *RetentionSweep) waitTurn(ctx context.Context, uid types.UID) error {
-	wait := s.Reconciler.Pacer.reserve(uid, s.Reconciler.Clock.Now())
+	wait := s.Reconciler.Pacer.reserve(uid, time.Now())
 	if wait <= 0 {
 		return nil
 	}
