@@ -206,28 +206,40 @@ func TestDispatcherPassesOnAnUnusedSlot(t *testing.T) {
 	td.expectWoken("when the unused slot passed on", key("a", "2"))
 }
 
+// stop stops the dispatcher and fails the test if it stops within 100 ms
+// (early says what it must wait for); the function returned fails it
+// unless the stop ends within 10 s (once says after what).
+func (td *testDispatcher) stop(t *testing.T, early string) (stopped func(once string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- td.Start(ctx) }()
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("the dispatcher stopped %s: %v", early, err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	return func(once string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the dispatcher did not stop %s", once)
+		}
+	}
+}
+
 func TestDispatcherDrainsOnStop(t *testing.T) {
 	td := newTestDispatcher(t, 64, 64)
 	running := td.Reserve(toolA, unpaced(1), key("a", "0"))
 	td.Reserve(toolA, unpaced(1), key("a", "1"))
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error)
-	go func() { stopped <- td.Start(ctx) }()
-	cancel()
-	select {
-	case err := <-stopped:
-		t.Fatalf("the dispatcher stopped with a call in flight: %v", err)
-	case <-time.After(100 * time.Millisecond):
-	}
+	stopped := td.stop(t, "with a call in flight")
 	running.Release()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the dispatcher did not stop once its last call ended")
-	}
+	stopped("once its last call ended")
 	td.expectWoken("while stopping")
 	if td.Reserve(toolB, unpaced(1), key("b", "1")) != nil {
 		t.Fatal("a slot was given after the stop")
@@ -252,22 +264,7 @@ func TestDispatcherSlotFreedWhileTheOutcomeIsRecorded(t *testing.T) {
 		t.Fatal("the next action waits for a slot given back while the first recorded its outcome")
 	}
 	next.Release()
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error)
-	go func() { stopped <- td.Start(ctx) }()
-	cancel()
-	select {
-	case err := <-stopped:
-		t.Fatalf("the dispatcher stopped while a call was still recording its outcome: %v", err)
-	case <-time.After(100 * time.Millisecond):
-	}
+	stopped := td.stop(t, "while a call was still recording its outcome")
 	close(recorded)
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the dispatcher did not stop once the outcome was recorded")
-	}
+	stopped("once the outcome was recorded")
 }
