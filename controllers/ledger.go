@@ -148,7 +148,8 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 		return nil, err
 	}
 	l.observe(ctx, current, recorded, tool, t.tally)
-	for _, e := range l.routine.tell(recorded.UID, t.events, l.clock.Now()) {
+	// The budget bounds the load on the API server: real time, like the Pacer's.
+	for _, e := range l.routine.tell(recorded.UID, t.events, time.Now()) {
 		l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
 	}
 	if recorded.Status.Phase.IsTerminal() {

@@ -56,11 +56,6 @@ func (r *RoutineEvents) tell(uid types.UID, events []report, now time.Time) []re
 	if r == nil {
 		return events
 	}
-	routineOnly, opens := true, false
-	for _, e := range events {
-		routineOnly = routineOnly && e.routine
-		opens = opens || e.opensStory
-	}
 	if r.none {
 		var told []report
 		for _, e := range events {
@@ -74,6 +69,11 @@ func (r *RoutineEvents) tell(uid types.UID, events []report, now time.Time) []re
 	defer r.mu.Unlock()
 	if _, told := r.told[uid]; told || len(events) == 0 {
 		return events
+	}
+	routineOnly, opens := true, false
+	for _, e := range events {
+		routineOnly = routineOnly && e.routine
+		opens = opens || e.opensStory
 	}
 	switch {
 	case !routineOnly:
