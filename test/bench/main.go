@@ -120,7 +120,8 @@ var knobs = []*knob{
 	{flag: "archive-check-samples", env: "BENCH_ARCHIVE_CHECK_SAMPLES", full: "2000", smoke: "100", help: "key checks of absent keys timed one after another against the full archive"},
 	{flag: "archive-retire", env: "BENCH_ARCHIVE_RETIRE", full: "3000", smoke: "150", help: "finished records past their recordRetention that the manager with the archive retires into it"},
 	{flag: "archive-retention-rate", env: "BENCH_ARCHIVE_RETENTION_RATE", full: "0", smoke: "0", help: "--retention-rate of the archive's retirement run (0: the shipped default)"},
-	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: costly-schema or retention (their figures logged; retention offers -retention-live-rate), or archive (section 10 written to benchmarks-archive.md in -out)"},
+	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: throughput, costly-schema or retention (their figures logged; retention offers -retention-live-rate), or archive (section 10 written to benchmarks-archive.md in -out)"},
+	{flag: "apiserver-profiles", env: "BENCH_APISERVER_PROFILES", full: "", smoke: "", help: "a directory for the kube-apiserver's CPU profile (pprof) of each measured throughput run, warm-up excluded (\"\" for none)"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},
@@ -183,6 +184,7 @@ type settings struct {
 	ArchiveRetentionRate    float64
 	Only                    string
 	RetentionLiveRate       float64
+	APIServerProfiles       string
 	RetentionCompareRate    float64
 	EtcdDir                 string
 	ManagerBin              string
@@ -313,6 +315,7 @@ func parseSettings(args []string) (settings, error) {
 		ArchiveRetentionRate:    float("archive-retention-rate"),
 		Only:                    get("only"),
 		RetentionLiveRate:       float("retention-live-rate"),
+		APIServerProfiles:       get("apiserver-profiles"),
 		RetentionCompareRate:    float("retention-compare-rate"),
 		EtcdDir:                 get("etcd-dir"),
 		ManagerBin:              get("manager-bin"),
@@ -342,8 +345,8 @@ func parseSettings(args []string) (settings, error) {
 	if s.ArchiveRecords < 0 || s.ArchiveCheckSamples <= 0 || s.ArchiveRetire <= 0 || s.ArchiveRetentionRate < 0 {
 		errs = append(errs, errors.New("-archive-records and -archive-retention-rate must not be negative, -archive-check-samples and -archive-retire must be positive"))
 	}
-	if s.Only != "" && s.Only != onlyCostlySchema && s.Only != onlyArchive && s.Only != onlyRetention {
-		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s, %s)", s.Only, onlyCostlySchema, onlyArchive, onlyRetention))
+	if s.Only != "" && s.Only != onlyThroughput && s.Only != onlyCostlySchema && s.Only != onlyArchive && s.Only != onlyRetention {
+		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s, %s, %s)", s.Only, onlyThroughput, onlyCostlySchema, onlyArchive, onlyRetention))
 	}
 	if s.RecoveryKillAt <= 0 || s.RecoveryKillAt >= 1 || s.LatencyLoad <= 0 || s.LatencyLoad > 1 {
 		errs = append(errs, errors.New("-recovery-kill-at must be in (0, 1) and -latency-load in (0, 1]"))
@@ -638,6 +641,13 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if s.Only == onlyRetention {
 		return b.retentionSweep(ctx)
+	}
+	if s.Only == onlyThroughput {
+		if err := b.throughput(ctx); err != nil {
+			return err
+		}
+		b.logThroughput()
+		return nil
 	}
 
 	steps := s.MemorySteps

@@ -339,10 +339,11 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 		reconciles := inProcessReconciles()
 		share, err := b.othersShare(func() error {
 			var err error
+			profiled := b.profileAPIServer(ctx, fmt.Sprintf("%s-c%d-r%d-a%d", id, c, round+1, attempt))
 			sum, latencies, err = b.measured(ctx, group, resource, func() runResult {
 				return closedLoop(ctx, c, s.Warmup, s.Measure, fn)
 			})
-			return err
+			return errors.Join(err, profiled())
 		})
 		if err != nil {
 			return err
