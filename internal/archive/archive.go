@@ -96,6 +96,9 @@ type Record struct {
 	DeletionTime time.Time
 	// Action is the ToolAction as it was retired, in JSON.
 	Action json.RawMessage
+	// Chain is the record's link in its namespace's chain, once archived;
+	// zero for a record archived before the archive had chains.
+	Chain Link
 }
 
 // NewRecord is the archive's record of a finished action, which leaves etcd
@@ -159,19 +162,50 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 	}
 }
 
-// Keep archives r. Keeping a record already archived changes nothing, so a
-// replica that crashed after the commit and before the etcd delete may keep
-// it again.
+// Keep archives r at the end of its namespace's chain. Keeping a record
+// already archived changes nothing, so a replica that crashed after the
+// commit and before the etcd delete may keep it again.
 func (s *Store) Keep(ctx context.Context, r Record) error {
-	_, err := s.pool.Exec(ctx, `
+	// The columns keep microseconds; the chain hashes what they keep.
+	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// One append at a time in a namespace, whichever replica appends.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, chainLock, r.Namespace); err != nil {
+			return err
+		}
+		var (
+			kept       bool
+			actionText string
+		)
+		// The chain hashes the action as the database keeps it (jsonb's text).
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolledger_records WHERE uid = $1), $2::jsonb::text`,
+			string(r.UID), r.Action).Scan(&kept, &actionText); err != nil {
+			return err
+		}
+		if kept {
+			return nil
+		}
+		head, err := chainHead(ctx, tx, r.Namespace)
+		if err != nil {
+			return err
+		}
+		link, err := head.next(&r, actionText)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
 INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
 	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by,
-	deletion_time, action)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-ON CONFLICT (uid) DO NOTHING`,
-		string(r.UID), r.Namespace, r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
-		string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
-		r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action)
+	deletion_time, action, chain_seq, chain_prev, chain_hash)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
+			string(r.UID), r.Namespace, r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
+			string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
+			r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action, link.Sequence, head.Hash, link.Hash)
+		if err != nil {
+			return err
+		}
+		return moveHead(ctx, tx, r.Namespace, link)
+	})
 	observe("keep", err)
 	if err != nil {
 		return fmt.Errorf("%w: cannot archive ToolAction %s/%s: %w", ErrUnavailable, r.Namespace, r.Key, err)
@@ -224,19 +258,35 @@ LIMIT 1`, namespace, key, guarding)
 }
 
 const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
-	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action`
+	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
+	coalesce(chain_seq, 0), coalesce(chain_hash, '')`
 
 func scanRecord(row pgx.CollectableRow) (Record, error) {
-	var (
-		r                             Record
-		uid, class, phase, errorClass string
-	)
-	err := row.Scan(&uid, &r.Namespace, &r.Key, &r.Tool.Kind, &r.Tool.Name, &class, &r.RequestDigest, &phase,
-		&errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
-		&r.DeletedBy, &r.DeletionTime, &r.Action)
-	r.UID, r.IdempotencyClass, r.Phase, r.ErrorClass = types.UID(uid), v1alpha1.IdempotencyClass(class), v1alpha1.Phase(phase), v1alpha1.ErrorClass(errorClass)
-	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
+	var r Record
+	raw := recordScan{record: &r}
+	err := row.Scan(raw.dest()...)
+	raw.finish()
 	return r, err
+}
+
+// recordScan reads recordColumns into record; finish converts what the
+// columns keep as text.
+type recordScan struct {
+	record                        *Record
+	uid, class, phase, errorClass string
+}
+
+func (s *recordScan) dest() []any {
+	r := s.record
+	return []any{&s.uid, &r.Namespace, &r.Key, &r.Tool.Kind, &r.Tool.Name, &s.class, &r.RequestDigest, &s.phase,
+		&s.errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
+		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash}
+}
+
+func (s *recordScan) finish() {
+	r := s.record
+	r.UID, r.IdempotencyClass, r.Phase, r.ErrorClass = types.UID(s.uid), v1alpha1.IdempotencyClass(s.class), v1alpha1.Phase(s.phase), v1alpha1.ErrorClass(s.errorClass)
+	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
 }
 
 // Position is where a page of List starts: after the record it names.

@@ -139,8 +139,9 @@ func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
 	}
 }
 
-// A role that may read the migrations and read and insert records, and
-// nothing else, runs a manager once the schema is migrated.
+// A role that may read the migrations, read and insert records, read the
+// pruned links and prune through toolledger_prune, and nothing else, runs a
+// manager once the schema is migrated.
 func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	dsn := database(t)
 	open(t, dsn).Close()
@@ -151,16 +152,44 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(context.Background(), `CREATE ROLE ledger_writer LOGIN;
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_writer;
-		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer`); err != nil {
+		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer;
+		GRANT SELECT ON toolledger_chain_pruned TO ledger_writer;
+		GRANT SELECT, INSERT, UPDATE ON toolledger_chain_heads TO ledger_writer;
+		GRANT EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integer) TO ledger_writer`); err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, strings.Replace(dsn, "toolledger@", "ledger_writer@", 1))
+	writer := strings.Replace(dsn, "toolledger@", "ledger_writer@", 1)
+	s := open(t, writer)
 	ctx := context.Background()
 	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.Guarding(ctx, "shop", "order-1"); err != nil || got == nil || got.UID != "u-1" {
 		t.Fatalf("Guarding as the least-privileged role: %v, %v", got, err)
+	}
+	// It may neither change nor delete a record, nor forge a pruned link…
+	for _, sql := range []string{
+		`UPDATE toolledger_records SET external_ref = 'ch_forged'`,
+		`DELETE FROM toolledger_records`,
+		`INSERT INTO toolledger_chain_pruned (namespace, first_seq, last_seq, first_prev, last_hash) VALUES ('shop', 2, 2, '', '')`,
+		`SELECT toolledger_chain_note_pruned('shop', 2, '', '')`,
+	} {
+		conn, err := pgx.Connect(ctx, writer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Exec(ctx, sql)
+		_ = conn.Close(ctx)
+		if err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("%s as the manager's role: %v, want permission denied", sql, err)
+		}
+	}
+	// …but prunes by retention, through toolledger_prune, and verifies.
+	if n, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour)}}); err != nil || n != 1 {
+		t.Fatalf("Prune as the least-privileged role: %d, %v; want 1", n, err)
+	}
+	if v, err := s.Verify(ctx, "shop"); err != nil || v.Broken != nil || v.Pruned != 1 {
+		t.Fatalf("Verify as the least-privileged role: %+v, %v", v, err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -58,27 +57,18 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 	return pruned, nil
 }
 
+// pruneCutoff deletes c's records a batch at a time, through
+// toolledger_prune: it runs as the schema's owner, so that the manager's
+// role needs no DELETE, and leaves each pruned record's link in the chain.
 func pruneCutoff(ctx context.Context, conn *pgx.Conn, c Cutoff) (int64, error) {
 	var pruned int64
 	for {
-		var (
-			tag pgconn.CommandTag
-			err error
-		)
-		if c.Namespace == "" {
-			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
-	SELECT uid FROM toolledger_records WHERE tool_kind = $1 AND tool_name = $2 AND completion_time < $3 LIMIT $4)`,
-				c.Kind, c.Name, c.Before, pruneBatch)
-		} else {
-			tag, err = conn.Exec(ctx, `DELETE FROM toolledger_records WHERE uid IN (
-	SELECT uid FROM toolledger_records WHERE tool_kind = $1 AND tool_name = $2 AND namespace = $3 AND completion_time < $4 LIMIT $5)`,
-				c.Kind, c.Name, c.Namespace, c.Before, pruneBatch)
-		}
-		if err != nil {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT toolledger_prune($1, $2, $3, $4, $5)`, c.Kind, c.Namespace, c.Name, c.Before, pruneBatch).Scan(&n); err != nil {
 			return pruned, err
 		}
-		pruned += tag.RowsAffected()
-		if tag.RowsAffected() < pruneBatch {
+		pruned += n
+		if n < pruneBatch {
 			return pruned, nil
 		}
 	}

@@ -43,6 +43,79 @@ CREATE INDEX toolledger_records_by_key ON toolledger_records (namespace, key, co
 	// while a large archive builds the new ones.
 	`CREATE INDEX toolledger_records_in_order ON toolledger_records (namespace, key, completion_time, uid);
 CREATE INDEX toolledger_records_by_tool ON toolledger_records (tool_kind, tool_name, namespace, completion_time);`,
+	// 3: each namespace's history as a hash chain (chain.go), whose newest
+	// link toolledger_chain_heads keeps apart from the records. Rows
+	// archived before stay outside it (chain_seq NULL). Pruning goes
+	// through toolledger_prune, which runs as the schema's owner, so that
+	// the manager's role needs no DELETE, and leaves the pruned records'
+	// links in toolledger_chain_pruned, runs of consecutive ones merged,
+	// for the chain to continue through.
+	`ALTER TABLE toolledger_records
+	ADD COLUMN chain_seq bigint,
+	ADD COLUMN chain_prev text,
+	ADD COLUMN chain_hash text;
+CREATE UNIQUE INDEX toolledger_records_chain ON toolledger_records (namespace, chain_seq);
+CREATE TABLE toolledger_chain_heads (
+	namespace text PRIMARY KEY,
+	seq bigint NOT NULL,
+	hash text NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE toolledger_chain_pruned (
+	namespace text NOT NULL,
+	first_seq bigint NOT NULL,
+	last_seq bigint NOT NULL,
+	first_prev text NOT NULL,
+	last_hash text NOT NULL,
+	pruned_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (namespace, first_seq)
+);
+CREATE UNIQUE INDEX toolledger_chain_pruned_by_last ON toolledger_chain_pruned (namespace, last_seq);
+CREATE FUNCTION toolledger_chain_note_pruned(p_namespace text, p_seq bigint, p_prev text, p_hash text) RETURNS void
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+	before_run toolledger_chain_pruned%ROWTYPE;
+	after_run toolledger_chain_pruned%ROWTYPE;
+BEGIN
+	SELECT * INTO before_run FROM toolledger_chain_pruned WHERE namespace = p_namespace AND last_seq = p_seq - 1;
+	SELECT * INTO after_run FROM toolledger_chain_pruned WHERE namespace = p_namespace AND first_seq = p_seq + 1;
+	IF before_run.namespace IS NOT NULL AND after_run.namespace IS NOT NULL THEN
+		DELETE FROM toolledger_chain_pruned WHERE namespace = p_namespace AND first_seq = after_run.first_seq;
+		UPDATE toolledger_chain_pruned SET last_seq = after_run.last_seq, last_hash = after_run.last_hash, pruned_at = now()
+		WHERE namespace = p_namespace AND first_seq = before_run.first_seq;
+	ELSIF before_run.namespace IS NOT NULL THEN
+		UPDATE toolledger_chain_pruned SET last_seq = p_seq, last_hash = p_hash, pruned_at = now()
+		WHERE namespace = p_namespace AND first_seq = before_run.first_seq;
+	ELSIF after_run.namespace IS NOT NULL THEN
+		UPDATE toolledger_chain_pruned SET first_seq = p_seq, first_prev = p_prev, pruned_at = now()
+		WHERE namespace = p_namespace AND first_seq = after_run.first_seq;
+	ELSE
+		INSERT INTO toolledger_chain_pruned (namespace, first_seq, last_seq, first_prev, last_hash)
+		VALUES (p_namespace, p_seq, p_seq, p_prev, p_hash);
+	END IF;
+END $$;
+CREATE FUNCTION toolledger_prune(p_kind text, p_namespace text, p_name text, p_before timestamptz, p_limit integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	r record;
+	pruned bigint := 0;
+BEGIN
+	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
+		SELECT uid FROM toolledger_records
+		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace) AND completion_time < p_before
+		ORDER BY namespace, chain_seq
+		LIMIT p_limit)
+	RETURNING namespace, chain_seq, chain_prev, chain_hash
+	LOOP
+		pruned := pruned + 1;
+		IF r.chain_seq IS NOT NULL THEN
+			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
+		END IF;
+	END LOOP;
+	RETURN pruned;
+END $$;
+REVOKE EXECUTE ON FUNCTION toolledger_chain_note_pruned(text, bigint, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integer) FROM PUBLIC;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

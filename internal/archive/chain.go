@@ -1,0 +1,316 @@
+package archive
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolledger/toolledger/pkg/digest"
+)
+
+// chainLock is the first key of the advisory lock an append to a
+// namespace's chain holds (the second is the namespace's hash): "tlch".
+const chainLock int32 = 0x746c6368
+
+// chainVersion names the document a link hashes; a change to it is a new
+// version, and records keep the one they were chained with.
+const chainVersion = 1
+
+// Link is a record's place in its namespace's chain: its sequence number
+// (from 1, without gaps) and its hash, which covers the record and the
+// previous record's hash. Sequence 0 is the empty chain, or a record
+// archived before the archive had chains.
+type Link struct {
+	Sequence int64  `json:"sequence"`
+	Hash     string `json:"hash"`
+}
+
+// chainHead is the namespace's newest link, as the heads table keeps it
+// apart from the records: a deleted newest record leaves it in place. The
+// zero Link for an empty chain.
+func chainHead(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, namespace string) (Link, error) {
+	var head Link
+	err := q.QueryRow(ctx, `SELECT seq, hash FROM toolledger_chain_heads WHERE namespace = $1`, namespace).Scan(&head.Sequence, &head.Hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Link{}, nil
+	}
+	return head, err
+}
+
+// moveHead records link as the namespace's newest.
+func moveHead(ctx context.Context, tx pgx.Tx, namespace string, link Link) error {
+	_, err := tx.Exec(ctx, `INSERT INTO toolledger_chain_heads (namespace, seq, hash) VALUES ($1, $2, $3)
+ON CONFLICT (namespace) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = now()`, namespace, link.Sequence, link.Hash)
+	return err
+}
+
+// next is the link of r appended after l; actionText is r.Action as the
+// database keeps it.
+func (l Link) next(r *Record, actionText string) (Link, error) {
+	hash, err := linkHash(l.Sequence+1, l.Hash, r, actionText)
+	return Link{Sequence: l.Sequence + 1, Hash: hash}, err
+}
+
+// chainDocument is what a link hashes: the chain's version, the record's
+// sequence number, the previous record's hash ("" for the first) and every
+// column of the record but the time it was archived, with the action as
+// the text the database keeps of it.
+type chainDocument struct {
+	Chain    int         `json:"chain"`
+	Sequence int64       `json:"sequence"`
+	Previous string      `json:"previous"`
+	Record   chainRecord `json:"record"`
+}
+
+type chainRecord struct {
+	UID              string `json:"uid"`
+	Namespace        string `json:"namespace"`
+	Key              string `json:"key"`
+	ToolKind         string `json:"toolKind"`
+	ToolName         string `json:"toolName"`
+	IdempotencyClass string `json:"idempotencyClass"`
+	RequestDigest    string `json:"requestDigest"`
+	Phase            string `json:"phase"`
+	ErrorClass       string `json:"errorClass"`
+	ErrorReason      string `json:"errorReason"`
+	ExternalRef      string `json:"externalRef"`
+	Attempts         int32  `json:"attempts"`
+	GuardsKey        bool   `json:"guardsKey"`
+	CompletionTime   string `json:"completionTime"`
+	Cause            string `json:"cause"`
+	DeletedBy        string `json:"deletedBy"`
+	DeletionTime     string `json:"deletionTime"`
+	Action           string `json:"action"`
+}
+
+// chainTime spells a column's time to the microsecond it keeps.
+func chainTime(t time.Time) string {
+	return t.UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
+}
+
+// linkHash is the hex SHA-256 of the RFC 8785 canonical JSON of the
+// record's chainDocument.
+func linkHash(sequence int64, previous string, r *Record, actionText string) (string, error) {
+	doc, err := json.Marshal(chainDocument{Chain: chainVersion, Sequence: sequence, Previous: previous, Record: chainRecord{
+		UID: string(r.UID), Namespace: r.Namespace, Key: r.Key, ToolKind: r.Tool.Kind, ToolName: r.Tool.Name,
+		IdempotencyClass: string(r.IdempotencyClass), RequestDigest: r.RequestDigest, Phase: string(r.Phase),
+		ErrorClass: string(r.ErrorClass), ErrorReason: r.ErrorReason, ExternalRef: r.ExternalRef, Attempts: r.Attempts,
+		GuardsKey: r.GuardsKey, CompletionTime: chainTime(r.CompletionTime), Cause: r.Cause, DeletedBy: r.DeletedBy,
+		DeletionTime: chainTime(r.DeletionTime), Action: actionText,
+	}})
+	if err != nil {
+		return "", err
+	}
+	canonical, err := digest.Canonicalize(doc)
+	if err != nil {
+		return "", fmt.Errorf("cannot canonicalize the chain's document of %s/%s: %w", r.Namespace, r.Key, err)
+	}
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Verification is what Verify found in one namespace's chain.
+type Verification struct {
+	Namespace string `json:"namespace"`
+	// Head is the newest link: the one to copy, and to compare later.
+	Head Link `json:"head"`
+	// Records counts the chained records checked, Pruned those that
+	// pruning removed, whose links the chain keeps.
+	Records int64 `json:"records"`
+	Pruned  int64 `json:"pruned"`
+	// Unchained counts the records archived before the archive had chains:
+	// nothing proves them unaltered.
+	Unchained int64 `json:"unchained"`
+	// Broken is the first place where the chain does not hold; nil when it
+	// holds throughout.
+	Broken *Break `json:"broken,omitempty"`
+}
+
+// Break names the first record at which a chain does not hold.
+type Break struct {
+	// Sequence is the record's place in the chain; Key and UID name it
+	// when it is still there.
+	Sequence int64  `json:"sequence"`
+	Key      string `json:"key,omitempty"`
+	UID      string `json:"uid,omitempty"`
+	// Problem says what does not hold, in a sentence.
+	Problem string `json:"problem"`
+}
+
+// verifyPage bounds the records one query of Verify reads.
+const verifyPage = 500
+
+// Verify recomputes the chain of namespace from its first record and
+// returns where it first breaks, if it does: a record whose columns no
+// longer hash to its link (changed), a sequence number with neither a
+// record nor a pruned link (deleted), or a record that does not follow the
+// hash before it (reordered or rechained). A chain that holds was not
+// altered after its records were archived, up to its head; the newest
+// records' deletion shows against the head kept apart from them, and their
+// deletion with that head's rewriting only against a head copied before.
+func (s *Store) Verify(ctx context.Context, namespace string) (*Verification, error) {
+	v, err := s.verify(ctx, namespace)
+	observe("verify", err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot verify the chain of namespace %s: %w", ErrUnavailable, namespace, err)
+	}
+	return v, nil
+}
+
+func (s *Store) verify(ctx context.Context, namespace string) (*Verification, error) {
+	v := &Verification{Namespace: namespace}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM toolledger_records WHERE namespace = $1 AND chain_seq IS NULL`, namespace).Scan(&v.Unchained); err != nil {
+		return nil, err
+	}
+	runs, err := s.prunedRuns(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	recorded, err := chainHead(ctx, s.pool, namespace)
+	if err != nil {
+		return nil, err
+	}
+	// skipPruned moves the head over the pruned runs that follow it.
+	skipPruned := func() *Break {
+		for len(runs) > 0 && runs[0].first == v.Head.Sequence+1 {
+			run := runs[0]
+			if run.firstPrev != v.Head.Hash {
+				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d do not follow the hash of record %d", run.first, run.last, v.Head.Sequence)}
+			}
+			v.Head, v.Pruned, runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-run.first+1, runs[1:]
+		}
+		return nil
+	}
+	after := int64(0)
+	for {
+		rows, err := s.pool.Query(ctx, `
+SELECT chain_prev, action::text, `+recordColumns+`
+FROM toolledger_records
+WHERE namespace = $1 AND chain_seq > $2
+ORDER BY chain_seq
+LIMIT $3`, namespace, after, verifyPage)
+		if err != nil {
+			return nil, err
+		}
+		page, err := pgx.CollectRows(rows, scanChained)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range page {
+			if v.Broken = skipPruned(); v.Broken != nil {
+				return v, nil
+			}
+			if v.Broken = v.check(&c); v.Broken != nil {
+				return v, nil
+			}
+			v.Head, v.Records = c.record.Chain, v.Records+1
+		}
+		if len(page) < verifyPage {
+			break
+		}
+		after = page[len(page)-1].record.Chain.Sequence
+	}
+	if v.Broken = skipPruned(); v.Broken != nil {
+		return v, nil
+	}
+	if len(runs) > 0 {
+		v.Broken = &Break{Sequence: v.Head.Sequence + 1, Problem: missing(v.Head.Sequence+1, runs[0].first-1)}
+		return v, nil
+	}
+	switch {
+	case v.Head.Sequence < recorded.Sequence:
+		v.Broken = &Break{Sequence: v.Head.Sequence + 1, Problem: missing(v.Head.Sequence+1, recorded.Sequence)}
+	case v.Head.Sequence > recorded.Sequence:
+		v.Broken = &Break{Sequence: recorded.Sequence + 1, Problem: fmt.Sprintf("the chain goes on past its recorded head, record %d: records were added outside the ledger", recorded.Sequence)}
+	case v.Head.Hash != recorded.Hash:
+		v.Broken = &Break{Sequence: v.Head.Sequence, Problem: "the newest record's hash is not the recorded head's: the chain was rewritten"}
+	}
+	return v, nil
+}
+
+// check checks the chained record c against the head before it.
+func (v *Verification) check(c *chained) *Break {
+	at := &Break{Sequence: c.record.Chain.Sequence, Key: c.record.Key, UID: string(c.record.UID)}
+	switch want := v.Head.Sequence + 1; {
+	case c.record.Chain.Sequence > want:
+		return &Break{Sequence: want, Problem: missing(want, c.record.Chain.Sequence-1)}
+	case c.previous != v.Head.Hash:
+		at.Problem = fmt.Sprintf("it does not follow the hash of record %d: the chain was rewritten from here", v.Head.Sequence)
+		return at
+	}
+	hash, err := linkHash(c.record.Chain.Sequence, c.previous, &c.record, c.actionText)
+	switch {
+	case err != nil:
+		at.Problem = err.Error()
+		return at
+	case hash != c.record.Chain.Hash:
+		at.Problem = "its columns no longer hash to its link: it was changed after it was archived"
+		return at
+	}
+	return nil
+}
+
+func missing(from, to int64) string {
+	if from == to {
+		return fmt.Sprintf("record %d is missing: deleted, not pruned", from)
+	}
+	return fmt.Sprintf("records %d to %d are missing: deleted, not pruned", from, to)
+}
+
+// chained is a record read with the hash before it and the text of its
+// action as the database keeps it.
+type chained struct {
+	previous   string
+	actionText string
+	record     Record
+}
+
+func scanChained(row pgx.CollectableRow) (chained, error) {
+	var c chained
+	raw := recordScan{record: &c.record}
+	err := row.Scan(append([]any{&c.previous, &c.actionText}, raw.dest()...)...)
+	raw.finish()
+	return c, err
+}
+
+// prunedRun is a run of consecutive records that pruning removed: the
+// hash the first followed and the last one's.
+type prunedRun struct {
+	first, last         int64
+	firstPrev, lastHash string
+}
+
+func (s *Store) prunedRuns(ctx context.Context, namespace string) ([]prunedRun, error) {
+	rows, err := s.pool.Query(ctx, `SELECT first_seq, last_seq, first_prev, last_hash FROM toolledger_chain_pruned
+WHERE namespace = $1 ORDER BY first_seq`, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (prunedRun, error) {
+		var r prunedRun
+		return r, row.Scan(&r.first, &r.last, &r.firstPrev, &r.lastHash)
+	})
+}
+
+// Namespaces lists the namespaces that have a chain or archived records,
+// in order.
+func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
+	var namespaces []string
+	if err == nil {
+		namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	observe("list", err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot list the archive's namespaces: %w", ErrUnavailable, err)
+	}
+	return namespaces, nil
+}

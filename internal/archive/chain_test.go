@@ -1,0 +1,220 @@
+package archive_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
+)
+
+// keepInOrder keeps, in namespace, one finished action of tool charge for
+// each key, in order, completed an hour apart from t0.
+func keepInOrder(t *testing.T, s *archive.Store, namespace string, keys ...string) {
+	t.Helper()
+	for i, key := range keys {
+		a := finished(namespace+"-"+key, 1, t0.Add(time.Duration(i)*time.Hour))
+		a.Namespace, a.Name = namespace, key
+		if err := s.Keep(context.Background(), record(t, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// exec runs sql on dsn outside the Store, as a superuser's psql would.
+func exec(t *testing.T, dsn, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func verify(t *testing.T, s *archive.Store, namespace string) *archive.Verification {
+	t.Helper()
+	v, err := s.Verify(context.Background(), namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func wantBreak(t *testing.T, v *archive.Verification, want archive.Break) {
+	t.Helper()
+	if v.Broken == nil {
+		t.Fatalf("the chain of %s verifies (head %d), want it broken at %+v", v.Namespace, v.Head.Sequence, want)
+	}
+	if *v.Broken != want {
+		t.Errorf("broken at %+v, want %+v", *v.Broken, want)
+	}
+}
+
+func TestAnUntouchedHistoryVerifies(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
+	keepInOrder(t, s, "other", "k1", "k2")
+	v := verify(t, s, "shop")
+	if v.Broken != nil || v.Records != 5 || v.Head.Sequence != 5 || v.Unchained != 0 || v.Pruned != 0 {
+		t.Fatalf("verification of an untouched chain: %+v", v)
+	}
+	newest, err := s.Newest(context.Background(), "shop", "k5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newest.Chain != v.Head || len(v.Head.Hash) != 64 {
+		t.Errorf("head %+v, want the newest record's link %+v", v.Head, newest.Chain)
+	}
+	if other := verify(t, s, "other"); other.Broken != nil || other.Head.Sequence != 2 {
+		t.Errorf("a second namespace has a chain of its own: %+v", other)
+	}
+	if namespaces, err := s.Namespaces(context.Background()); err != nil || strings.Join(namespaces, ",") != "other,shop" {
+		t.Errorf("Namespaces: %v, %v", namespaces, err)
+	}
+	// Keeping a record again appends nothing.
+	keepInOrder(t, s, "shop", "k1")
+	if again := verify(t, s, "shop"); again.Head != v.Head {
+		t.Errorf("keeping a record again moved the head from %+v to %+v", v.Head, again.Head)
+	}
+}
+
+func TestVerifyNamesARecordChangedAsASuperuser(t *testing.T) {
+	for _, change := range []string{
+		`UPDATE toolledger_records SET external_ref = 'ch_forged' WHERE namespace = 'shop' AND key = 'k3'`,
+		`UPDATE toolledger_records SET action = jsonb_set(action, '{status,externalRef}', '"ch_forged"') WHERE namespace = 'shop' AND key = 'k3'`,
+		`UPDATE toolledger_records SET completion_time = completion_time + interval '1 second' WHERE namespace = 'shop' AND key = 'k3'`,
+		`UPDATE toolledger_records SET chain_hash = 'c0ffee' WHERE namespace = 'shop' AND key = 'k3'`,
+	} {
+		t.Run(change[strings.Index(change, "SET")+4:strings.Index(change, " =")], func(t *testing.T) {
+			dsn := database(t)
+			s := open(t, dsn)
+			keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
+			exec(t, dsn, change)
+			wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 3, Key: "k3", UID: "shop-k3",
+				Problem: "its columns no longer hash to its link: it was changed after it was archived"})
+		})
+	}
+}
+
+func TestVerifyNamesADeletedRecord(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
+	exec(t, dsn, `DELETE FROM toolledger_records WHERE namespace = 'shop' AND key IN ('k2', 'k3')`)
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 2, Problem: "records 2 to 3 are missing: deleted, not pruned"})
+}
+
+// The newest record's deletion shows against the head kept apart from the
+// records, and so does its deletion with a record kept after it.
+func TestVerifyNamesADeletedNewestRecord(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1", "k2", "k3")
+	exec(t, dsn, `DELETE FROM toolledger_records WHERE namespace = 'shop' AND key = 'k3'`)
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 3, Problem: "record 3 is missing: deleted, not pruned"})
+	keepInOrder(t, s, "shop", "k4")
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 3, Problem: "record 3 is missing: deleted, not pruned"})
+}
+
+func TestVerifyNamesAChainRewrittenFromARecord(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1", "k2", "k3")
+	exec(t, dsn, `UPDATE toolledger_records SET chain_prev = 'c0ffee' WHERE namespace = 'shop' AND key = 'k2'`)
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 2, Key: "k2", UID: "shop-k2",
+		Problem: "it does not follow the hash of record 1: the chain was rewritten from here"})
+}
+
+// Pruning removes records, not links: the chain goes on verifying through
+// them, and goes on from them once every record is pruned.
+func TestPruningLeavesTheChainVerifiable(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	// charge, refund, charge, charge, refund, charge: pruning charge leaves
+	// runs 1, 3–4 and 6.
+	for i, tool := range []string{"charge", "refund", "charge", "charge", "refund", "charge"} {
+		a := finished(fmt.Sprintf("u-%d", i+1), 1, t0.Add(time.Duration(i)*time.Minute))
+		a.Name, a.Spec.ToolRef.Name = fmt.Sprintf("k%d", i+1), tool
+		if err := s.Keep(ctx, record(t, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := verify(t, s, "shop")
+	charge := []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour)}}
+	if n, err := s.Prune(ctx, charge); err != nil || n != 4 {
+		t.Fatalf("Prune: %d, %v; want 4", n, err)
+	}
+	v := verify(t, s, "shop")
+	if v.Broken != nil || v.Records != 2 || v.Pruned != 4 || v.Head != before.Head {
+		t.Fatalf("after pruning: %+v, want 2 records, 4 pruned and the head %+v", v, before.Head)
+	}
+	if runs := query[string](t, dsn, `SELECT string_agg(first_seq || '-' || last_seq, ',' ORDER BY first_seq) FROM toolledger_chain_pruned`); runs != "1-1,3-4,6-6" {
+		t.Errorf("pruned runs %s, want 1-1,3-4,6-6", runs)
+	}
+	refund := []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "refund", Before: t0.Add(time.Hour)}}
+	if n, err := s.Prune(ctx, refund); err != nil || n != 2 {
+		t.Fatalf("Prune: %d, %v; want 2", n, err)
+	}
+	if runs := query[string](t, dsn, `SELECT string_agg(first_seq || '-' || last_seq, ',' ORDER BY first_seq) FROM toolledger_chain_pruned`); runs != "1-6" {
+		t.Errorf("pruned runs %s, want the one run 1-6", runs)
+	}
+	keepInOrder(t, s, "shop", "k7")
+	v = verify(t, s, "shop")
+	if v.Broken != nil || v.Records != 1 || v.Pruned != 6 || v.Head.Sequence != 7 {
+		t.Fatalf("a record kept after every other was pruned: %+v, want record 7 after the 6 pruned", v)
+	}
+	// A record deleted after the pruned run is still named.
+	exec(t, dsn, `DELETE FROM toolledger_records WHERE key = 'k7'`)
+	keepInOrder(t, s, "shop", "k8")
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Sequence: 7, Problem: "record 7 is missing: deleted, not pruned"})
+}
+
+func TestReplicasAppendingAtOnceKeepOneChain(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := finished(fmt.Sprintf("u-%02d", i), 1, t0)
+			a.Name = fmt.Sprintf("k%02d", i)
+			if err := s.Keep(context.Background(), record(t, a)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 16 || v.Head.Sequence != 16 {
+		t.Fatalf("16 records kept at once: %+v", v)
+	}
+}
+
+// Records archived before the archive had chains stay readable, outside
+// the chain, which is counted and goes on without them.
+func TestRecordsArchivedBeforeTheChainAreCounted(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	exec(t, dsn, `INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action)
+	VALUES ('legacy', 'shop', 'k0', 'Tool', 'charge', 'KeyProtected', 'sha256:0', 'Succeeded', '', '', 'ch_0', 1, true, now(), 'RecordRetention', '', now(), '{}')`)
+	keepInOrder(t, s, "shop", "k1")
+	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 1 || v.Head.Sequence != 1 {
+		t.Fatalf("%+v, want one chained record and one before the chain", v)
+	}
+	if got, err := s.Guarding(context.Background(), "shop", "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
+		t.Fatalf("the record before the chain: %+v, %v", got, err)
+	}
+}
