@@ -29,6 +29,9 @@ func Object(r *archive.Record) (*archivev1alpha1.ArchivedToolAction, error) {
 			GuardsKey: r.GuardsKey, IdempotencyClass: r.IdempotencyClass,
 		},
 	}
+	if r.Chain.Sequence > 0 {
+		out.Archive.Chain = &archivev1alpha1.ChainLink{Sequence: r.Chain.Sequence, Hash: r.Chain.Hash}
+	}
 	var head metav1.TypeMeta
 	if err := json.Unmarshal(r.Action, &head); err != nil {
 		return nil, fmt.Errorf("the archived record %s/%s (uid %s) cannot be read: %w", r.Namespace, r.Key, r.UID, err)

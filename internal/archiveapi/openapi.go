@@ -58,6 +58,15 @@ func buildOpenAPI() ([]byte, error) {
 	str := func(description string) map[string]any {
 		return map[string]any{"type": "string", "description": description}
 	}
+	integer := func(description string) map[string]any {
+		return map[string]any{"type": "integer", "format": "int64", "description": description}
+	}
+	link := func(description string) map[string]any {
+		return map[string]any{"type": "object", "description": description, "properties": map[string]any{
+			"sequence": integer("The place in the namespace's chain, from 1 without gaps."),
+			"hash":     str("The hex SHA-256 of the RFC 8785 canonical JSON of the record there with the hash before it (docs/audit.md)."),
+		}}
+	}
 	record := map[string]any{
 		"type": "object",
 		"description": "ArchivedToolAction is a finished ToolAction as the archive keeps it after it left etcd: its metadata " +
@@ -79,6 +88,7 @@ func buildOpenAPI() ([]byte, error) {
 					"guardsKey":        map[string]any{"type": "boolean", "description": "Whether the record keeps its key: a ToolAction created again under the key is answered from it (SettledByArchive) until the tool's keyRetention has passed since its completion."},
 					"idempotencyClass": str("The tool's idempotency class when the record was retired."),
 					"fromTombstone":    map[string]any{"type": "boolean", "description": "True for a record moved from a Tombstone written before the archive: its spec holds only the tool."},
+					"chain":            link("The record's link in its namespace's hash chain (archivechains); absent for a record archived before the archive had chains."),
 				},
 			},
 		},
@@ -95,10 +105,51 @@ func buildOpenAPI() ([]byte, error) {
 		},
 		"x-kubernetes-group-version-kind": gvk("ArchivedToolActionList"),
 	}
+	chain := map[string]any{
+		"type": "object",
+		"description": "ArchiveChain is the verification of one namespace's history in the archive, made when it is read: the " +
+			"manager recomputes the namespace's hash chain from its first record and reports its head, or the first record at " +
+			"which it does not hold. Each namespace has one, named ledger.",
+		"properties": map[string]any{
+			"apiVersion": action["apiVersion"],
+			"kind":       action["kind"],
+			"metadata":   map[string]any{"type": "object", "description": "name is ledger; namespace is the tenant."},
+			"status": map[string]any{
+				"type":        "object",
+				"description": "What the verification found.",
+				"properties": map[string]any{
+					"verified":   map[string]any{"type": "boolean", "description": "True when the chain holds from its first record to its head: no record was changed, deleted or rechained since it was archived."},
+					"head":       link("The newest link: copy it, and compare it with a later verification's."),
+					"records":    integer("Records checked."),
+					"pruned":     integer("Records deleted by --archive-history-retention, whose links the chain keeps."),
+					"unchained":  integer("Records archived before the archive had chains, which nothing proves."),
+					"verifiedAt": map[string]any{"type": "string", "format": "date-time", "description": "When the chain was recomputed."},
+					"broken": map[string]any{"type": "object", "description": "The first record at which the chain does not hold.", "properties": map[string]any{
+						"sequence": integer("The record's place in the chain."),
+						"key":      str("The record's key, when it is still there."),
+						"uid":      str("The record's uid, when it is still there."),
+						"problem":  str("What does not hold."),
+					}},
+				},
+			},
+		},
+		"x-kubernetes-group-version-kind": gvk("ArchiveChain"),
+	}
+	chainList := map[string]any{
+		"type":        "object",
+		"description": "ArchiveChainList is the verifications of several namespaces.",
+		"properties": map[string]any{
+			"apiVersion": action["apiVersion"],
+			"kind":       action["kind"],
+			"metadata":   map[string]any{"type": "object", "description": "The list's metadata."},
+			"items":      map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/" + schemaName("ArchiveChain")}},
+		},
+		"x-kubernetes-group-version-kind": gvk("ArchiveChainList"),
+	}
 	// kubectl explain finds a resource's kind through its paths' operations.
 	operation := func(action, kind string) map[string]any {
 		return map[string]any{"get": map[string]any{
-			"operationId":                     action + "ArchivedToolAction",
+			"operationId":                     action + kind,
 			"x-kubernetes-action":             action,
 			"x-kubernetes-group-version-kind": gvk(kind)[0],
 			"responses": map[string]any{"200": map[string]any{"description": "OK", "content": map[string]any{
@@ -107,6 +158,7 @@ func buildOpenAPI() ([]byte, error) {
 		}}
 	}
 	resources := versionPath + "/namespaces/{namespace}/" + archivev1alpha1.Resource
+	chains := versionPath + "/namespaces/{namespace}/" + archivev1alpha1.ChainResource
 	return json.Marshal(map[string]any{
 		"openapi": "3.0.0",
 		"info":    map[string]string{"title": "toolledger archive", "version": archivev1alpha1.GroupVersion.Version},
@@ -114,10 +166,15 @@ func buildOpenAPI() ([]byte, error) {
 			resources + "/{name}": operation("get", "ArchivedToolAction"),
 			resources:             operation("list", "ArchivedToolActionList"),
 			versionPath + "/" + archivev1alpha1.Resource: operation("list", "ArchivedToolActionList"),
+			chains + "/{name}":                           operation("get", "ArchiveChain"),
+			chains:                                       operation("list", "ArchiveChainList"),
+			versionPath + "/" + archivev1alpha1.ChainResource: operation("list", "ArchiveChainList"),
 		},
 		"components": map[string]any{"schemas": map[string]any{
 			schemaName("ArchivedToolAction"):     record,
 			schemaName("ArchivedToolActionList"): list,
+			schemaName("ArchiveChain"):           chain,
+			schemaName("ArchiveChainList"):       chainList,
 		}},
 	})
 }

@@ -1,5 +1,6 @@
 // Package archiveapi serves the archive's records as the aggregated API
-// archive.toolledger.dev/v1alpha1 (ArchivedToolAction, get and list), the
+// archive.toolledger.dev/v1alpha1 (ArchivedToolAction, and ArchiveChain,
+// the verification of a namespace's history; get and list), the
 // way metrics-server serves metrics.k8s.io: the API server authenticates
 // the caller, authorizes the request with RBAC and forwards it with the
 // user in its front-proxy headers; this server checks the front-proxy
@@ -47,6 +48,8 @@ type Records interface {
 	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
 	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
+	Verify(ctx context.Context, namespace string) (*archive.Verification, error)
+	Namespaces(ctx context.Context) ([]string, error)
 }
 
 // Handler answers the archive API.
@@ -56,12 +59,14 @@ type Handler struct {
 	// kube asks the API server SubjectAccessReviews.
 	kube client.Client
 	log  logr.Logger
+	// verifying holds the one verification of a chain running.
+	verifying chan struct{}
 }
 
 // NewHandler returns the API's handler: records read with the users
 // authn authenticates, authorized by SubjectAccessReviews asked with kube.
 func NewHandler(records Records, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
-	return &Handler{records: records, authn: authn, kube: kube, log: log}
+	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1)}
 }
 
 var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
@@ -109,55 +114,64 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, openAPI)
 		return
 	}
-	namespace, name, ok := parseResourcePath(strings.TrimPrefix(r.URL.Path, versionPath))
+	resource, namespace, name, ok := parseResourcePath(strings.TrimPrefix(r.URL.Path, versionPath))
 	if !ok || !strings.HasPrefix(r.URL.Path, versionPath+"/") {
 		writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
 		return
 	}
+	gr := schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: resource}
 	if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
-		writeStatus(w, apierrors.NewMethodNotSupported(groupResource, "watch"))
+		writeStatus(w, apierrors.NewMethodNotSupported(gr, "watch"))
 		return
 	}
 	verb := "list"
 	if name != "" {
 		verb = "get"
 	}
-	if err := h.authorize(r.Context(), user, verb, namespace, name); err != nil {
+	if err := h.authorize(r.Context(), user, gr, verb, namespace, name); err != nil {
 		writeStatus(w, err)
 		return
 	}
-	if name != "" {
+	switch {
+	case resource == archivev1alpha1.ChainResource && name != "":
+		h.getChain(w, r, namespace, name)
+	case resource == archivev1alpha1.ChainResource:
+		h.listChains(w, r, namespace)
+	case name != "":
 		h.get(w, r, namespace, name)
-		return
+	default:
+		h.list(w, r, namespace)
 	}
-	h.list(w, r, namespace)
 }
 
-// parseResourcePath reads /namespaces/NS/archivedtoolactions[/NAME] or
-// /archivedtoolactions (every namespace).
-func parseResourcePath(path string) (namespace, name string, ok bool) {
+// parseResourcePath reads /namespaces/NS/RESOURCE[/NAME] or /RESOURCE
+// (every namespace), for the API's two resources.
+func parseResourcePath(path string) (resource, namespace, name string, ok bool) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) == 1 && parts[0] == archivev1alpha1.Resource:
-		return "", "", true
-	case len(parts) == 3 && parts[0] == "namespaces" && parts[2] == archivev1alpha1.Resource:
-		return parts[1], "", true
-	case len(parts) == 4 && parts[0] == "namespaces" && parts[2] == archivev1alpha1.Resource:
-		return parts[1], parts[3], true
+	known := func(resource string) bool {
+		return resource == archivev1alpha1.Resource || resource == archivev1alpha1.ChainResource
 	}
-	return "", "", false
+	switch {
+	case len(parts) == 1 && known(parts[0]):
+		return parts[0], "", "", true
+	case len(parts) == 3 && parts[0] == "namespaces" && known(parts[2]):
+		return parts[2], parts[1], "", true
+	case len(parts) == 4 && parts[0] == "namespaces" && known(parts[2]):
+		return parts[2], parts[1], parts[3], true
+	}
+	return "", "", "", false
 }
 
 // authorize asks the API server whether user may verb the records of
 // namespace (name, when one): the API server authorized the request before
 // forwarding it, and this holds even for a request that reached the
 // server some other way with a front-proxy certificate.
-func (h *Handler) authorize(ctx context.Context, user authenticationv1.UserInfo, verb, namespace, name string) error {
+func (h *Handler) authorize(ctx context.Context, user authenticationv1.UserInfo, gr schema.GroupResource, verb, namespace, name string) error {
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups, Extra: map[string]authorizationv1.ExtraValue{},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: namespace, Verb: verb, Group: groupResource.Group, Version: archivev1alpha1.GroupVersion.Version,
-			Resource: groupResource.Resource, Name: name,
+			Namespace: namespace, Verb: verb, Group: gr.Group, Version: archivev1alpha1.GroupVersion.Version,
+			Resource: gr.Resource, Name: name,
 		},
 	}}
 	for k, v := range user.Extra {
@@ -173,8 +187,8 @@ func (h *Handler) authorize(ctx context.Context, user authenticationv1.UserInfo,
 	if namespace != "" {
 		where = fmt.Sprintf("in the namespace %q", namespace)
 	}
-	reason := fmt.Errorf("User %q cannot %s resource %q in API group %q %s", user.Username, verb, groupResource.Resource, groupResource.Group, where)
-	return apierrors.NewForbidden(groupResource, name, reason)
+	reason := fmt.Errorf("User %q cannot %s resource %q in API group %q %s", user.Username, verb, gr.Resource, gr.Group, where)
+	return apierrors.NewForbidden(gr, name, reason)
 }
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name string) {
@@ -322,6 +336,9 @@ func apiResources() *metav1.APIResourceList {
 		APIResources: []metav1.APIResource{{
 			Name: archivev1alpha1.Resource, SingularName: "archivedtoolaction", Namespaced: true,
 			Kind: "ArchivedToolAction", Verbs: metav1.Verbs{"get", "list"}, ShortNames: []string{"ata"},
+		}, {
+			Name: archivev1alpha1.ChainResource, SingularName: "archivechain", Namespaced: true,
+			Kind: "ArchiveChain", Verbs: metav1.Verbs{"get", "list"},
 		}},
 	}
 }

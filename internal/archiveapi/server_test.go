@@ -35,8 +35,26 @@ import (
 // and answers are the point here; internal/archive's tests hold the SQL
 // against a real PostgreSQL.
 type records struct {
-	rows []archive.Record
-	err  error
+	rows   []archive.Record
+	chains []archive.Verification
+	err    error
+}
+
+func (f *records) Verify(_ context.Context, namespace string) (*archive.Verification, error) {
+	for i := range f.chains {
+		if f.chains[i].Namespace == namespace {
+			return &f.chains[i], f.err
+		}
+	}
+	return &archive.Verification{Namespace: namespace}, f.err
+}
+
+func (f *records) Namespaces(context.Context) ([]string, error) {
+	var namespaces []string
+	for _, c := range f.chains {
+		namespaces = append(namespaces, c.Namespace)
+	}
+	return namespaces, f.err
 }
 
 func (f *records) Guarding(_ context.Context, namespace, key string) (*archive.Record, error) {
@@ -247,4 +265,58 @@ func TestTheArchiveAPIAnswersOnlyWhatItMay(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable || status.Message != errNotConfigured.Error() {
 		t.Errorf("before the front-proxy configuration is read: %d %q, want 503", rec.Code, status.Message)
 	}
+}
+
+func TestAChainIsVerifiedWhenItIsRead(t *testing.T) {
+	p := newProxy(t)
+	head := archive.Link{Sequence: 41, Hash: "3f2a"}
+	f := &records{chains: []archive.Verification{
+		{Namespace: "other", Head: head, Records: 40, Pruned: 1},
+		{Namespace: "shop", Head: archive.Link{Sequence: 16, Hash: "9b1c"}, Records: 16,
+			Broken: &archive.Break{Sequence: 17, Problem: "record 17 is missing: deleted, not pruned"}},
+	}}
+	var reviews []authorizationv1.ResourceAttributes
+	h := handler(t, p, f, func(r *authorizationv1.SubjectAccessReview) bool {
+		reviews = append(reviews, *r.Spec.ResourceAttributes)
+		return true
+	})
+	chains := "/apis/archive.toolledger.dev/v1alpha1/namespaces/other/archivechains"
+	rec, _ := get(h, &p, "auditor", chains+"/ledger")
+	var got archivev1alpha1.ArchiveChain
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("get: %d %s", rec.Code, rec.Body)
+	}
+	want := archivev1alpha1.ArchiveChainStatus{Verified: true, Head: archivev1alpha1.ChainLink{Sequence: 41, Hash: "3f2a"}, Records: 40, Pruned: 1}
+	got.Status.VerifiedAt = metav1.Time{}
+	if got.Name != "ledger" || got.Namespace != "other" || got.Kind != "ArchiveChain" || !equalStatus(got.Status, want) {
+		t.Errorf("got %s/%s %s %+v, want other/ledger ArchiveChain %+v", got.Namespace, got.Name, got.Kind, got.Status, want)
+	}
+	if len(reviews) != 1 || reviews[0].Resource != "archivechains" || reviews[0].Verb != "get" || reviews[0].Namespace != "other" || reviews[0].Name != "ledger" {
+		t.Errorf("authorized as %+v, want get archivechains other/ledger", reviews)
+	}
+	if rec, status := get(h, &p, "auditor", chains+"/history"); rec.Code != http.StatusNotFound ||
+		status.Message != `archivechains.archive.toolledger.dev "history" not found` {
+		t.Errorf("another name: %d %q, want 404", rec.Code, status.Message)
+	}
+	rec, _ = get(h, &p, "auditor", "/apis/archive.toolledger.dev/v1alpha1/archivechains")
+	var list archivev1alpha1.ArchiveChainList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Items) != 2 {
+		t.Fatalf("list every namespace: %d %s", rec.Code, rec.Body)
+	}
+	if shop := list.Items[1].Status; shop.Verified || shop.Broken == nil || *shop.Broken != (archivev1alpha1.ChainBreak{Sequence: 17, Problem: "record 17 is missing: deleted, not pruned"}) {
+		t.Errorf("a broken chain listed as %+v", shop)
+	}
+	h.verifying <- struct{}{}
+	rec, status := get(h, &p, "auditor", chains+"/ledger")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "5" ||
+		status.Message != "another verification of the archive's history is running; retry in a few seconds" {
+		t.Errorf("during another verification: %d (Retry-After %q) %q, want 429", rec.Code, rec.Header().Get("Retry-After"), status.Message)
+	}
+	<-h.verifying
+}
+
+func equalStatus(a, b archivev1alpha1.ArchiveChainStatus) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }

@@ -44,6 +44,7 @@ var commands = []func(*console) *cobra.Command{
 	newApprovalsCommand,
 	newApproveCommand,
 	newDenyCommand,
+	newVerifyCommand,
 }
 
 // console is what every command shares: the streams, the kubectl connection
@@ -87,8 +88,9 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 A ToolAction is one business intent: its namespace is the tenant and its name
 the idempotency key (KEY below). A deleted ToolAction that was dispatched
 leaves a Tombstone of the same name, which keeps the key. The console never
-edits a ToolAction; it only reads the ledger (ToolActions, ledgerclient.Tombstones and
-their tools) and creates ToolResolutions and ToolApprovals.
+edits a ToolAction; it only reads the ledger (ToolActions, Tombstones, archived
+records and their tools), asks the archive to verify its history, and creates
+ToolResolutions and ToolApprovals.
 
 Exit status: 0 when the command did what it was asked; 1 on invalid arguments
 or flags, an object not found, an API error, a resolution or approval that was

@@ -63,3 +63,32 @@ func ActionOf(archived *archivev1alpha1.ArchivedToolAction) *v1alpha1.ToolAction
 		ObjectMeta: *archived.ObjectMeta.DeepCopy(), Spec: *archived.Spec.DeepCopy(), Status: *archived.Status.DeepCopy(),
 	}
 }
+
+// VerifyChains asks the archive API to verify the hash chain of namespace's
+// history ("" for every namespace that has one) as the Ledger's user; the
+// manager recomputes each chain when it is read. ErrNoArchiveAPI when there
+// is no archive API.
+func (l *Ledger) VerifyChains(ctx context.Context, namespace string) ([]archivev1alpha1.ArchiveChain, error) {
+	var (
+		list archivev1alpha1.ArchiveChainList
+		err  error
+	)
+	if namespace == "" {
+		err = l.archive.Get().Resource(archivev1alpha1.ChainResource).Do(ctx).Into(&list)
+	} else {
+		var chain archivev1alpha1.ArchiveChain
+		err = l.archive.Get().Namespace(namespace).Resource(archivev1alpha1.ChainResource).Name(archivev1alpha1.ChainName).Do(ctx).Into(&chain)
+		list.Items = append(list.Items, chain)
+	}
+	switch {
+	case err == nil:
+		for i := range list.Items {
+			list.Items[i].SetGroupVersionKind(archivev1alpha1.GroupVersion.WithKind("ArchiveChain"))
+		}
+		return list.Items, nil
+	case apierrors.IsNotFound(err) && apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse):
+		return nil, ErrNoArchiveAPI
+	default:
+		return nil, fmt.Errorf("cannot verify the archive's chain of %s: %w", Scope(namespace), err)
+	}
+}

@@ -121,6 +121,7 @@ func TestAggregatedRolesAreNamespaced(t *testing.T) {
 	}
 	// Served by the archive API (internal/archiveapi), namespaced.
 	namespaced[archivev1alpha1.GroupVersion.Group+"/"+archivev1alpha1.Resource] = true
+	namespaced[archivev1alpha1.GroupVersion.Group+"/"+archivev1alpha1.ChainResource] = true
 	aggregated := 0
 	for name, role := range configClusterRoles(t) {
 		if len(aggregation(role)) == 0 {

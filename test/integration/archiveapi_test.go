@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -44,6 +45,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		clock       *clocktesting.FakeClock
 		kubeconfig  string
 		apiAddr     string
+		dsn         string
 		asReader    client.Client
 		archived    map[string]*v1alpha1.ToolAction
 		scheme      = app.Scheme()
@@ -73,6 +75,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		server, err := testenv.StartPostgres(ctx, "")
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(server.Stop)
+		dsn = server.DSN
 		api, err := testenv.NewArchiveAPI(GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
 		apiAddr, err = testenv.FreeLocalAddr()
@@ -260,10 +263,80 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		Expect(stdout).To(ContainSubstring("GROUP:      archive.toolledger.dev"))
 		Expect(stdout).To(MatchRegexp(`FIELDS:\n\s+kind\s`))
+		stdout, stderr, err = kubectl("explain", "archivechains.status.head")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stdout).To(ContainSubstring("The newest link: copy it"))
 	})
 
 	It("says a key the archive does not hold is not found", func() {
 		err := asReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-9999-charge"}, &archivev1alpha1.ArchivedToolAction{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "get: %v", err)
+	})
+
+	// Last: it alters the archive behind the ledger's back.
+	It("verifies a tenant's archived history, to its tenant only, and names a record changed or deleted with psql", func() {
+		plugin := func(args ...string) (int, string, string) {
+			var out, errOut bytes.Buffer
+			code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut},
+				append([]string{"--kubeconfig", kubeconfig}, args...))
+			return code, out.String(), errOut.String()
+		}
+		superuser := func(sql string, args ...any) {
+			GinkgoHelper()
+			conn, err := pgx.Connect(ctx, dsn)
+			Expect(err).NotTo(HaveOccurred())
+			defer conn.Close(ctx)
+			tag, err := conn.Exec(ctx, sql, args...)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(tag.RowsAffected()).To(BeEquivalentTo(1))
+		}
+
+		By("the reader verifies its tenant's two records; the head is the newest record's link")
+		code, stdout, stderr := plugin("--as", reader, "-n", ns, "verify")
+		Expect(code).To(BeZero(), stderr)
+		var page archivev1alpha1.ArchivedToolActionList
+		Expect(asReader.List(ctx, &page, client.InNamespace(ns))).To(Succeed())
+		links := map[int64]*archivev1alpha1.ArchivedToolAction{}
+		for i := range page.Items {
+			Expect(page.Items[i].Archive.Chain).NotTo(BeNil())
+			links[page.Items[i].Archive.Chain.Sequence] = &page.Items[i]
+		}
+		Expect(links).To(HaveKey(BeEquivalentTo(2)))
+		Expect(stdout).To(Equal(fmt.Sprintf("VERIFIED   RECORDS   PRUNED   BEFORE-CHAIN   HEAD\ntrue       2         0        0              2:%s\n", links[2].Archive.Chain.Hash)))
+
+		By("another tenant's history is not the reader's to verify")
+		code, _, stderr = plugin("--as", reader, "-n", other, "verify")
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring(fmt.Sprintf(`User "%s" cannot get resource "archivechains" in API group "archive.toolledger.dev" in the namespace "%s"`, reader, other)))
+
+		By("a superuser changes a record's external reference with psql")
+		changed := links[1]
+		superuser(`UPDATE toolledger_records SET external_ref = 'ch_forged' WHERE uid = $1`, string(changed.UID))
+		code, stdout, stderr = plugin("--as", reader, "-n", ns, "verify")
+		Expect(code).To(Equal(1))
+		at := fmt.Sprintf("record 1 (key %s, uid %s)", changed.Name, changed.UID)
+		Expect(stdout).To(ContainSubstring(fmt.Sprintf("%s: the chain breaks at %s: its columns no longer hash to its link: it was changed after it was archived", ns, at)))
+		Expect(stdout).To(MatchRegexp(`(?m)^false +0 +0 +0 +<empty>$`), "nothing before the changed record")
+		Expect(stderr).To(Equal(fmt.Sprintf("error: the archived history of namespace %s was altered at %s\n", ns, at)))
+
+		By("a superuser deletes the other tenant's record with psql; an administrator verifies every namespace")
+		code, _, stderr = plugin("verify", "-A")
+		Expect(code).To(Equal(1), "the first tenant's chain is still broken")
+		Expect(stderr).NotTo(ContainSubstring("namespace " + other))
+		superuser(`DELETE FROM toolledger_records WHERE uid = $1`, string(archived[other+"/order-3001-charge"].UID))
+		code, stdout, _ = plugin("verify", "-A", "-o", "json")
+		Expect(code).To(Equal(1))
+		var verified struct {
+			Items []archivev1alpha1.ArchiveChain `json:"items"`
+		}
+		Expect(json.Unmarshal([]byte(stdout), &verified)).To(Succeed())
+		broken := map[string]string{}
+		for _, chain := range verified.Items {
+			if chain.Status.Broken != nil {
+				broken[chain.Namespace] = chain.Status.Broken.Problem
+			}
+		}
+		Expect(broken).To(HaveKeyWithValue(other, "record 1 is missing: deleted, not pruned"))
+		Expect(broken).To(HaveKeyWithValue(ns, "its columns no longer hash to its link: it was changed after it was archived"))
 	})
 })

@@ -1,8 +1,9 @@
 // Package v1alpha1 contains the archive.toolledger.dev/v1alpha1 API:
 // ArchivedToolAction, a finished ledger record that has left etcd for the
-// archive (PostgreSQL). The manager serves it as an aggregated API, so that
+// archive (PostgreSQL), and ArchiveChain, the verification of a namespace's
+// history as a hash chain. The manager serves it as an aggregated API, so that
 // the API server authenticates and authorizes every read as the caller's
-// own, with RBAC on archivedtoolactions, and no user ever holds the
+// own, with RBAC on archivedtoolactions and archivechains, and no user ever holds the
 // database's credentials. It is read-only: get and list.
 //
 // +kubebuilder:object:generate=true
@@ -30,8 +31,15 @@ var (
 // Resource is the plural resource name of ArchivedToolAction.
 const Resource = "archivedtoolactions"
 
+// ChainResource is the plural resource name of ArchiveChain, and ChainName
+// the name of a namespace's one ArchiveChain.
+const (
+	ChainResource = "archivechains"
+	ChainName     = "ledger"
+)
+
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &ArchivedToolAction{}, &ArchivedToolActionList{})
+	scheme.AddKnownTypes(GroupVersion, &ArchivedToolAction{}, &ArchivedToolActionList{}, &ArchiveChain{}, &ArchiveChainList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

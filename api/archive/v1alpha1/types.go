@@ -45,6 +45,17 @@ type ArchiveInfo struct {
 	IdempotencyClass ledgerv1alpha1.IdempotencyClass `json:"idempotencyClass,omitempty"`
 	// FromTombstone is true for a record migrated from a Tombstone.
 	FromTombstone bool `json:"fromTombstone,omitempty"`
+	// Chain is the record's link in its namespace's hash chain; absent for
+	// a record archived before the archive had chains.
+	Chain *ChainLink `json:"chain,omitempty"`
+}
+
+// ChainLink is a place in a namespace's hash chain: a sequence number, from
+// 1 without gaps, and the hex SHA-256 that covers the record there and the
+// hash before it.
+type ChainLink struct {
+	Sequence int64  `json:"sequence"`
+	Hash     string `json:"hash"`
 }
 
 // ArchivedToolActionList is a page of archived records, ordered by
@@ -55,4 +66,58 @@ type ArchivedToolActionList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ArchivedToolAction `json:"items"`
+}
+
+// ArchiveChain is the verification of one namespace's history in the
+// archive, made when it is read: the manager recomputes the namespace's
+// hash chain from its first record and reports its head, or the first
+// record at which it does not hold. Each namespace has one, named ledger.
+//
+// +kubebuilder:object:root=true
+type ArchiveChain struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Status ArchiveChainStatus `json:"status"`
+}
+
+// ArchiveChainStatus is what a verification found.
+type ArchiveChainStatus struct {
+	// Verified is true when the chain holds from its first record to its
+	// head: no record was changed, deleted or rechained since it was
+	// archived.
+	Verified bool `json:"verified"`
+	// Head is the newest link: copy it, and compare it with a later
+	// verification's to see that nothing before it was rewritten.
+	Head ChainLink `json:"head"`
+	// Records counts the records checked; Pruned those deleted by
+	// --archive-history-retention, whose links the chain keeps; Unchained
+	// those archived before the archive had chains, which nothing proves.
+	Records   int64 `json:"records"`
+	Pruned    int64 `json:"pruned"`
+	Unchained int64 `json:"unchained"`
+	// Broken names the first record at which the chain does not hold.
+	Broken *ChainBreak `json:"broken,omitempty"`
+	// VerifiedAt is when the chain was recomputed.
+	VerifiedAt metav1.Time `json:"verifiedAt"`
+}
+
+// ChainBreak is where a chain stops holding.
+type ChainBreak struct {
+	// Sequence is the record's place in the chain.
+	Sequence int64 `json:"sequence"`
+	// Key and UID name the record, when it is still there.
+	Key string `json:"key,omitempty"`
+	UID string `json:"uid,omitempty"`
+	// Problem says what does not hold.
+	Problem string `json:"problem"`
+}
+
+// ArchiveChainList is the verifications of several namespaces.
+//
+// +kubebuilder:object:root=true
+type ArchiveChainList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ArchiveChain `json:"items"`
 }

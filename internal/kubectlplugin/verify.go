@@ -1,0 +1,109 @@
+package kubectlplugin
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
+)
+
+func newVerifyCommand(c *console) *cobra.Command {
+	var (
+		format        output
+		allNamespaces bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Verify that the archived history of a namespace was not altered",
+		Long: `Verify the hash chain of the namespace's history in the archive (a manager
+with --archive-dsn). Each archived record's hash covers the record and the hash
+before it; the manager recomputes the chain from its first record when asked,
+through the archive API (archivechains.archive.toolledger.dev), which the API
+server authorizes as you: your role needs get on archivechains (list, with -A).
+
+  VERIFIED      true when the chain holds from its first record to its head
+  RECORDS       records checked
+  PRUNED        records deleted by the history retention, whose links the
+                chain keeps
+  BEFORE-CHAIN  records archived before the archive had chains: nothing
+                proves them
+  HEAD          the newest link, SEQUENCE:HASH: copy it; a later verification
+                at the same sequence must show the same hash
+
+A chain that does not hold is named at its first broken record: changed
+after it was archived, missing (deleted, not pruned), or not following the
+hash before it (the chain rewritten from there). docs/audit.md says what the
+chain proves and what it does not.
+
+Exit status: 0 when every chain holds; 1 when one does not, or on an error.`,
+		Example: `  kubectl toolledger verify -n shop
+  kubectl toolledger verify -A -o yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			namespace, ledger, err := c.connectList(allNamespaces)
+			if err != nil {
+				return err
+			}
+			chains, err := ledger.VerifyChains(cmd.Context(), namespace)
+			if err != nil {
+				return err
+			}
+			list := struct {
+				Items []archivev1alpha1.ArchiveChain `json:"items"`
+			}{chains}
+			if err := c.printList(format, list, len(chains) == 0, "The archive holds no history in "+ledgerclient.Scope(namespace)+".",
+				func(w io.Writer) error { return writeChains(w, chains, allNamespaces) }); err != nil {
+				return err
+			}
+			return brokenChains(chains)
+		},
+	}
+	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Verify the chain of every namespace the archive holds.")
+	addOutputFlag(cmd, &format, "the verifications")
+	return cmd
+}
+
+func writeChains(w io.Writer, chains []archivev1alpha1.ArchiveChain, allNamespaces bool) error {
+	columns := []string{"VERIFIED", "RECORDS", "PRUNED", "BEFORE-CHAIN", "HEAD"}
+	if err := writeTable(w, "verifications", columns, allNamespaces, len(chains), func(i int) (string, []string) {
+		s := chains[i].Status
+		head := "<empty>"
+		if s.Head.Sequence > 0 {
+			head = fmt.Sprintf("%d:%s", s.Head.Sequence, s.Head.Hash)
+		}
+		return chains[i].Namespace, []string{strconv.FormatBool(s.Verified), strconv.FormatInt(s.Records, 10),
+			strconv.FormatInt(s.Pruned, 10), strconv.FormatInt(s.Unchained, 10), head}
+	}); err != nil {
+		return err
+	}
+	for _, chain := range chains {
+		if b := chain.Status.Broken; b != nil {
+			fmt.Fprintf(w, "\n%s: the chain breaks at %s: %s\n", chain.Namespace, describeBreak(b), b.Problem)
+		}
+	}
+	return nil
+}
+
+// describeBreak names the broken record: "record 17 (key order-17, uid …)".
+func describeBreak(b *archivev1alpha1.ChainBreak) string {
+	if b.Key == "" {
+		return fmt.Sprintf("record %d", b.Sequence)
+	}
+	return fmt.Sprintf("record %d (key %s, uid %s)", b.Sequence, b.Key, b.UID)
+}
+
+// brokenChains is the command's error when a chain does not hold.
+func brokenChains(chains []archivev1alpha1.ArchiveChain) error {
+	var errs []error
+	for _, chain := range chains {
+		if b := chain.Status.Broken; b != nil {
+			errs = append(errs, fmt.Errorf("the archived history of namespace %s was altered at %s", chain.Namespace, describeBreak(b)))
+		}
+	}
+	return errors.Join(errs...)
+}
