@@ -104,7 +104,7 @@ func chainObject(v *archive.Verification, now time.Time) *archivev1alpha1.Archiv
 }
 
 var chainColumns = []metav1.TableColumnDefinition{
-	{Name: "Namespace", Type: "string", Description: "The tenant whose history the chain holds."},
+	{Name: "Name", Type: "string", Format: "name", Description: "ledger: a namespace has one chain."},
 	{Name: "Verified", Type: "boolean", Description: "Whether the chain holds from its first record to its head."},
 	{Name: "Records", Type: "integer", Description: "Records checked."},
 	{Name: "Pruned", Type: "integer", Description: "Records pruned by retention, whose links the chain keeps."},
@@ -121,7 +121,7 @@ func chainTable(items []archivev1alpha1.ArchiveChain, includeObject string) *met
 			broken = fmt.Sprintf("record %d: %s", b.Sequence, b.Problem)
 		}
 		row := metav1.TableRow{Cells: []any{
-			c.Namespace, c.Status.Verified, c.Status.Records, c.Status.Pruned, headText(c.Status.Head), broken,
+			c.Name, c.Status.Verified, c.Status.Records, c.Status.Pruned, headText(c.Status.Head), broken,
 		}}
 		switch includeObject {
 		case "None":
