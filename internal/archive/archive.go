@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -298,22 +299,84 @@ type Position struct {
 	UID            types.UID `json:"u"`
 }
 
+// Filter narrows a List to the records that match every field set.
+type Filter struct {
+	// Tool is the tool's name; Phase the outcome; ExternalRef the
+	// downstream's reference.
+	Tool        string
+	Phase       string
+	ExternalRef string
+	// RequestedBy is the user who created the action (its
+	// toolledger.dev/requested-by annotation); DecidedBy the user who
+	// approved or denied it.
+	RequestedBy string
+	DecidedBy   string
+	// CompletedFrom and CompletedUntil bound the completion time: from is
+	// included, until is not. Zero leaves the side open.
+	CompletedFrom, CompletedUntil time.Time
+	// KeyPrefix keeps the keys that start with it.
+	KeyPrefix string
+}
+
+// where is the filter's SQL condition, numbering its arguments from
+// len(args)+1, and args with its values appended.
+func (f Filter) where(args []any) (string, []any) {
+	var conds []string
+	add := func(cond string, value any) {
+		args = append(args, value)
+		conds = append(conds, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
+	}
+	if f.Tool != "" {
+		add("tool_name = ?", f.Tool)
+	}
+	if f.Phase != "" {
+		add("phase = ?", f.Phase)
+	}
+	if f.ExternalRef != "" {
+		add("external_ref = ?", f.ExternalRef)
+	}
+	if f.RequestedBy != "" {
+		add("action->'metadata'->'annotations'->>'"+v1alpha1.RequestedByAnnotation+"' = ?", f.RequestedBy)
+	}
+	if f.DecidedBy != "" {
+		add("action->'status'->'approval'->>'decidedBy' = ?", f.DecidedBy)
+	}
+	if !f.CompletedFrom.IsZero() {
+		add("completion_time >= ?", f.CompletedFrom)
+	}
+	if !f.CompletedUntil.IsZero() {
+		add("completion_time < ?", f.CompletedUntil)
+	}
+	if f.KeyPrefix != "" {
+		// starts_with, not LIKE: no escaping, and the same under any
+		// collation; the namespace's index narrows what it scans.
+		add("starts_with(key, ?)", f.KeyPrefix)
+	}
+	if len(conds) == 0 {
+		return "", args
+	}
+	return " AND " + strings.Join(conds, " AND "), args
+}
+
 // List returns at most limit records of namespace ("" for every
-// namespace) after from, ordered by namespace, key, completion time and
-// uid, and the position of the next page, or nil when there is no more.
-// Each page is one query on the primary ordering, however deep it starts.
-func (s *Store) List(ctx context.Context, namespace string, from Position, limit int) ([]Record, *Position, error) {
+// namespace) that match filter, after from, ordered by namespace, key,
+// completion time and uid, and the position of the next page, or nil when
+// there is no more. Each page is one query on the primary ordering,
+// however deep it starts.
+func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int) ([]Record, *Position, error) {
 	// Two statements, so that each keeps an index plan for its own shape.
 	where := `WHERE namespace = $1 AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	if namespace == "" {
 		where = `WHERE $1 = '' AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	}
+	args := []any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit + 1}
+	filtered, args := filter.where(args)
 	rows, err := s.pool.Query(ctx, `
 SELECT `+recordColumns+`
 FROM toolledger_records
-`+where+`
+`+where+filtered+`
 ORDER BY namespace, key, completion_time, uid
-LIMIT $6`, namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit+1)
+LIMIT $6`, args...)
 	var records []Record
 	if err == nil {
 		records, err = pgx.CollectRows(rows, scanRecord)

@@ -47,7 +47,7 @@ const MaxUnpaged = 10000
 type Records interface {
 	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
 	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
-	List(ctx context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
+	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
 	Verify(ctx context.Context, namespace string) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
 }
@@ -223,11 +223,14 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string) {
 	query := r.URL.Query()
-	for _, selector := range []string{"labelSelector", "fieldSelector"} {
-		if v := query.Get(selector); v != "" {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by %s (%q): list the namespace and filter the output", groupResource, selector, v)))
-			return
-		}
+	if v := query.Get("labelSelector"); v != "" {
+		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by labelSelector (%q): select by fieldSelector (%s)", groupResource, v, strings.Join(selectableFields, ", "))))
+		return
+	}
+	filter, err := parseFilter(query)
+	if err != nil {
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
 	}
 	limit, unpaged := MaxPage, true
 	if v := query.Get("limit"); v != "" {
@@ -248,7 +251,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
-	records, next, err := h.records.List(r.Context(), namespace, from, limit)
+	records, next, err := h.records.List(r.Context(), namespace, filter, from, limit)
 	switch {
 	case err != nil:
 		writeStatus(w, h.unavailable(err))

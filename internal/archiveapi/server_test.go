@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ type records struct {
 	rows   []archive.Record
 	chains []archive.Verification
 	err    error
+	// filter is the last list's.
+	filter archive.Filter
 }
 
 func (f *records) Verify(_ context.Context, namespace string) (*archive.Verification, error) {
@@ -76,7 +79,8 @@ func (f *records) find(namespace, key string, guarding bool) (*archive.Record, e
 	return found, f.err
 }
 
-func (f *records) List(_ context.Context, namespace string, from archive.Position, limit int) ([]archive.Record, *archive.Position, error) {
+func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error) {
+	f.filter = filter
 	var out []archive.Record
 	for _, r := range f.rows {
 		if (namespace == "" || r.Namespace == namespace) && (from.Key == "" || r.Key > from.Key) {
@@ -240,7 +244,13 @@ func TestTheArchiveAPIAnswersOnlyWhatItMay(t *testing.T) {
 		{"a watch", "alice", shop + "?watch=true", true, http.StatusMethodNotAllowed,
 			`watch is not supported on resources of kind "archivedtoolactions.archive.toolledger.dev"`},
 		{"a label selector", "alice", shop + "?labelSelector=a%3Db", true, http.StatusBadRequest,
-			`archivedtoolactions.archive.toolledger.dev cannot select by labelSelector ("a=b"): list the namespace and filter the output`},
+			`archivedtoolactions.archive.toolledger.dev cannot select by labelSelector ("a=b"): select by fieldSelector (spec.toolRef.name, status.phase, status.externalRef, metadata.annotations.toolledger.dev/requested-by, status.approval.decidedBy)`},
+		{"a field it cannot select by", "alice", shop + "?fieldSelector=metadata.uid%3Dx", true, http.StatusBadRequest,
+			`fieldSelector "metadata.uid=x": archived records cannot select by "metadata.uid", only by spec.toolRef.name, status.phase, status.externalRef, metadata.annotations.toolledger.dev/requested-by, status.approval.decidedBy`},
+		{"an inequality", "alice", shop + "?fieldSelector=status.phase!%3DFailed", true, http.StatusBadRequest,
+			`fieldSelector "status.phase!=Failed": archived records select by equality only (=)`},
+		{"a time that is not one", "alice", shop + "?completedFrom=yesterday", true, http.StatusBadRequest,
+			`completedFrom "yesterday" is not an RFC 3339 time, such as 2026-12-01T00:00:00Z`},
 	}
 	for _, c := range cases {
 		var via *proxy
@@ -319,4 +329,24 @@ func equalStatus(a, b archivev1alpha1.ArchiveChainStatus) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)
+}
+
+func TestAListSelectsByFieldsAndRanges(t *testing.T) {
+	p := newProxy(t)
+	f := &records{}
+	h := handler(t, p, f, allowAll)
+	query := "?fieldSelector=" + url.QueryEscape("spec.toolRef.name=charge,status.phase==Succeeded,metadata.annotations.toolledger.dev/requested-by=alice,status.approval.decidedBy=bob,status.externalRef=ch_1") +
+		"&completedFrom=2026-12-01T00:00:00Z&completedUntil=2026-12-02T00:00:00Z&keyPrefix=order-"
+	if rec, _ := get(h, &p, "alice", shop+query); rec.Code != http.StatusOK {
+		t.Fatalf("list: %d %s", rec.Code, rec.Body)
+	}
+	want := archive.Filter{Tool: "charge", Phase: "Succeeded", RequestedBy: "alice", DecidedBy: "bob", ExternalRef: "ch_1",
+		CompletedFrom: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), CompletedUntil: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), KeyPrefix: "order-"}
+	if !f.filter.CompletedFrom.Equal(want.CompletedFrom) || !f.filter.CompletedUntil.Equal(want.CompletedUntil) {
+		t.Errorf("range %v–%v, want %v–%v", f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil)
+	}
+	f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	if f.filter != want {
+		t.Errorf("filter %+v, want %+v", f.filter, want)
+	}
 }

@@ -45,6 +45,7 @@ var commands = []func(*console) *cobra.Command{
 	newApproveCommand,
 	newDenyCommand,
 	newVerifyCommand,
+	newHistoryCommand,
 }
 
 // console is what every command shares: the streams, the kubectl connection

@@ -46,7 +46,7 @@ func (l *Ledger) FindArchived(ctx context.Context, namespace, key string) (*arch
 	case err == nil:
 		archived.SetGroupVersionKind(archivev1alpha1.GroupVersion.WithKind("ArchivedToolAction"))
 		return &archived, nil
-	case apierrors.IsNotFound(err) && apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse):
+	case isNoArchiveAPI(err):
 		return nil, ErrNoArchiveAPI
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -86,9 +86,15 @@ func (l *Ledger) VerifyChains(ctx context.Context, namespace string) ([]archivev
 			list.Items[i].SetGroupVersionKind(archivev1alpha1.GroupVersion.WithKind("ArchiveChain"))
 		}
 		return list.Items, nil
-	case apierrors.IsNotFound(err) && apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse):
+	case isNoArchiveAPI(err):
 		return nil, ErrNoArchiveAPI
 	default:
 		return nil, fmt.Errorf("cannot verify the archive's chain of %s: %w", Scope(namespace), err)
 	}
+}
+
+// isNoArchiveAPI reports whether err is the API server's 404 for a group it
+// does not serve, which client-go reports as an unexpected response.
+func isNoArchiveAPI(err error) bool {
+	return apierrors.IsNotFound(err) && apierrors.HasStatusCause(err, metav1.CauseTypeUnexpectedServerResponse)
 }

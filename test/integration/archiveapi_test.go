@@ -273,6 +273,92 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "get: %v", err)
 	})
 
+	It("searches the history by requester and by tool over etcd and the archive, in order, and a tenant only its own", func() {
+		hist := env.NewTenant()
+		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, env.Config, k8s, hist, "archive-history")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeIdentity)
+		removeAgent, err := testenv.InstallRBAC(ctx, env.Config, k8s, "archive-history", "role_agent.yaml")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeAgent)
+		bind := func(user, role string) {
+			GinkgoHelper()
+			Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: hist, Name: user + "-" + role},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+			})).To(Succeed())
+		}
+		bind("alice", "toolledger-agent")
+		bind("bob", "toolledger-agent")
+		bind(reader, "toolledger-viewer")
+		env.CreateTool(hist, "charge", testenv.WithClass(v1alpha1.NonRepeatable))
+		env.CreateTool(hist, "refund", testenv.WithClass(v1alpha1.NonRepeatable))
+		as := func(user string) client.Client {
+			cfg := rest.CopyConfig(env.Config)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+			return readerScope(cfg)
+		}
+		run := func(user, name, tool string) *v1alpha1.ToolAction {
+			GinkgoHelper()
+			action := chargeAction(hist, name, 500)
+			action.Spec.ToolRef.Name = tool
+			Expect(as(user).Create(ctx, action)).To(Succeed())
+			done := env.WaitForPhase(hist, name, v1alpha1.PhaseSucceeded)
+			Expect(done.Annotations).To(HaveKeyWithValue(v1alpha1.RequestedByAnnotation, user))
+			// Each finishes a second after the one before, by the manager's clock.
+			clock.Step(time.Second)
+			return done
+		}
+		By("two actions finish and retire to the archive; two more finish and stay in etcd")
+		older := []*v1alpha1.ToolAction{run("alice", "history-1", "charge"), run("bob", "history-2", "refund")}
+		clock.Step(2 * time.Minute)
+		for _, action := range older {
+			Eventually(gone(action.DeepCopy())).Should(BeTrue())
+		}
+		run("alice", "history-3", "refund")
+		run("alice", "history-4", "charge")
+
+		plugin := func(args ...string) (int, string, string) {
+			var out, errOut bytes.Buffer
+			code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut},
+				append([]string{"--kubeconfig", kubeconfig, "--as", reader}, args...))
+			return code, out.String(), errOut.String()
+		}
+		search := func(args ...string) []string {
+			GinkgoHelper()
+			code, stdout, stderr := plugin(append([]string{"-n", hist, "history", "-o", "json"}, args...)...)
+			Expect(code).To(BeZero(), stderr)
+			var found struct {
+				Items []struct{ Key, Source, RequestedBy string } `json:"items"`
+			}
+			Expect(json.Unmarshal([]byte(stdout), &found)).To(Succeed())
+			var keys []string
+			for _, r := range found.Items {
+				keys = append(keys, r.Key+"@"+r.Source)
+			}
+			return keys
+		}
+		Expect(search("--requester", "alice")).To(Equal([]string{"history-1@archive", "history-3@etcd", "history-4@etcd"}))
+		Expect(search("--tool", "charge")).To(Equal([]string{"history-1@archive", "history-4@etcd"}))
+		Expect(search("--requester", "bob", "--tool", "refund")).To(Equal([]string{"history-2@archive"}))
+		Expect(search("--requester", "carol")).To(BeEmpty())
+
+		code, stdout, stderr := plugin("-n", hist, "history", "--requester", "alice")
+		Expect(code).To(BeZero(), stderr)
+		Expect(stdout).To(MatchRegexp(`^KEY +TOOL +OUTCOME +EXTERNAL-REF +REQUESTED-BY +APPROVER +ATTEMPTS +COMPLETED +WHERE\n` +
+			`history-1 +charge +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +archive\nhistory-3 +refund +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +etcd\n` +
+			`history-4 +charge +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +etcd\n$`))
+
+		By("the reader, bound in two tenants, gets none of a third's")
+		code, _, stderr = plugin("-n", other, "history", "--tool", "charge")
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring(fmt.Sprintf(`User "%s" cannot list resource "toolactions"`, reader)))
+		code, _, stderr = plugin("history", "-A", "--tool", "charge")
+		Expect(code).To(Equal(1))
+		Expect(stderr).To(ContainSubstring("cannot list resource"))
+	})
+
 	// Last: it alters the archive behind the ledger's back.
 	It("verifies a tenant's archived history, to its tenant only, and names a record changed or deleted with psql", func() {
 		plugin := func(args ...string) (int, string, string) {

@@ -31,6 +31,25 @@ var (
 // Resource is the plural resource name of ArchivedToolAction.
 const Resource = "archivedtoolactions"
 
+// The fields a list of archived records selects by (fieldSelector, with =
+// or ==), each a path of the record as the API serves it.
+const (
+	FieldTool        = "spec.toolRef.name"
+	FieldPhase       = "status.phase"
+	FieldExternalRef = "status.externalRef"
+	FieldRequestedBy = "metadata.annotations.toolledger.dev/requested-by"
+	FieldDecidedBy   = "status.approval.decidedBy"
+)
+
+// The query parameters that bound a list of archived records beyond
+// equality, which field selectors cannot say: the completion time's range
+// (RFC 3339; from included, until not) and the keys' prefix.
+const (
+	ParamCompletedFrom  = "completedFrom"
+	ParamCompletedUntil = "completedUntil"
+	ParamKeyPrefix      = "keyPrefix"
+)
+
 // ChainResource is the plural resource name of ArchiveChain, and ChainName
 // the name of a namespace's one ArchiveChain.
 const (

@@ -1,0 +1,212 @@
+package ledgerclient
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// HistoryFilter selects records of the ledger's history; a field left
+// empty selects everything.
+type HistoryFilter struct {
+	Tool, Phase, ExternalRef string
+	// RequestedBy is the user who created the action; DecidedBy the one
+	// who approved or denied it.
+	RequestedBy, DecidedBy string
+	// CompletedFrom (included) and CompletedUntil (not) bound the
+	// completion time; an action not finished has none and is left out
+	// when either is set.
+	CompletedFrom, CompletedUntil time.Time
+	KeyPrefix                     string
+}
+
+// Where a history record was read.
+const (
+	SourceEtcd    = "etcd"
+	SourceArchive = "archive"
+)
+
+// HistoryRecord is one record of the history, wherever it is kept.
+type HistoryRecord struct {
+	Namespace      string       `json:"namespace"`
+	Key            string       `json:"key"`
+	UID            types.UID    `json:"uid"`
+	Tool           string       `json:"tool"`
+	Phase          string       `json:"phase"`
+	ExternalRef    string       `json:"externalRef,omitempty"`
+	RequestedBy    string       `json:"requestedBy,omitempty"`
+	DecidedBy      string       `json:"decidedBy,omitempty"`
+	Attempts       int32        `json:"attempts"`
+	Created        metav1.Time  `json:"creationTimestamp"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Source is etcd (a ToolAction) or archive (an ArchivedToolAction).
+	Source string `json:"source"`
+}
+
+// MaxHistory bounds the records one search gathers before it sorts them:
+// a search that matches more asks for narrower filters.
+const MaxHistory = 10000
+
+// ErrTooMuchHistory is the error of a search that matches more than
+// MaxHistory records.
+var ErrTooMuchHistory = fmt.Errorf("the search matches more than %d records: narrow it (a tool, a requester, a time range, a key prefix)", MaxHistory)
+
+// History searches the ledger's history in namespace ("" for every
+// namespace): the ToolActions in etcd and, when the cluster serves the
+// archive API, the records that left etcd for the archive, as the
+// Ledger's user, who sees only what RBAC lets them read. Records are in
+// order of completion, the unfinished last by creation; a record read in
+// both places (archived, not yet deleted from etcd) once. archived reports
+// whether the archive was searched.
+func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFilter) (records []HistoryRecord, archived bool, err error) {
+	seen := map[types.UID]bool{}
+	add := func(r HistoryRecord) error {
+		if seen[r.UID] || !filter.matches(&r) {
+			return nil
+		}
+		if len(records) == MaxHistory {
+			return ErrTooMuchHistory
+		}
+		seen[r.UID] = true
+		records = append(records, r)
+		return nil
+	}
+	// The selectable fields narrow the list on the API server.
+	var selectors []fields.Selector
+	if filter.Tool != "" {
+		selectors = append(selectors, fields.OneTermEqualSelector("spec.toolRef.name", filter.Tool))
+	}
+	if filter.Phase != "" {
+		selectors = append(selectors, fields.OneTermEqualSelector("status.phase", filter.Phase))
+	}
+	opts := metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()}
+	var addErr error
+	err = listPages(ctx, l, resourceActions, namespace, opts, func(page *v1alpha1.ToolActionList) {
+		for i := range page.Items {
+			if addErr == nil {
+				addErr = add(recordOfAction(&page.Items[i]))
+			}
+		}
+	})
+	if err = errors.Join(err, addErr); err != nil {
+		return nil, false, fmt.Errorf("cannot search the ToolActions in %s: %w", Scope(namespace), err)
+	}
+	req := l.archive.Get().Resource(archivev1alpha1.Resource).Param("limit", fmt.Sprint(listPageSize))
+	if namespace != "" {
+		req = req.Namespace(namespace)
+	}
+	req = filter.archiveParams(req)
+	for cont := ""; ; {
+		var page archivev1alpha1.ArchivedToolActionList
+		r := req
+		if cont != "" {
+			r = r.Param("continue", cont)
+		}
+		err := r.Do(ctx).Into(&page)
+		if isNoArchiveAPI(err) {
+			break
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("cannot search the archive in %s: %w", Scope(namespace), err)
+		}
+		archived = true
+		for i := range page.Items {
+			if err := add(recordOfArchived(&page.Items[i])); err != nil {
+				return nil, false, err
+			}
+		}
+		if cont = page.Continue; cont == "" {
+			break
+		}
+	}
+	slices.SortStableFunc(records, compareHistory)
+	return records, archived, nil
+}
+
+// compareHistory orders records by completion, the unfinished last by
+// creation, then by namespace and key.
+func compareHistory(a, b HistoryRecord) int {
+	switch {
+	case a.CompletionTime != nil && b.CompletionTime == nil:
+		return -1
+	case a.CompletionTime == nil && b.CompletionTime != nil:
+		return 1
+	case a.CompletionTime != nil && !a.CompletionTime.Equal(b.CompletionTime):
+		return a.CompletionTime.Compare(b.CompletionTime.Time)
+	case a.CompletionTime == nil && !a.Created.Equal(&b.Created):
+		return a.Created.Compare(b.Created.Time)
+	}
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Key, b.Key), strings.Compare(string(a.UID), string(b.UID)))
+}
+
+func (f HistoryFilter) matches(r *HistoryRecord) bool {
+	equal := func(want, got string) bool { return want == "" || want == got }
+	if !equal(f.Tool, r.Tool) || !equal(f.Phase, r.Phase) || !equal(f.ExternalRef, r.ExternalRef) ||
+		!equal(f.RequestedBy, r.RequestedBy) || !equal(f.DecidedBy, r.DecidedBy) || !strings.HasPrefix(r.Key, f.KeyPrefix) {
+		return false
+	}
+	if f.CompletedFrom.IsZero() && f.CompletedUntil.IsZero() {
+		return true
+	}
+	if r.CompletionTime == nil {
+		return false
+	}
+	t := r.CompletionTime.Time
+	return (f.CompletedFrom.IsZero() || !t.Before(f.CompletedFrom)) && (f.CompletedUntil.IsZero() || t.Before(f.CompletedUntil))
+}
+
+// archiveParams asks the archive API for what f selects; matches checks
+// its answer again, to the nanosecond.
+func (f HistoryFilter) archiveParams(req *rest.Request) *rest.Request {
+	var terms []fields.Selector
+	for _, term := range []struct{ field, value string }{
+		{archivev1alpha1.FieldTool, f.Tool}, {archivev1alpha1.FieldPhase, f.Phase}, {archivev1alpha1.FieldExternalRef, f.ExternalRef},
+		{archivev1alpha1.FieldRequestedBy, f.RequestedBy}, {archivev1alpha1.FieldDecidedBy, f.DecidedBy},
+	} {
+		if term.value != "" {
+			terms = append(terms, fields.OneTermEqualSelector(term.field, term.value))
+		}
+	}
+	if len(terms) > 0 {
+		req = req.Param("fieldSelector", fields.AndSelectors(terms...).String())
+	}
+	if !f.CompletedFrom.IsZero() {
+		req = req.Param(archivev1alpha1.ParamCompletedFrom, f.CompletedFrom.UTC().Truncate(time.Second).Format(time.RFC3339))
+	}
+	if !f.CompletedUntil.IsZero() {
+		// Rounded up, so that the archive returns every record before it.
+		req = req.Param(archivev1alpha1.ParamCompletedUntil, f.CompletedUntil.UTC().Add(time.Second-1).Truncate(time.Second).Format(time.RFC3339))
+	}
+	if f.KeyPrefix != "" {
+		req = req.Param(archivev1alpha1.ParamKeyPrefix, f.KeyPrefix)
+	}
+	return req
+}
+
+func recordOfAction(a *v1alpha1.ToolAction) HistoryRecord {
+	r := HistoryRecord{Namespace: a.Namespace, Key: a.Name, UID: a.UID, Tool: a.Spec.ToolRef.Name, Phase: string(a.Status.Phase),
+		ExternalRef: a.Status.ExternalRef, RequestedBy: a.Annotations[v1alpha1.RequestedByAnnotation], Attempts: a.Status.Attempts,
+		Created: a.CreationTimestamp, CompletionTime: a.Status.CompletionTime, Source: SourceEtcd}
+	if a.Status.Approval != nil {
+		r.DecidedBy = a.Status.Approval.DecidedBy
+	}
+	return r
+}
+
+func recordOfArchived(a *archivev1alpha1.ArchivedToolAction) HistoryRecord {
+	r := recordOfAction(ActionOf(a))
+	r.Source = SourceArchive
+	return r
+}
