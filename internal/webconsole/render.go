@@ -15,7 +15,7 @@ import (
 
 // pageNames are the templates under templates/, each rendered inside
 // layout.html.
-var pageNames = []string{"queue", "action", "tombstone", "tools", "dashboard", "sign-in", "error"}
+var pageNames = []string{"queue", "action", "tombstone", "tools", "dashboard", "history", "sign-in", "error"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
@@ -25,8 +25,9 @@ func parsePages() (map[string]*template.Template, error) {
 			}
 			return t.UTC().Format(time.RFC3339)
 		},
-		"query": queryOf,
-		"lower": strings.ToLower,
+		"query":     queryOf,
+		"lower":     strings.ToLower,
+		"chainHead": chainHead,
 	}
 	pages := map[string]*template.Template{}
 	for _, name := range pageNames {

@@ -147,6 +147,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("POST /actions/{namespace}/{name}/resolve", s.signedIn(s.resolve))
 	mux.Handle("GET /tools", s.signedIn(s.toolsPage))
 	mux.Handle("GET /dashboard", s.signedIn(s.dashboardPage))
+	mux.Handle("GET /history", s.signedIn(s.historyPage))
 
 	var h http.Handler = mux
 	// POSTs from another origin are refused before any handler runs, by

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -349,6 +350,41 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(stdout).To(MatchRegexp(`^KEY +TOOL +OUTCOME +EXTERNAL-REF +REQUESTED-BY +APPROVER +ATTEMPTS +COMPLETED +WHERE\n` +
 			`history-1 +charge +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +archive\nhistory-3 +refund +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +etcd\n` +
 			`history-4 +charge +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +etcd\n$`))
+
+		By("the web console's history page shows the same, and verifies the namespace's chain")
+		readerConfig := rest.CopyConfig(env.Config)
+		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		console, err := webconsole.New(ctx, webconsole.Options{Config: readerConfig, Namespace: hist, Logger: logf.Log.WithName("history-console")})
+		Expect(err).NotTo(HaveOccurred())
+		server := httptest.NewServer(console)
+		DeferCleanup(server.Close)
+		page := func(path string) (int, string) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+path, nil)
+			Expect(err).NotTo(HaveOccurred())
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode, string(body)
+		}
+		status, body := page("/history?namespace=" + hist + "&requester=alice")
+		Expect(status).To(Equal(http.StatusOK), body)
+		Expect(body).To(ContainSubstring("Searched etcd and the archive."))
+		Expect(regexp.MustCompile(`<tr data-key="([^"]+)">`).FindAllStringSubmatch(body, -1)).To(Equal([][]string{
+			{`<tr data-key="history-1">`, "history-1"}, {`<tr data-key="history-3">`, "history-3"}, {`<tr data-key="history-4">`, "history-4"}}))
+		Expect(body).To(MatchRegexp(`<a href="/actions/%s/history-1">history-1</a></td>\s*<td>charge</td>[\s\S]*?<td class="source">archive</td>`, hist))
+		status, body = page("/history?namespace=" + hist + "&verify=1")
+		Expect(status).To(Equal(http.StatusOK), body)
+		var chain archivev1alpha1.ArchiveChain
+		Expect(asReader.Get(ctx, client.ObjectKey{Namespace: hist, Name: archivev1alpha1.ChainName}, &chain)).To(Succeed())
+		Expect(chain.Status.Verified).To(BeTrue())
+		Expect(chain.Status.Records).To(BeEquivalentTo(2))
+		Expect(body).To(ContainSubstring(fmt.Sprintf(`<code class="head">2:%s</code>`, chain.Status.Head.Hash)))
+		status, body = page("/history?namespace=" + other + "&tool=charge")
+		Expect(status).To(Equal(http.StatusForbidden), body)
+		Expect(body).NotTo(ContainSubstring(archived[other+"/order-3001-charge"].Status.ExternalRef))
 
 		By("the reader, bound in two tenants, gets none of a third's")
 		code, _, stderr = plugin("-n", other, "history", "--tool", "charge")

@@ -1,0 +1,116 @@
+package webconsole
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
+)
+
+type historyPage struct {
+	Namespace string
+	// The filters as given, to fill the form again.
+	Tool, Outcome, Requester, Approver, ExternalRef, From, Until, KeyPrefix string
+	Phases                                                                  []v1alpha1.Phase
+	Records                                                                 []historyRow
+	// Archived is whether the archive was searched; Shown of Matched
+	// records are listed, the newest.
+	Archived       bool
+	Shown, Matched int
+	Error          string
+	Verify         bool
+	Chains         []archivev1alpha1.ArchiveChain
+	VerifyError    string
+}
+
+type historyRow struct {
+	ledgerclient.HistoryRecord
+	Completed string
+}
+
+// historyLimit is the most records the page lists: the newest.
+const historyLimit = 500
+
+// historyPage searches the history in etcd and the archive as the user,
+// and, asked, verifies the archive's chain of the namespace.
+func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
+	q := r.URL.Query()
+	field := func(name string) string { return strings.TrimSpace(q.Get(name)) }
+	page := historyPage{Namespace: s.namespaceOf(r), Tool: field("tool"), Outcome: field("outcome"), Requester: field("requester"),
+		Approver: field("approver"), ExternalRef: field("externalRef"), From: field("from"), Until: field("until"),
+		KeyPrefix: field("keyPrefix"), Phases: historyPhases, Verify: q.Get("verify") != ""}
+	filter := ledgerclient.HistoryFilter{Tool: page.Tool, Phase: page.Outcome, RequestedBy: page.Requester, DecidedBy: page.Approver,
+		ExternalRef: page.ExternalRef, KeyPrefix: page.KeyPrefix}
+	var problems []string
+	if problem := validNamespace(page.Namespace); problem != "" {
+		problems = append(problems, problem)
+	}
+	for _, bound := range []struct {
+		name, value string
+		into        *time.Time
+	}{{"from", page.From, &filter.CompletedFrom}, {"until", page.Until, &filter.CompletedUntil}} {
+		if bound.value == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339, bound.value)
+		if err != nil {
+			problems = append(problems, bound.name+" "+bound.value+" is not an RFC 3339 time, such as 2026-12-01T00:00:00Z")
+		}
+		*bound.into = t
+	}
+	status := http.StatusOK
+	if len(problems) > 0 {
+		page.Error = strings.Join(problems, "; ")
+		s.render(w, http.StatusBadRequest, "history", s.pageData(r, u, "History", page))
+		return
+	}
+	records, archived, err := u.ledger.History(r.Context(), listScope(page.Namespace), filter)
+	if err != nil {
+		status, page.Error = historyStatus(err), err.Error()
+	}
+	page.Archived, page.Matched = archived, len(records)
+	if len(records) > historyLimit {
+		records = records[len(records)-historyLimit:]
+	}
+	now := s.opts.Now()
+	for _, record := range records {
+		row := historyRow{HistoryRecord: record}
+		if record.CompletionTime != nil {
+			row.Completed = humanAge(now, *record.CompletionTime)
+		}
+		page.Records = append(page.Records, row)
+	}
+	page.Shown = len(page.Records)
+	if page.Verify && err == nil {
+		page.Chains, err = u.ledger.VerifyChains(r.Context(), listScope(page.Namespace))
+		if err != nil {
+			page.VerifyError = err.Error()
+		}
+	}
+	s.render(w, status, "history", s.pageData(r, u, "History", page))
+}
+
+var historyPhases = []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseEscalated, v1alpha1.PhaseUnknown,
+	v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseExecuting, v1alpha1.PhaseRetryScheduled, v1alpha1.PhaseAccepted}
+
+// historyStatus is the page's status for a failed search: a search too
+// broad is the request's fault.
+func historyStatus(err error) int {
+	if errors.Is(err, ledgerclient.ErrTooMuchHistory) {
+		return http.StatusBadRequest
+	}
+	return apiStatus(err)
+}
+
+// chainHead spells a chain's head as the plugin does: SEQUENCE:HASH.
+func chainHead(head archivev1alpha1.ChainLink) string {
+	if head.Sequence == 0 {
+		return "empty"
+	}
+	return fmt.Sprintf("%d:%s", head.Sequence, head.Hash)
+}
