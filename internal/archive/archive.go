@@ -42,13 +42,42 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
 	s := &Store{pool: pool}
-	if err := s.migrate(ctx); err != nil {
+	if err := errors.Join(s.migrate(ctx), s.checkPrivileges(ctx)); err != nil {
 		pool.Close()
 		observe("ping", err)
 		return nil, err
 	}
 	observe("ping", nil)
 	return s, nil
+}
+
+// privileges are what the manager's role needs on the tables: to check
+// keys, keep records on their chain and verify it. Pruning needs EXECUTE on
+// toolledger_prune besides, checked when it runs.
+var privileges = []struct{ table, privilege string }{
+	{"toolledger_records", "SELECT"}, {"toolledger_records", "INSERT"},
+	{"toolledger_chain_heads", "SELECT"}, {"toolledger_chain_heads", "INSERT"}, {"toolledger_chain_heads", "UPDATE"},
+	{"toolledger_chain_pruned", "SELECT"},
+}
+
+// checkPrivileges refuses to start with a role that could not keep a
+// record, which would hold every finished record in etcd: a role granted
+// for an older schema, say.
+func (s *Store) checkPrivileges(ctx context.Context) error {
+	var missing []string
+	for _, p := range privileges {
+		var held bool
+		if err := s.pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2)`, p.table, p.privilege).Scan(&held); err != nil {
+			return fmt.Errorf("cannot read the archive role's privileges: %w", err)
+		}
+		if !held {
+			missing = append(missing, p.privilege+" on "+p.table)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("the archive's database role lacks %s: grant them (docs/audit.md, \"The database's roles\")", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Close closes the store's connections.

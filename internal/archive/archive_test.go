@@ -49,7 +49,7 @@ func database(t *testing.T) string {
 	return dsn
 }
 
-func open(t *testing.T, dsn string) *archive.Store {
+func open(t testing.TB, dsn string) *archive.Store {
 	t.Helper()
 	s, err := archive.Open(context.Background(), dsn)
 	if err != nil {
@@ -89,7 +89,7 @@ func finished(uid string, attempts int32, completed time.Time) *v1alpha1.ToolAct
 	}
 }
 
-func record(t *testing.T, a *v1alpha1.ToolAction) archive.Record {
+func record(t testing.TB, a *v1alpha1.ToolAction) archive.Record {
 	t.Helper()
 	tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.KeyProtected}}
 	r, err := archive.NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
@@ -184,12 +184,49 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 			t.Errorf("%s as the manager's role: %v, want permission denied", sql, err)
 		}
 	}
-	// …but prunes by retention, through toolledger_prune, and verifies.
+	// A temporary table of the role's cannot stand in for the archive's
+	// inside toolledger_prune, which runs as the owner.
+	conn, err = pgx.Connect(ctx, writer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE toolledger_records (LIKE public.toolledger_records INCLUDING DEFAULTS);
+		INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
+			error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
+			chain_seq, chain_prev, chain_hash)
+		VALUES ('forged', 'shop', 'k', 'Tool', 'forged', '', '', '', '', '', '', 1, true, '2000-01-01', '', '', '2000-01-01', '{}', 7, '', 'c0ffee');
+		SELECT toolledger_prune('Tool', 'shop', 'forged', now(), 10)`); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_chain_pruned`); n != 0 {
+		t.Fatalf("pruning through the role's temporary table left %d pruned links", n)
+	}
+	// …but prunes by retention, through toolledger_prune, which logs it,
+	// and verifies.
 	if n, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour)}}); err != nil || n != 1 {
 		t.Fatalf("Prune as the least-privileged role: %d, %v; want 1", n, err)
 	}
 	if v, err := s.Verify(ctx, "shop"); err != nil || v.Broken != nil || v.Pruned != 1 {
 		t.Fatalf("Verify as the least-privileged role: %+v, %v", v, err)
+	}
+	if logged := query[string](t, dsn, `SELECT pruned_by || ' ' || tool_kind || ' ' || namespace || '/' || tool_name || ' ' || records FROM toolledger_prune_log`); logged != "ledger_writer Tool shop/charge 1" {
+		t.Errorf("prune log: %q, want the role, the cutoff's tool and the count", logged)
+	}
+}
+
+// A role granted for an older schema is refused at start, with what it
+// lacks, rather than failing every keep later.
+func TestAManagerRefusesARoleThatCannotKeepRecords(t *testing.T) {
+	dsn := database(t)
+	open(t, dsn).Close()
+	exec(t, dsn, `CREATE ROLE ledger_old LOGIN;
+		GRANT SELECT ON toolledger_schema_migrations TO ledger_old;
+		GRANT SELECT, INSERT, DELETE ON toolledger_records TO ledger_old`)
+	_, err := archive.Open(context.Background(), strings.Replace(dsn, "toolledger@", "ledger_old@", 1))
+	want := "the archive's database role lacks SELECT on toolledger_chain_heads, INSERT on toolledger_chain_heads, UPDATE on toolledger_chain_heads, SELECT on toolledger_chain_pruned: grant them (docs/audit.md, \"The database's roles\")"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Open as a role of the older schema: %v, want %q", err, want)
 	}
 }
 

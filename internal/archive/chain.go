@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +19,8 @@ import (
 // namespace's chain holds (the second is the namespace's hash): "tlch".
 const chainLock int32 = 0x746c6368
 
-// chainVersion names the document a link hashes; a change to it is a new
-// version, and records keep the one they were chained with.
+// chainVersion names the document a link hashes, inside it: a later
+// document would be a new version, told apart by this member.
 const chainVersion = 1
 
 // Link is a record's place in its namespace's chain: its sequence number
@@ -166,23 +167,42 @@ func (s *Store) Verify(ctx context.Context, namespace string) (*Verification, er
 }
 
 func (s *Store) verify(ctx context.Context, namespace string) (*Verification, error) {
+	var v *Verification
+	// One snapshot: an append or a prune commits its records with their
+	// head or links, so that a chain being written verifies as it stood.
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		v, err = verifyIn(ctx, tx, namespace)
+		return err
+	})
+	return v, err
+}
+
+func verifyIn(ctx context.Context, tx pgx.Tx, namespace string) (*Verification, error) {
 	v := &Verification{Namespace: namespace}
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM toolledger_records WHERE namespace = $1 AND chain_seq IS NULL`, namespace).Scan(&v.Unchained); err != nil {
-		return nil, err
-	}
-	runs, err := s.prunedRuns(ctx, namespace)
+	recorded, started, err := recordedHead(ctx, tx, namespace)
 	if err != nil {
 		return nil, err
 	}
-	recorded, err := chainHead(ctx, s.pool, namespace)
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM toolledger_records
+WHERE namespace = $1 AND chain_seq IS NULL AND ($2::timestamptz IS NULL OR archived_at < $2)`, namespace, started).Scan(&v.Unchained); err != nil {
+		return nil, err
+	}
+	runs, err := prunedRuns(ctx, tx, namespace)
 	if err != nil {
 		return nil, err
 	}
-	// skipPruned moves the head over the pruned runs that follow it.
-	skipPruned := func() *Break {
-		for len(runs) > 0 && runs[0].first == v.Head.Sequence+1 {
+	// throughPruned moves the head over the pruned runs before sequence
+	// upTo, each of which must follow it.
+	throughPruned := func(upTo int64) *Break {
+		for len(runs) > 0 && runs[0].first < upTo {
 			run := runs[0]
-			if run.firstPrev != v.Head.Hash {
+			switch want := v.Head.Sequence + 1; {
+			case run.first < want:
+				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d overlap records still in the chain", run.first, run.last)}
+			case run.first > want:
+				return &Break{Sequence: want, Problem: missing(want, run.first-1)}
+			case run.firstPrev != v.Head.Hash:
 				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d do not follow the hash of record %d", run.first, run.last, v.Head.Sequence)}
 			}
 			v.Head, v.Pruned, runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-run.first+1, runs[1:]
@@ -191,7 +211,7 @@ func (s *Store) verify(ctx context.Context, namespace string) (*Verification, er
 	}
 	after := int64(0)
 	for {
-		rows, err := s.pool.Query(ctx, `
+		rows, err := tx.Query(ctx, `
 SELECT chain_prev, action::text, `+recordColumns+`
 FROM toolledger_records
 WHERE namespace = $1 AND chain_seq > $2
@@ -205,7 +225,7 @@ LIMIT $3`, namespace, after, verifyPage)
 			return nil, err
 		}
 		for _, c := range page {
-			if v.Broken = skipPruned(); v.Broken != nil {
+			if v.Broken = throughPruned(c.record.Chain.Sequence); v.Broken != nil {
 				return v, nil
 			}
 			if v.Broken = v.check(&c); v.Broken != nil {
@@ -218,11 +238,7 @@ LIMIT $3`, namespace, after, verifyPage)
 		}
 		after = page[len(page)-1].record.Chain.Sequence
 	}
-	if v.Broken = skipPruned(); v.Broken != nil {
-		return v, nil
-	}
-	if len(runs) > 0 {
-		v.Broken = &Break{Sequence: v.Head.Sequence + 1, Problem: missing(v.Head.Sequence+1, runs[0].first-1)}
+	if v.Broken = throughPruned(math.MaxInt64); v.Broken != nil {
 		return v, nil
 	}
 	switch {
@@ -233,15 +249,46 @@ LIMIT $3`, namespace, after, verifyPage)
 	case v.Head.Hash != recorded.Hash:
 		v.Broken = &Break{Sequence: v.Head.Sequence, Problem: "the newest record's hash is not the recorded head's: the chain was rewritten"}
 	}
+	if v.Broken != nil || started == nil {
+		return v, nil
+	}
+	// A row archived since the chain started, outside it.
+	var key, uid string
+	err = tx.QueryRow(ctx, `SELECT key, uid FROM toolledger_records
+WHERE namespace = $1 AND chain_seq IS NULL AND archived_at >= $2 ORDER BY archived_at, uid LIMIT 1`, namespace, started).Scan(&key, &uid)
+	switch {
+	case err == nil:
+		v.Broken = &Break{Key: key, UID: uid, Problem: "it was archived after the chain started, outside it: inserted by hand, or by a manager older than the chain"}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, err
+	}
 	return v, nil
 }
 
-// check checks the chained record c against the head before it.
+// recordedHead is the namespace's head as toolledger_chain_heads keeps it,
+// and when its chain started; nil when it has none.
+func recordedHead(ctx context.Context, tx pgx.Tx, namespace string) (Link, *time.Time, error) {
+	var head Link
+	var started time.Time
+	err := tx.QueryRow(ctx, `SELECT seq, hash, started_at FROM toolledger_chain_heads WHERE namespace = $1`, namespace).Scan(&head.Sequence, &head.Hash, &started)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Link{}, nil, nil
+	case err != nil:
+		return Link{}, nil, err
+	}
+	return head, &started, nil
+}
+
+// check checks the chained record c, the next after the head.
 func (v *Verification) check(c *chained) *Break {
 	at := &Break{Sequence: c.record.Chain.Sequence, Key: c.record.Key, UID: string(c.record.UID)}
 	switch want := v.Head.Sequence + 1; {
 	case c.record.Chain.Sequence > want:
 		return &Break{Sequence: want, Problem: missing(want, c.record.Chain.Sequence-1)}
+	case c.record.Chain.Sequence < want:
+		at.Problem = fmt.Sprintf("it repeats sequence number %d, already taken by a pruned record", c.record.Chain.Sequence)
+		return at
 	case c.previous != v.Head.Hash:
 		at.Problem = fmt.Sprintf("it does not follow the hash of record %d: the chain was rewritten from here", v.Head.Sequence)
 		return at
@@ -288,8 +335,8 @@ type prunedRun struct {
 	firstPrev, lastHash string
 }
 
-func (s *Store) prunedRuns(ctx context.Context, namespace string) ([]prunedRun, error) {
-	rows, err := s.pool.Query(ctx, `SELECT first_seq, last_seq, first_prev, last_hash FROM toolledger_chain_pruned
+func prunedRuns(ctx context.Context, tx pgx.Tx, namespace string) ([]prunedRun, error) {
+	rows, err := tx.Query(ctx, `SELECT first_seq, last_seq, first_prev, last_hash FROM toolledger_chain_pruned
 WHERE namespace = $1 ORDER BY first_seq`, namespace)
 	if err != nil {
 		return nil, err

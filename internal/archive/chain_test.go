@@ -218,3 +218,70 @@ func TestRecordsArchivedBeforeTheChainAreCounted(t *testing.T) {
 		t.Fatalf("the record before the chain: %+v, %v", got, err)
 	}
 }
+
+// A row inserted without a link after the namespace's chain started is
+// named: the chain counts as "before the chain" only what was archived
+// before it.
+func TestVerifyNamesARowInsertedOutsideTheChain(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1")
+	exec(t, dsn, `INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action)
+	VALUES ('forged', 'shop', 'k9', 'Tool', 'charge', 'KeyProtected', 'sha256:9', 'Succeeded', '', '', 'ch_9', 1, true, now(), 'RecordRetention', '', now(), '{}')`)
+	wantBreak(t, verify(t, s, "shop"), archive.Break{Key: "k9", UID: "forged",
+		Problem: "it was archived after the chain started, outside it: inserted by hand, or by a manager older than the chain"})
+}
+
+// Verification reads one snapshot: records kept and pruned meanwhile
+// never show as a broken chain.
+func TestVerifyWhileRecordsAreKeptAndPruned(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		for i := range 300 {
+			a := finished(fmt.Sprintf("u-%03d", i), 1, t0.Add(time.Duration(i)*time.Minute))
+			a.Name = fmt.Sprintf("k%03d", i)
+			if err := s.Keep(ctx, record(t, a)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for cutoff := t0; ; cutoff = cutoff.Add(20 * time.Minute) {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: cutoff}}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	verified := 0
+	for running := true; running; verified++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		if v := verify(t, s, "shop"); v.Broken != nil {
+			t.Fatalf("verification %d while keeping and pruning: broken at %+v", verified, *v.Broken)
+		}
+	}
+	wg.Wait()
+	if v := verify(t, s, "shop"); v.Broken != nil || v.Records+v.Pruned != 300 || v.Head.Sequence != 300 {
+		t.Fatalf("at the end: %+v", v)
+	}
+	t.Logf("%d verifications while 300 records were kept and pruned", verified)
+}

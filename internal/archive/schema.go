@@ -44,21 +44,24 @@ CREATE INDEX toolledger_records_by_key ON toolledger_records (namespace, key, co
 	`CREATE INDEX toolledger_records_in_order ON toolledger_records (namespace, key, completion_time, uid);
 CREATE INDEX toolledger_records_by_tool ON toolledger_records (tool_kind, tool_name, namespace, completion_time);`,
 	// 3: each namespace's history as a hash chain (chain.go), whose newest
-	// link toolledger_chain_heads keeps apart from the records. Rows
-	// archived before stay outside it (chain_seq NULL). Pruning goes
-	// through toolledger_prune, which runs as the schema's owner, so that
-	// the manager's role needs no DELETE, and leaves the pruned records'
-	// links in toolledger_chain_pruned, runs of consecutive ones merged,
-	// for the chain to continue through.
+	// link toolledger_chain_heads keeps apart from the records, from the
+	// time the chain started. Rows archived before stay outside it
+	// (chain_seq NULL). Pruning goes through toolledger_prune, which runs
+	// as the schema's owner, so that the manager's role needs no DELETE;
+	// it logs each prune and leaves the pruned records' links in
+	// toolledger_chain_pruned, runs of consecutive ones merged, for the
+	// chain to continue through. The functions resolve names in this
+	// schema only, then pg_temp: a caller's temporary table cannot stand
+	// in for one of them.
 	`ALTER TABLE toolledger_records
 	ADD COLUMN chain_seq bigint,
 	ADD COLUMN chain_prev text,
 	ADD COLUMN chain_hash text;
-CREATE UNIQUE INDEX toolledger_records_chain ON toolledger_records (namespace, chain_seq);
 CREATE TABLE toolledger_chain_heads (
 	namespace text PRIMARY KEY,
 	seq bigint NOT NULL,
 	hash text NOT NULL,
+	started_at timestamptz NOT NULL DEFAULT now(),
 	updated_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE toolledger_chain_pruned (
@@ -71,6 +74,16 @@ CREATE TABLE toolledger_chain_pruned (
 	PRIMARY KEY (namespace, first_seq)
 );
 CREATE UNIQUE INDEX toolledger_chain_pruned_by_last ON toolledger_chain_pruned (namespace, last_seq);
+CREATE TABLE toolledger_prune_log (
+	pruned_at timestamptz NOT NULL DEFAULT now(),
+	pruned_by text NOT NULL,
+	tool_kind text NOT NULL,
+	namespace text NOT NULL,
+	tool_name text NOT NULL,
+	completed_before timestamptz NOT NULL,
+	records bigint NOT NULL
+);
+SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
 CREATE FUNCTION toolledger_chain_note_pruned(p_namespace text, p_seq bigint, p_prev text, p_hash text) RETURNS void
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
@@ -103,7 +116,6 @@ BEGIN
 	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
 		SELECT uid FROM toolledger_records
 		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace) AND completion_time < p_before
-		ORDER BY namespace, chain_seq
 		LIMIT p_limit)
 	RETURNING namespace, chain_seq, chain_prev, chain_hash
 	LOOP
@@ -112,20 +124,29 @@ BEGIN
 			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
 		END IF;
 	END LOOP;
+	IF pruned > 0 THEN
+		INSERT INTO toolledger_prune_log (pruned_by, tool_kind, namespace, tool_name, completed_before, records)
+		VALUES (session_user, p_kind, p_namespace, p_name, p_before, pruned);
+	END IF;
 	RETURN pruned;
 END $$;
 REVOKE EXECUTE ON FUNCTION toolledger_chain_note_pruned(text, bigint, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integer) FROM PUBLIC;`,
+	// 4: the chain's order, apart from migration 3, so that its build holds
+	// only inserts (a SHARE lock), not the key check's reads.
+	`CREATE UNIQUE INDEX toolledger_records_chain ON toolledger_records (namespace, chain_seq);`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
 func SchemaVersion() int { return len(migrations) }
 
-// migrate brings the schema to SchemaVersion in one transaction, under the
-// migration lock. A database already newer than this build is refused: an
-// older manager must not write to a schema it does not know. A schema
-// already at this version is only read, so that a role that may read the
-// migrations and read and insert records, and nothing more, can start.
+// migrate brings the schema to SchemaVersion, each migration in a
+// transaction of its own under the migration lock, so that one that builds
+// an index does not hold what an earlier one locked. A database already
+// newer than this build is refused: an older manager must not write to a
+// schema it does not know. A schema already at this version is only read,
+// so that a role that may read and insert records, and nothing more, can
+// start.
 func (s *Store) migrate(ctx context.Context) error {
 	current, err := s.version(ctx)
 	switch {
@@ -136,7 +157,18 @@ func (s *Store) migrate(ctx context.Context) error {
 	case current > len(migrations):
 		return newerSchema(current)
 	}
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	for {
+		done, err := s.migrateOnce(ctx)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// migrateOnce applies the next migration, unless another replica did:
+// done once the schema is at this build's version.
+func (s *Store) migrateOnce(ctx context.Context) (done bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return fmt.Errorf("cannot take the archive's migration lock: %w", err)
 		}
@@ -150,19 +182,23 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM toolledger_schema_migrations`).Scan(&current); err != nil {
 			return fmt.Errorf("cannot read the archive's schema version: %w", err)
 		}
-		if current > len(migrations) {
+		switch {
+		case current > len(migrations):
 			return newerSchema(current)
+		case current == len(migrations):
+			done = true
+			return nil
 		}
-		for v := current + 1; v <= len(migrations); v++ {
-			if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
-				return fmt.Errorf("cannot migrate the archive to schema version %d: %w", v, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO toolledger_schema_migrations (version) VALUES ($1)`, v); err != nil {
-				return fmt.Errorf("cannot record the archive's schema version %d: %w", v, err)
-			}
+		v := current + 1
+		if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+			return fmt.Errorf("cannot migrate the archive to schema version %d: %w", v, err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO toolledger_schema_migrations (version) VALUES ($1)`, v); err != nil {
+			return fmt.Errorf("cannot record the archive's schema version %d: %w", v, err)
 		}
 		return nil
 	})
+	return done, err
 }
 
 // version is the schema's version, read without taking the lock or making

@@ -45,8 +45,8 @@ the newest N of them. Each flag narrows the search:
 
 -o json|yaml prints {items: [{namespace, key, uid, tool, phase, externalRef,
 requestedBy, decidedBy, attempts, creationTimestamp, completionTime, source}]}.
-A search that matches more than 10000 records asks for narrower flags;
-kubectl toolledger status KEY shows one record in full.`,
+With --limit 0, a search that matches more than 10000 records asks for
+narrower flags; kubectl toolledger status KEY shows one record in full.`,
 		Example: `  kubectl toolledger history -n shop --requester alice --since 24h
   kubectl toolledger history -A --tool charge --outcome Failed -o json`,
 		Args: cobra.NoArgs,
@@ -76,16 +76,15 @@ kubectl toolledger status KEY shows one record in full.`,
 			if err != nil {
 				return err
 			}
-			records, archived, err := ledger.History(cmd.Context(), namespace, filter)
+			records, matched, archived, err := ledger.History(cmd.Context(), namespace, filter, limit)
 			if err != nil {
 				return err
 			}
 			if !archived {
 				fmt.Fprintln(c.streams.ErrOut, "note: the cluster serves no archive API; only the records in etcd were searched")
 			}
-			if limit > 0 && len(records) > limit {
-				fmt.Fprintf(c.streams.ErrOut, "note: %d records match; showing the newest %d (--limit)\n", len(records), limit)
-				records = records[len(records)-limit:]
+			if matched > len(records) {
+				fmt.Fprintf(c.streams.ErrOut, "note: %d records match; showing the newest %d (--limit)\n", matched, len(records))
 			}
 			list := struct {
 				Items []ledgerclient.HistoryRecord `json:"items"`

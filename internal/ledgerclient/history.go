@@ -55,32 +55,40 @@ type HistoryRecord struct {
 	Source string `json:"source"`
 }
 
-// MaxHistory bounds the records one search gathers before it sorts them:
-// a search that matches more asks for narrower filters.
+// MaxHistory bounds the records a search that keeps every match gathers:
+// one that matches more asks for narrower filters, or for the newest only.
 const MaxHistory = 10000
 
-// ErrTooMuchHistory is the error of a search that matches more than
-// MaxHistory records.
-var ErrTooMuchHistory = fmt.Errorf("the search matches more than %d records: narrow it (a tool, a requester, a time range, a key prefix)", MaxHistory)
+// ErrTooMuchHistory is the error of a search that keeps every match and
+// matches more than MaxHistory records.
+var ErrTooMuchHistory = fmt.Errorf("the search matches more than %d records: narrow it (a tool, a requester, a time range, a key prefix), or ask for the newest only", MaxHistory)
 
 // History searches the ledger's history in namespace ("" for every
 // namespace): the ToolActions in etcd and, when the cluster serves the
 // archive API, the records that left etcd for the archive, as the
-// Ledger's user, who sees only what RBAC lets them read. Records are in
+// Ledger's user, who sees only what RBAC lets them read. It returns the
+// newest newest records that match (0 for every one, up to MaxHistory) in
 // order of completion, the unfinished last by creation; a record read in
-// both places (archived, not yet deleted from etcd) once. archived reports
-// whether the archive was searched.
-func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFilter) (records []HistoryRecord, archived bool, err error) {
-	seen := map[types.UID]bool{}
+// both places (archived, not yet deleted from etcd) once. matched counts
+// every match; archived reports whether the archive was searched.
+func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFilter, newest int) (records []HistoryRecord, matched int, archived bool, err error) {
+	// Only the records in etcd can also be in the archive.
+	inEtcd := map[types.UID]bool{}
 	add := func(r HistoryRecord) error {
-		if seen[r.UID] || !filter.matches(&r) {
+		if inEtcd[r.UID] || !filter.matches(&r) {
 			return nil
 		}
-		if len(records) == MaxHistory {
-			return ErrTooMuchHistory
+		if r.Source == SourceEtcd {
+			inEtcd[r.UID] = true
 		}
-		seen[r.UID] = true
+		matched++
 		records = append(records, r)
+		switch {
+		case newest == 0 && len(records) > MaxHistory:
+			return ErrTooMuchHistory
+		case newest > 0 && len(records) >= 2*newest+listPageSize:
+			records = newestOf(records, newest)
+		}
 		return nil
 	}
 	// The selectable fields narrow the list on the API server.
@@ -101,7 +109,7 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFi
 		}
 	})
 	if err = errors.Join(err, addErr); err != nil {
-		return nil, false, fmt.Errorf("cannot search the ToolActions in %s: %w", Scope(namespace), err)
+		return nil, 0, false, fmt.Errorf("cannot search the ToolActions in %s: %w", Scope(namespace), err)
 	}
 	req := l.archive.Get().Resource(archivev1alpha1.Resource).Param("limit", fmt.Sprint(listPageSize))
 	if namespace != "" {
@@ -119,20 +127,32 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFi
 			break
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("cannot search the archive in %s: %w", Scope(namespace), err)
+			return nil, 0, false, fmt.Errorf("cannot search the archive in %s: %w", Scope(namespace), err)
 		}
 		archived = true
 		for i := range page.Items {
 			if err := add(recordOfArchived(&page.Items[i])); err != nil {
-				return nil, false, err
+				return nil, 0, false, err
 			}
 		}
 		if cont = page.Continue; cont == "" {
 			break
 		}
 	}
+	if newest > 0 {
+		return newestOf(records, newest), matched, archived, nil
+	}
 	slices.SortStableFunc(records, compareHistory)
-	return records, archived, nil
+	return records, matched, archived, nil
+}
+
+// newestOf sorts records and keeps the newest n.
+func newestOf(records []HistoryRecord, n int) []HistoryRecord {
+	slices.SortStableFunc(records, compareHistory)
+	if len(records) > n {
+		records = slices.Clone(records[len(records)-n:])
+	}
+	return records
 }
 
 // compareHistory orders records by completion, the unfinished last by

@@ -1,7 +1,6 @@
 package webconsole
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -69,14 +68,11 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 		s.render(w, http.StatusBadRequest, "history", s.pageData(r, u, "History", page))
 		return
 	}
-	records, archived, err := u.ledger.History(r.Context(), listScope(page.Namespace), filter)
+	records, matched, archived, err := u.ledger.History(r.Context(), listScope(page.Namespace), filter, historyLimit)
 	if err != nil {
-		status, page.Error = historyStatus(err), err.Error()
+		status, page.Error = apiStatus(err), err.Error()
 	}
-	page.Archived, page.Matched = archived, len(records)
-	if len(records) > historyLimit {
-		records = records[len(records)-historyLimit:]
-	}
+	page.Archived, page.Matched = archived, matched
 	now := s.opts.Now()
 	for _, record := range records {
 		row := historyRow{HistoryRecord: record}
@@ -86,10 +82,12 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 		page.Records = append(page.Records, row)
 	}
 	page.Shown = len(page.Records)
-	if page.Verify && err == nil {
-		page.Chains, err = u.ledger.VerifyChains(r.Context(), listScope(page.Namespace))
-		if err != nil {
-			page.VerifyError = err.Error()
+	// Verified whatever the search found: a search too broad says nothing
+	// of the chain.
+	if page.Verify {
+		var verr error
+		if page.Chains, verr = u.ledger.VerifyChains(r.Context(), listScope(page.Namespace)); verr != nil {
+			page.VerifyError = verr.Error()
 		}
 	}
 	s.render(w, status, "history", s.pageData(r, u, "History", page))
@@ -97,15 +95,6 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 
 var historyPhases = []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed, v1alpha1.PhaseEscalated, v1alpha1.PhaseUnknown,
 	v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseExecuting, v1alpha1.PhaseRetryScheduled, v1alpha1.PhaseAccepted}
-
-// historyStatus is the page's status for a failed search: a search too
-// broad is the request's fault.
-func historyStatus(err error) int {
-	if errors.Is(err, ledgerclient.ErrTooMuchHistory) {
-		return http.StatusBadRequest
-	}
-	return apiStatus(err)
-}
 
 // chainHead spells a chain's head as the plugin does: SEQUENCE:HASH.
 func chainHead(head archivev1alpha1.ChainLink) string {

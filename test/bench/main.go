@@ -121,7 +121,7 @@ var knobs = []*knob{
 	{flag: "archive-retire", env: "BENCH_ARCHIVE_RETIRE", full: "3000", smoke: "150", help: "finished records past their recordRetention that the manager with the archive retires into it"},
 	{flag: "archive-retention-rate", env: "BENCH_ARCHIVE_RETENTION_RATE", full: "0", smoke: "0", help: "--retention-rate of the archive's retirement run (0: the shipped default)"},
 	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: throughput, costly-schema or retention (their figures logged; retention offers -retention-live-rate), or archive (section 10 written to benchmarks-archive.md in -out)"},
-	{flag: "apiserver-profiles", env: "BENCH_APISERVER_PROFILES", full: "", smoke: "", help: "a directory for the kube-apiserver's CPU profile (pprof) of each measured throughput run, warm-up excluded (\"\" for none)"},
+	{flag: "apiserver-profiles", env: "BENCH_APISERVER_PROFILES", full: "", smoke: "", help: "a directory for the kube-apiserver's CPU profile (pprof) of each measured throughput run, warm-up excluded (\"\" for none); profiling takes some of the API server's CPU, so use it with -only throughput, not for the page's figures"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
 	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},

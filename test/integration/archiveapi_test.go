@@ -94,12 +94,18 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(api.Register(registering, k8s, port)).To(Succeed())
 		Expect(testenv.WaitAvailable(registering, k8s)).To(Succeed())
 
-		remove, err := testenv.InstallRBAC(ctx, env.Config, k8s, "archive-api", "role_viewer.yaml")
+		remove, err := testenv.InstallRBAC(ctx, env.Config, k8s, "archive-api", "role_viewer.yaml", "role_auditor.yaml")
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(remove)
 		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: reader},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolledger-viewer"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: reader}},
+		})).To(Succeed())
+		// The reader audits its tenant too: it verifies the archived chain.
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: reader + "-auditor"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "toolledger-auditor"},
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: reader}},
 		})).To(Succeed())
 		readerConfig := rest.CopyConfig(env.Config)
@@ -293,6 +299,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		bind("alice", "toolledger-agent")
 		bind("bob", "toolledger-agent")
 		bind(reader, "toolledger-viewer")
+		bind(reader, "toolledger-auditor")
 		env.CreateTool(hist, "charge", testenv.WithClass(v1alpha1.NonRepeatable))
 		env.CreateTool(hist, "refund", testenv.WithClass(v1alpha1.NonRepeatable))
 		as := func(user string) client.Client {
