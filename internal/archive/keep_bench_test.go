@@ -10,7 +10,7 @@ import (
 // namespace's hash chain, as one manager retiring a backlog does:
 // go test -run '^$' -bench Keep ./internal/archive
 func BenchmarkKeep(b *testing.B) {
-	dsn, err := server.Database(context.Background(), "bench_keep")
+	dsn, err := server.Database(context.Background(), fmt.Sprintf("bench_keep_%d", b.N))
 	if err != nil {
 		b.Fatal(err)
 	}
