@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
@@ -120,20 +119,9 @@ func chainTable(items []archivev1alpha1.ArchiveChain, includeObject string) *met
 		if b := c.Status.Broken; b != nil {
 			broken = fmt.Sprintf("record %d: %s", b.Sequence, b.Problem)
 		}
-		row := metav1.TableRow{Cells: []any{
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			c.Name, c.Status.Verified, c.Status.Records, c.Status.Pruned, headText(c.Status.Head), broken,
-		}}
-		switch includeObject {
-		case "None":
-		case "Object":
-			row.Object = runtime.RawExtension{Object: c}
-		default:
-			row.Object = runtime.RawExtension{Object: &metav1.PartialObjectMetadata{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
-				ObjectMeta: c.ObjectMeta,
-			}}
-		}
-		t.Rows = append(t.Rows, row)
+		}, Object: rowObject(includeObject, c, c.ObjectMeta)})
 	}
 	return t
 }

@@ -100,21 +100,25 @@ func table(items []archivev1alpha1.ArchivedToolAction, includeObject string) *me
 		if a.Status.CompletionTime != nil {
 			completed = duration.HumanDuration(time.Since(a.Status.CompletionTime.Time))
 		}
-		row := metav1.TableRow{Cells: []any{
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			a.Name, a.Spec.ToolRef.Name, string(a.Status.Phase), a.Status.ExternalRef, int64(a.Status.Attempts),
 			a.Archive.Cause, a.Archive.GuardsKey, completed,
-		}}
-		switch includeObject {
-		case "None":
-		case "Object":
-			row.Object = runtime.RawExtension{Object: a}
-		default:
-			row.Object = runtime.RawExtension{Object: &metav1.PartialObjectMetadata{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
-				ObjectMeta: a.ObjectMeta,
-			}}
-		}
-		t.Rows = append(t.Rows, row)
+		}, Object: rowObject(includeObject, a, a.ObjectMeta)})
 	}
 	return t
+}
+
+// rowObject is what a Table's row carries of its object, as the client's
+// includeObject asks: nothing, the object, or by default its metadata.
+func rowObject(includeObject string, obj runtime.Object, meta metav1.ObjectMeta) runtime.RawExtension {
+	switch includeObject {
+	case "None":
+		return runtime.RawExtension{}
+	case "Object":
+		return runtime.RawExtension{Object: obj}
+	}
+	return runtime.RawExtension{Object: &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+		ObjectMeta: meta,
+	}}
 }

@@ -94,16 +94,19 @@ func buildOpenAPI() ([]byte, error) {
 		},
 		"x-kubernetes-group-version-kind": gvk("ArchivedToolAction"),
 	}
-	list := map[string]any{
-		"type":        "object",
-		"description": "ArchivedToolActionList is a page of archived records.",
-		"properties": map[string]any{
-			"apiVersion": action["apiVersion"],
-			"kind":       action["kind"],
-			"metadata":   map[string]any{"type": "object", "description": "The list's metadata: continue names the next page."},
-			"items":      map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/" + schemaName("ArchivedToolAction")}},
-		},
-		"x-kubernetes-group-version-kind": gvk("ArchivedToolActionList"),
+	// list is the schema of a list of kind.
+	list := func(kind, description, metadata string) map[string]any {
+		return map[string]any{
+			"type":        "object",
+			"description": description,
+			"properties": map[string]any{
+				"apiVersion": action["apiVersion"],
+				"kind":       action["kind"],
+				"metadata":   map[string]any{"type": "object", "description": metadata},
+				"items":      map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/" + schemaName(kind)}},
+			},
+			"x-kubernetes-group-version-kind": gvk(kind + "List"),
+		}
 	}
 	chain := map[string]any{
 		"type": "object",
@@ -135,17 +138,6 @@ func buildOpenAPI() ([]byte, error) {
 		},
 		"x-kubernetes-group-version-kind": gvk("ArchiveChain"),
 	}
-	chainList := map[string]any{
-		"type":        "object",
-		"description": "ArchiveChainList is the verifications of several namespaces.",
-		"properties": map[string]any{
-			"apiVersion": action["apiVersion"],
-			"kind":       action["kind"],
-			"metadata":   map[string]any{"type": "object", "description": "The list's metadata."},
-			"items":      map[string]any{"type": "array", "items": map[string]any{"$ref": "#/components/schemas/" + schemaName("ArchiveChain")}},
-		},
-		"x-kubernetes-group-version-kind": gvk("ArchiveChainList"),
-	}
 	// kubectl explain finds a resource's kind through its paths' operations.
 	operation := func(action, kind string) map[string]any {
 		return map[string]any{"get": map[string]any{
@@ -172,9 +164,9 @@ func buildOpenAPI() ([]byte, error) {
 		},
 		"components": map[string]any{"schemas": map[string]any{
 			schemaName("ArchivedToolAction"):     record,
-			schemaName("ArchivedToolActionList"): list,
+			schemaName("ArchivedToolActionList"): list("ArchivedToolAction", "ArchivedToolActionList is a page of archived records.", "The list's metadata: continue names the next page."),
 			schemaName("ArchiveChain"):           chain,
-			schemaName("ArchiveChainList"):       chainList,
+			schemaName("ArchiveChainList"):       list("ArchiveChain", "ArchiveChainList is the verifications of several namespaces.", "The list's metadata."),
 		}},
 	})
 }

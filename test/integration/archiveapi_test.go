@@ -70,6 +70,29 @@ var _ = Describe("The archive API", Ordered, func() {
 		return out.String(), errOut.String(), err
 	}
 
+	// readerConsole serves the web console as the reader, and returns a
+	// reader of its pages: their status and body.
+	readerConsole := func(namespace string) func(path string) (int, string) {
+		GinkgoHelper()
+		readerConfig := rest.CopyConfig(env.Config)
+		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		console, err := webconsole.New(ctx, webconsole.Options{Config: readerConfig, Namespace: namespace, Logger: logf.Log.WithName("archive-console")})
+		Expect(err).NotTo(HaveOccurred())
+		server := httptest.NewServer(console)
+		DeferCleanup(server.Close)
+		return func(path string) (int, string) {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+path, nil)
+			Expect(err).NotTo(HaveOccurred())
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return resp.StatusCode, string(body)
+		}
+	}
+
 	BeforeAll(func() {
 		ctx = context.Background()
 		ns, other = env.NewTenant(), env.NewTenant()
@@ -226,23 +249,7 @@ var _ = Describe("The archive API", Ordered, func() {
 	})
 
 	It("shows an archived record on the web console's record page, to its tenant only", func() {
-		readerConfig := rest.CopyConfig(env.Config)
-		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
-		console, err := webconsole.New(ctx, webconsole.Options{Config: readerConfig, Namespace: ns, Logger: logf.Log.WithName("archive-console")})
-		Expect(err).NotTo(HaveOccurred())
-		server := httptest.NewServer(console)
-		DeferCleanup(server.Close)
-		page := func(path string) (int, string) {
-			GinkgoHelper()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+path, nil)
-			Expect(err).NotTo(HaveOccurred())
-			resp, err := http.DefaultClient.Do(req)
-			Expect(err).NotTo(HaveOccurred())
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			Expect(err).NotTo(HaveOccurred())
-			return resp.StatusCode, string(body)
-		}
+		page := readerConsole(ns)
 		first := archived[ns+"/order-3001-charge"]
 		status, body := page("/actions/" + ns + "/order-3001-charge")
 		Expect(status).To(Equal(http.StatusOK), body)
@@ -359,23 +366,7 @@ var _ = Describe("The archive API", Ordered, func() {
 			`history-4 +charge +Succeeded +ch_\S+ +alice +<none> +1 +\S+ +etcd\n$`))
 
 		By("the web console's history page shows the same, and verifies the namespace's chain")
-		readerConfig := rest.CopyConfig(env.Config)
-		readerConfig.Impersonate = rest.ImpersonationConfig{UserName: reader}
-		console, err := webconsole.New(ctx, webconsole.Options{Config: readerConfig, Namespace: hist, Logger: logf.Log.WithName("history-console")})
-		Expect(err).NotTo(HaveOccurred())
-		server := httptest.NewServer(console)
-		DeferCleanup(server.Close)
-		page := func(path string) (int, string) {
-			GinkgoHelper()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+path, nil)
-			Expect(err).NotTo(HaveOccurred())
-			resp, err := http.DefaultClient.Do(req)
-			Expect(err).NotTo(HaveOccurred())
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			Expect(err).NotTo(HaveOccurred())
-			return resp.StatusCode, string(body)
-		}
+		page := readerConsole(hist)
 		status, body := page("/history?namespace=" + hist + "&requester=alice")
 		Expect(status).To(Equal(http.StatusOK), body)
 		Expect(body).To(ContainSubstring("Searched etcd and the archive."))
