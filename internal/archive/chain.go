@@ -133,7 +133,24 @@ type Verification struct {
 	// Broken is the first place where the chain does not hold; nil when it
 	// holds throughout.
 	Broken *Break `json:"broken,omitempty"`
+	// Copied is what became of a head copied earlier, when one was given
+	// and the chain holds up to it.
+	Copied *CopiedHead `json:"copied,omitempty"`
 }
+
+// CopiedHead is a head copied earlier, checked against the chain.
+type CopiedHead struct {
+	Link
+	// Result is CopiedMatches, or CopiedPruned when its record was pruned
+	// inside a run, whose last hash alone the chain keeps.
+	Result string `json:"result"`
+}
+
+// The results of checking a copied head that the chain does not break.
+const (
+	CopiedMatches = "Matches"
+	CopiedPruned  = "Pruned"
+)
 
 // Break names the first record at which a chain does not hold.
 type Break struct {
@@ -157,8 +174,11 @@ const verifyPage = 500
 // altered after its records were archived, up to its head; the newest
 // records' deletion shows against the head kept apart from them, and their
 // deletion with that head's rewriting only against a head copied before.
-func (s *Store) Verify(ctx context.Context, namespace string) (*Verification, error) {
-	v, err := s.verify(ctx, namespace)
+//
+// copied, when set, is a head copied earlier: the chain must hold the same
+// hash at its sequence, else it was rewritten up to there.
+func (s *Store) Verify(ctx context.Context, namespace string, copied *Link) (*Verification, error) {
+	v, err := s.verify(ctx, namespace, copied)
 	observe("verify", err)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot verify the chain of namespace %s: %w", ErrUnavailable, namespace, err)
@@ -166,20 +186,31 @@ func (s *Store) Verify(ctx context.Context, namespace string) (*Verification, er
 	return v, nil
 }
 
-func (s *Store) verify(ctx context.Context, namespace string) (*Verification, error) {
+func (s *Store) verify(ctx context.Context, namespace string, copied *Link) (*Verification, error) {
 	var v *Verification
 	// One snapshot: an append or a prune commits its records with their
 	// head or links, so that a chain being written verifies as it stood.
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
-		v, err = verifyIn(ctx, tx, namespace)
+		v, err = verifyIn(ctx, tx, namespace, copied)
 		return err
 	})
 	return v, err
 }
 
-func verifyIn(ctx context.Context, tx pgx.Tx, namespace string) (*Verification, error) {
+func verifyIn(ctx context.Context, tx pgx.Tx, namespace string, copied *Link) (*Verification, error) {
 	v := &Verification{Namespace: namespace}
+	// compare checks the copied head against the link at its sequence.
+	compare := func(at Link) *Break {
+		if copied == nil || at.Sequence != copied.Sequence {
+			return nil
+		}
+		if at.Hash != copied.Hash {
+			return &Break{Sequence: at.Sequence, Problem: "its hash is not the copied head's: the chain was rewritten up to here"}
+		}
+		v.Copied = &CopiedHead{Link: *copied, Result: CopiedMatches}
+		return nil
+	}
 	recorded, started, err := recordedHead(ctx, tx, namespace)
 	if err != nil {
 		return nil, err
@@ -206,6 +237,12 @@ WHERE namespace = $1 AND chain_seq IS NULL AND ($2::timestamptz IS NULL OR archi
 				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d do not follow the hash of record %d", run.first, run.last, v.Head.Sequence)}
 			}
 			v.Head, v.Pruned, runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-run.first+1, runs[1:]
+			if copied != nil && copied.Sequence >= run.first && copied.Sequence < run.last {
+				v.Copied = &CopiedHead{Link: *copied, Result: CopiedPruned}
+			}
+			if b := compare(v.Head); b != nil {
+				return b
+			}
 		}
 		return nil
 	}
@@ -232,6 +269,9 @@ LIMIT $3`, namespace, after, verifyPage)
 				return v, nil
 			}
 			v.Head, v.Records = c.record.Chain, v.Records+1
+			if v.Broken = compare(v.Head); v.Broken != nil {
+				return v, nil
+			}
 		}
 		if len(page) < verifyPage {
 			break
@@ -248,6 +288,9 @@ LIMIT $3`, namespace, after, verifyPage)
 		v.Broken = &Break{Sequence: recorded.Sequence + 1, Problem: fmt.Sprintf("the chain goes on past its recorded head, record %d: records were added outside the ledger", recorded.Sequence)}
 	case v.Head.Hash != recorded.Hash:
 		v.Broken = &Break{Sequence: v.Head.Sequence, Problem: "the newest record's hash is not the recorded head's: the chain was rewritten"}
+	}
+	if v.Broken == nil && copied != nil && copied.Sequence > v.Head.Sequence {
+		v.Broken = &Break{Sequence: copied.Sequence, Problem: fmt.Sprintf("the copied head is past the chain's head, record %d: records after it were deleted, and the head with them", v.Head.Sequence)}
 	}
 	if v.Broken != nil || started == nil {
 		return v, nil

@@ -43,7 +43,7 @@ func exec(t *testing.T, dsn, sql string) {
 
 func verify(t *testing.T, s *archive.Store, namespace string) *archive.Verification {
 	t.Helper()
-	v, err := s.Verify(context.Background(), namespace)
+	v, err := s.Verify(context.Background(), namespace, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +284,52 @@ func TestVerifyWhileRecordsAreKeptAndPruned(t *testing.T) {
 		t.Fatalf("at the end: %+v", v)
 	}
 	t.Logf("%d verifications while 300 records were kept and pruned", verified)
+}
+
+// A head copied earlier is held against the chain: the same hash at its
+// sequence, else the chain was rewritten up to there.
+func TestVerifyChecksAHeadCopiedEarlier(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
+	linkOf := func(key string) archive.Link {
+		t.Helper()
+		r, err := s.Newest(ctx, "shop", key)
+		if err != nil || r == nil {
+			t.Fatalf("%s: %v, %v", key, r, err)
+		}
+		return r.Chain
+	}
+	copied, fourth := linkOf("k3"), linkOf("k4")
+	check := func(head archive.Link) *archive.Verification {
+		t.Helper()
+		v, err := s.Verify(ctx, "shop", &head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := check(copied); v.Broken != nil || v.Copied == nil || *v.Copied != (archive.CopiedHead{Link: copied, Result: archive.CopiedMatches}) {
+		t.Fatalf("the copied head of an untouched chain: %+v", v)
+	}
+	// A chain rewritten consistently up to a copied head, the head kept
+	// apart included, shows only against the copy.
+	forged := archive.Link{Sequence: copied.Sequence, Hash: strings.Repeat("0", 64)}
+	wantBreak(t, check(forged), archive.Break{Sequence: 3, Problem: "its hash is not the copied head's: the chain was rewritten up to here"})
+	wantBreak(t, check(archive.Link{Sequence: 9, Hash: copied.Hash}), archive.Break{Sequence: 9,
+		Problem: "the copied head is past the chain's head, record 5: records after it were deleted, and the head with them"})
+	// Pruned inside a run, a head can no longer be compared; at a run's
+	// end it can.
+	if n, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(3*time.Hour + time.Minute)}}); err != nil || n != 4 {
+		t.Fatalf("Prune: %d, %v; want 4", n, err)
+	}
+	if v := check(copied); v.Broken != nil || v.Copied == nil || v.Copied.Result != archive.CopiedPruned {
+		t.Errorf("a copied head pruned inside a run: %+v", v)
+	}
+	if v := check(fourth); v.Broken != nil || v.Copied == nil || v.Copied.Result != archive.CopiedMatches {
+		t.Errorf("a copied head at a pruned run's end: %+v", v)
+	}
+	wantBreak(t, check(archive.Link{Sequence: fourth.Sequence, Hash: copied.Hash}), archive.Break{Sequence: 4,
+		Problem: "its hash is not the copied head's: the chain was rewritten up to here"})
 }

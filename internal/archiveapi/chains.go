@@ -3,6 +3,8 @@ package archiveapi
 import (
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,12 +37,17 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, namespace, na
 		writeStatus(w, apierrors.NewNotFound(chainResource, name))
 		return
 	}
+	copied, err := parseHead(r.URL.Query().Get("head"))
+	if err != nil {
+		writeStatus(w, apierrors.NewBadRequest(err.Error()))
+		return
+	}
 	done, ok := h.oneVerification(w)
 	if !ok {
 		return
 	}
 	defer done()
-	v, err := h.records.Verify(r.Context(), namespace)
+	v, err := h.records.Verify(r.Context(), namespace, copied)
 	if err != nil {
 		writeStatus(w, h.unavailable(err))
 		return
@@ -55,6 +62,10 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, namespace, na
 
 // listChains verifies the namespace's chain, or every namespace's.
 func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, namespace string) {
+	if r.URL.Query().Has("head") {
+		writeStatus(w, apierrors.NewBadRequest("a copied head is one namespace's: give it with a get of its ArchiveChain, ledger"))
+		return
+	}
 	done, ok := h.oneVerification(w)
 	if !ok {
 		return
@@ -73,7 +84,7 @@ func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, namespace s
 		Items:    make([]archivev1alpha1.ArchiveChain, 0, len(namespaces)),
 	}
 	for _, ns := range namespaces {
-		v, err := h.records.Verify(r.Context(), ns)
+		v, err := h.records.Verify(r.Context(), ns, nil)
 		if err != nil {
 			writeStatus(w, h.unavailable(err))
 			return
@@ -99,7 +110,23 @@ func chainObject(v *archive.Verification, now time.Time) *archivev1alpha1.Archiv
 	if b := v.Broken; b != nil {
 		chain.Status.Broken = &archivev1alpha1.ChainBreak{Sequence: b.Sequence, Key: b.Key, UID: b.UID, Problem: b.Problem}
 	}
+	if c := v.Copied; c != nil {
+		chain.Status.CopiedHead = &archivev1alpha1.CopiedHead{ChainLink: archivev1alpha1.ChainLink{Sequence: c.Sequence, Hash: c.Hash}, Result: c.Result}
+	}
 	return chain
+}
+
+// parseHead reads a copied head, SEQUENCE:HASH; nil when none is given.
+func parseHead(value string) (*archive.Link, error) {
+	if value == "" {
+		return nil, nil
+	}
+	sequence, hash, found := strings.Cut(value, ":")
+	n, err := strconv.ParseInt(sequence, 10, 64)
+	if !found || err != nil || n < 1 || len(hash) != 64 || strings.Trim(hash, "0123456789abcdef") != "" {
+		return nil, fmt.Errorf("head %q is not a copied head: give SEQUENCE:HASH, as verify prints it (a sequence from 1, 64 hex digits)", value)
+	}
+	return &archive.Link{Sequence: n, Hash: hash}, nil
 }
 
 var chainColumns = []metav1.TableColumnDefinition{

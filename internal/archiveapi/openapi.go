@@ -127,6 +127,11 @@ func buildOpenAPI() ([]byte, error) {
 					"pruned":     integer("Records deleted by --archive-history-retention, whose links the chain keeps."),
 					"unchained":  integer("Records archived before the archive had chains, which nothing proves."),
 					"verifiedAt": map[string]any{"type": "string", "format": "date-time", "description": "When the chain was recomputed."},
+					"copiedHead": map[string]any{"type": "object", "description": "A head copied earlier and given with the get (?head=SEQUENCE:HASH), when the chain holds up to it.", "properties": map[string]any{
+						"sequence": integer("The copied head's sequence."),
+						"hash":     str("The copied head's hash."),
+						"result":   str("Matches: the chain holds the same hash there; Pruned: its record was pruned inside a run, whose last hash alone the chain keeps, so it can no longer be compared."),
+					}},
 					"broken": map[string]any{"type": "object", "description": "The first record at which the chain does not hold.", "properties": map[string]any{
 						"sequence": integer("The record's place in the chain."),
 						"key":      str("The record's key, when it is still there."),

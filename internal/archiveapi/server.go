@@ -48,7 +48,7 @@ type Records interface {
 	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
 	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
-	Verify(ctx context.Context, namespace string) (*archive.Verification, error)
+	Verify(ctx context.Context, namespace string, copied *archive.Link) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +40,13 @@ type records struct {
 	rows   []archive.Record
 	chains []archive.Verification
 	err    error
-	// filter is the last list's.
+	// filter is the last list's; copied the last verification's.
 	filter archive.Filter
+	copied *archive.Link
 }
 
-func (f *records) Verify(_ context.Context, namespace string) (*archive.Verification, error) {
+func (f *records) Verify(_ context.Context, namespace string, copied *archive.Link) (*archive.Verification, error) {
+	f.copied = copied
 	for i := range f.chains {
 		if f.chains[i].Namespace == namespace {
 			return &f.chains[i], f.err
@@ -315,6 +318,20 @@ func TestAChainIsVerifiedWhenItIsRead(t *testing.T) {
 	}
 	if shop := list.Items[1].Status; shop.Verified || shop.Broken == nil || *shop.Broken != (archivev1alpha1.ChainBreak{Sequence: 17, Problem: "record 17 is missing: deleted, not pruned"}) {
 		t.Errorf("a broken chain listed as %+v", shop)
+	}
+	hash := strings.Repeat("3f", 32)
+	if rec, _ := get(h, &p, "auditor", chains+"/ledger?head=41:"+hash); rec.Code != http.StatusOK || f.copied == nil || *f.copied != (archive.Link{Sequence: 41, Hash: hash}) {
+		t.Errorf("a copied head: %d, verified with %+v", rec.Code, f.copied)
+	}
+	for _, bad := range []string{"41", "0:" + hash, "x:" + hash, "41:" + hash[:10], "41:" + strings.ToUpper(hash)} {
+		if rec, status := get(h, &p, "auditor", chains+"/ledger?head="+url.QueryEscape(bad)); rec.Code != http.StatusBadRequest ||
+			status.Message != fmt.Sprintf("head %q is not a copied head: give SEQUENCE:HASH, as verify prints it (a sequence from 1, 64 hex digits)", bad) {
+			t.Errorf("head %q: %d %q, want 400", bad, rec.Code, status.Message)
+		}
+	}
+	if rec, status := get(h, &p, "auditor", "/apis/archive.toolledger.dev/v1alpha1/archivechains?head=41:"+hash); rec.Code != http.StatusBadRequest ||
+		status.Message != "a copied head is one namespace's: give it with a get of its ArchiveChain, ledger" {
+		t.Errorf("a copied head in a list: %d %q, want 400", rec.Code, status.Message)
 	}
 	h.verifying <- struct{}{}
 	rec, status := get(h, &p, "auditor", chains+"/ledger")

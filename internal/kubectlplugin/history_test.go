@@ -30,3 +30,12 @@ func TestHistoryRefusesBadFlagsBeforeAsking(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifyTakesACopiedHeadForOneNamespace(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut},
+		[]string{"--kubeconfig", "/nonexistent", "verify", "-A", "--head", "3:abc"})
+	if want := "error: --head is one namespace's: give it with -n, not -A\n"; code != ExitError || errOut.String() != want {
+		t.Errorf("verify -A --head: exit %d, stderr %q; want exit 1 and %q", code, errOut.String(), want)
+	}
+}

@@ -16,6 +16,7 @@ func newVerifyCommand(c *console) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool
+		copiedHead    string
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -40,16 +41,25 @@ after it was archived, missing (deleted, not pruned), or not following the
 hash before it (the chain rewritten from there). docs/audit.md says what the
 chain proves and what it does not.
 
+--head SEQUENCE:HASH checks a head copied earlier: the chain must still hold
+that hash at that sequence, or it was rewritten up to there (or the records
+after the chain's head were deleted with it). A head whose record was pruned
+inside a run can no longer be compared, and is reported so.
+
 Exit status: 0 when every chain holds; 1 when one does not, or on an error.`,
 		Example: `  kubectl toolledger verify -n shop
+  kubectl toolledger verify -n shop --head 1346:3f2a9c0e6b1d…
   kubectl toolledger verify -A -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if copiedHead != "" && allNamespaces {
+				return fmt.Errorf("--head is one namespace's: give it with -n, not -A")
+			}
 			namespace, ledger, err := c.connectList(allNamespaces)
 			if err != nil {
 				return err
 			}
-			chains, err := ledger.VerifyChains(cmd.Context(), namespace)
+			chains, err := ledger.VerifyChains(cmd.Context(), namespace, copiedHead)
 			if err != nil {
 				return err
 			}
@@ -64,6 +74,7 @@ Exit status: 0 when every chain holds; 1 when one does not, or on an error.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "Verify the chain of every namespace the archive holds.")
+	cmd.Flags().StringVar(&copiedHead, "head", "", "A head copied earlier, SEQUENCE:HASH, that the chain must still hold.")
 	addOutputFlag(cmd, &format, "the verifications")
 	return cmd
 }
@@ -84,6 +95,13 @@ func writeChains(w io.Writer, chains []archivev1alpha1.ArchiveChain, allNamespac
 	for _, chain := range chains {
 		if b := chain.Status.Broken; b != nil {
 			fmt.Fprintf(w, "\n%s: the chain breaks at %s: %s\n", chain.Namespace, describeBreak(b), b.Problem)
+		}
+		switch c := chain.Status.CopiedHead; {
+		case c == nil:
+		case c.Result == "Pruned":
+			fmt.Fprintf(w, "\n%s: the copied head %d:%s cannot be compared: its record was pruned inside a run, whose last hash alone the chain keeps\n", chain.Namespace, c.Sequence, c.Hash)
+		default:
+			fmt.Fprintf(w, "\n%s: the copied head %d:%s matches: nothing up to it was rewritten\n", chain.Namespace, c.Sequence, c.Hash)
 		}
 	}
 	return nil

@@ -66,9 +66,10 @@ func ActionOf(archived *archivev1alpha1.ArchivedToolAction) *v1alpha1.ToolAction
 
 // VerifyChains asks the archive API to verify the hash chain of namespace's
 // history ("" for every namespace that has one) as the Ledger's user; the
-// manager recomputes each chain when it is read. ErrNoArchiveAPI when there
-// is no archive API.
-func (l *Ledger) VerifyChains(ctx context.Context, namespace string) ([]archivev1alpha1.ArchiveChain, error) {
+// manager recomputes each chain when it is read. copiedHead, SEQUENCE:HASH,
+// is a head copied earlier to check against one namespace's chain ("" for
+// none). ErrNoArchiveAPI when there is no archive API.
+func (l *Ledger) VerifyChains(ctx context.Context, namespace, copiedHead string) ([]archivev1alpha1.ArchiveChain, error) {
 	var (
 		list archivev1alpha1.ArchiveChainList
 		err  error
@@ -77,7 +78,11 @@ func (l *Ledger) VerifyChains(ctx context.Context, namespace string) ([]archivev
 		err = l.archive.Get().Resource(archivev1alpha1.ChainResource).Do(ctx).Into(&list)
 	} else {
 		var chain archivev1alpha1.ArchiveChain
-		err = l.archive.Get().Namespace(namespace).Resource(archivev1alpha1.ChainResource).Name(archivev1alpha1.ChainName).Do(ctx).Into(&chain)
+		req := l.archive.Get().Namespace(namespace).Resource(archivev1alpha1.ChainResource).Name(archivev1alpha1.ChainName)
+		if copiedHead != "" {
+			req = req.Param("head", copiedHead)
+		}
+		err = req.Do(ctx).Into(&chain)
 		list.Items = append(list.Items, chain)
 	}
 	switch {

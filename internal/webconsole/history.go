@@ -86,7 +86,7 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 	// of the chain.
 	if page.Verify {
 		var verr error
-		if page.Chains, verr = u.ledger.VerifyChains(r.Context(), listScope(page.Namespace)); verr != nil {
+		if page.Chains, verr = u.ledger.VerifyChains(r.Context(), listScope(page.Namespace), ""); verr != nil {
 			page.VerifyError = verr.Error()
 		}
 	}

@@ -424,6 +424,11 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(links).To(HaveKey(BeEquivalentTo(2)))
 		Expect(stdout).To(Equal(fmt.Sprintf("VERIFIED   RECORDS   PRUNED   BEFORE-CHAIN   HEAD\ntrue       2         0        0              2:%s\n", links[2].Archive.Chain.Hash)))
 
+		By("a head copied now still matches")
+		code, stdout, stderr = plugin("--as", reader, "-n", ns, "verify", "--head", fmt.Sprintf("2:%s", links[2].Archive.Chain.Hash))
+		Expect(code).To(BeZero(), stderr)
+		Expect(stdout).To(ContainSubstring(fmt.Sprintf("%s: the copied head 2:%s matches: nothing up to it was rewritten", ns, links[2].Archive.Chain.Hash)))
+
 		By("another tenant's history is not the reader's to verify")
 		code, _, stderr = plugin("--as", reader, "-n", other, "verify")
 		Expect(code).To(Equal(1))

@@ -98,8 +98,20 @@ type ArchiveChainStatus struct {
 	Unchained int64 `json:"unchained"`
 	// Broken names the first record at which the chain does not hold.
 	Broken *ChainBreak `json:"broken,omitempty"`
+	// CopiedHead is what became of a head copied earlier and given with
+	// the get (?head=SEQUENCE:HASH), when the chain holds up to it.
+	CopiedHead *CopiedHead `json:"copiedHead,omitempty"`
 	// VerifiedAt is when the chain was recomputed.
 	VerifiedAt metav1.Time `json:"verifiedAt"`
+}
+
+// CopiedHead is a head copied earlier, checked against the chain.
+type CopiedHead struct {
+	ChainLink `json:",inline"`
+	// Result is Matches: the chain holds the same hash at that sequence;
+	// or Pruned: its record was pruned inside a run, whose last hash alone
+	// the chain keeps, so it can no longer be compared.
+	Result string `json:"result"`
 }
 
 // ChainBreak is where a chain stops holding.
