@@ -163,10 +163,12 @@ func (r *ToolActionReconciler) dispatch(ctx context.Context, d *claimedAttempt) 
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
+	sendCtx, span := startCallSpan(sendCtx, d.claimed, operationAttempt, &d.request)
 	start := time.Now()
 	outcome, err := d.conn.Execute(sendCtx, d.request)
 	d.slot.Release()
 	took, result := time.Since(start), attemptResult(err)
+	endCallSpan(span, result, outcome, err)
 	observeCall(d.claimed, d.tool.tool, operationAttempt, result, took)
 	logger := log.FromContext(ctx).WithValues("result", result, "duration", took.Round(time.Millisecond))
 	if err != nil {

@@ -67,8 +67,10 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 	if err != nil {
 		return adapter.Outcome{}, err
 	}
+	req := requestOf(action, parameters)
+	ctx, span := startCallSpan(ctx, action, operationLookup, &req)
 	start := time.Now()
-	outcome, err := conn.Lookup(ctx, requestOf(action, parameters))
+	outcome, err := conn.Lookup(ctx, req)
 	result := "found"
 	switch {
 	case errors.Is(err, adapter.ErrNotFound):
@@ -77,6 +79,7 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 		result = "inconclusive"
 	}
 	took := time.Since(start)
+	endCallSpan(span, result, outcome, err)
 	observeCall(action, tool.tool, operationLookup, result, took)
 	log.FromContext(ctx).Info("Lookup answered", "result", result, "duration", took.Round(time.Millisecond))
 	return outcome, err

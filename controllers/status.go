@@ -20,7 +20,7 @@ const (
 	ReasonAccepted             = "Accepted"
 	ReasonExecuting            = "Executing"
 	ReasonSucceeded            = "Succeeded"
-	ReasonFoundByLookup        = "FoundByLookup"
+	ReasonFoundByLookup        = v1alpha1.ReasonFoundByLookup
 	ReasonAbsentByLookup       = "AbsentByLookup"
 	ReasonLookupWindowClosed   = "LookupWindowClosed"
 	ReasonReplayedByDownstream = "ReplayedByDownstream"

@@ -181,6 +181,10 @@ const (
 	ConditionCompensated = "Compensated"
 )
 
+// ReasonFoundByLookup is the Succeeded condition's reason when a lookup
+// found the effect of an attempt whose outcome was unknown.
+const ReasonFoundByLookup = "FoundByLookup"
+
 // ErrorClass says what a failure means for repeating the action.
 // +kubebuilder:validation:Enum=InvalidInput;Denied;ProviderUnavailable;OutcomeUnknown;DuplicateConflict;RetriesExhausted
 type ErrorClass string

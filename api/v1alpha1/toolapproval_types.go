@@ -29,6 +29,13 @@ const (
 	RequestDigestAnnotation = "toolledger.dev/request-digest"
 )
 
+// TraceparentAnnotation carries the W3C traceparent of the invocation that
+// last applied a ToolAction (the SDK's span, or the MCP gateway's), so that
+// the manager's attempt and lookup spans continue the caller's trace. It is
+// metadata, not spec: a retry from another span is the same intent. Without
+// it, spec.provenance.traceID names the parent when it is a traceparent.
+const TraceparentAnnotation = "toolledger.dev/traceparent"
+
 // ApprovalDecision is what an approver decided about one request.
 // +kubebuilder:validation:Enum=Approved;Denied
 type ApprovalDecision string

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/telemetry"
 )
 
 // prefixes appends a flag's CIDRs to *into, refusing what is not one.
@@ -80,13 +82,20 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 
+	tracing, err := telemetry.Setup(context.Background(), "toolledger-manager")
+	if err != nil {
+		log.Error(err, "Cannot set up tracing")
+		os.Exit(1)
+	}
 	mgr, err := app.NewManager(ctrl.GetConfigOrDie(), opts)
 	if err != nil {
 		log.Error(err, "Cannot create the manager")
 		os.Exit(1)
 	}
-	log.Info("Starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	log.Info("Starting manager", "tracing", tracing.Enabled())
+	err = mgr.Start(ctrl.SetupSignalHandler())
+	telemetry.Flush(tracing, log)
+	if err != nil {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}

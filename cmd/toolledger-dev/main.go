@@ -35,6 +35,7 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/telemetry"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -139,6 +140,11 @@ func run(opts options) error {
 		}
 		managerOpts.ArchiveAPIAddr = opts.archiveAPIListen
 	}
+	tracing, err := telemetry.Setup(ctx, "toolledger-manager")
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(tracing, ctrl.Log)
 	mgr, err := app.NewManager(testenv.AsManager(cfg), managerOpts)
 	if err != nil {
 		return err

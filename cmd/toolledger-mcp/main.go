@@ -27,6 +27,7 @@ import (
 
 	"github.com/toolledger/toolledger/internal/mcpgateway"
 	"github.com/toolledger/toolledger/internal/serve"
+	"github.com/toolledger/toolledger/internal/telemetry"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").
@@ -88,6 +89,11 @@ func run(f flags, log logr.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tracing, err := telemetry.Setup(ctx, "toolledger-mcp")
+	if err != nil {
+		return err
+	}
+	defer telemetry.Flush(tracing, log)
 	gateway, err := mcpgateway.New(ctx, mcpgateway.Options{
 		Config: cfg, Namespace: f.namespace, ClusterTools: f.clusterTools,
 		Wait: f.wait, ProgressInterval: f.progress, ConstrainedImpersonation: f.constrained, Version: version, Logger: log,

@@ -32,7 +32,8 @@ const (
 )
 
 // provenanceHeaders are the headers toolledger adds to say on whose behalf a
-// call is made; the server keeps them so tests can check they arrived.
+// call is made, and in which trace; the server keeps them so tests can
+// check they arrived.
 var provenanceHeaders = []string{
 	"Toolledger-Run-Id",
 	"Toolledger-Step-Id",
@@ -41,6 +42,7 @@ var provenanceHeaders = []string{
 	"Toolledger-Principals",
 	"Toolledger-Requested-By",
 	"Toolledger-Approved-By",
+	"Traceparent",
 }
 
 // Charge is a committed payment.

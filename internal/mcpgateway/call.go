@@ -119,7 +119,7 @@ func DeriveKey(in KeyInput) (string, error) {
 // handler returns the tool handler of a published entry.
 func (g *Gateway) handler(e *entry) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return g.call(ctx, e, req), nil
+		return g.tracedCall(ctx, e, req), nil
 	}
 }
 

@@ -143,6 +143,10 @@ type Request struct {
 	// ApprovedBy is the verified approver of an approved action
 	// (status.approval.decidedBy); empty when the tool requires none.
 	ApprovedBy string
+	// Traceparent is the W3C traceparent the downstream request carries
+	// (https://www.w3.org/TR/trace-context/): the span of this attempt or
+	// lookup, a child of the caller's; empty when no trace is known.
+	Traceparent string
 }
 
 // Outcome is what the downstream reported for an applied request.

@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/tracing"
 )
 
 // DefaultFieldManager is the server-side apply field manager of the SDK.
@@ -143,12 +145,31 @@ func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 // the same Request costs one request if it settled meanwhile. When the
 // apply itself fails, the Outcome is nil. An error wrapping ErrDeleted means
 // the action was deleted while Invoke waited.
+//
+// Invoke is traced as a span (invoke <tool>) of the program's tracer
+// provider, a child of ctx's span; the action records the span's
+// traceparent in its toolledger.dev/traceparent annotation, and the
+// manager's attempt and lookup spans continue it. When the caller traces,
+// a repeated invocation from another span rewrites that annotation: a
+// write, never an effect.
 func (c *Client) Invoke(ctx context.Context, req Request, opts ...InvokeOption) (*Outcome, error) {
+	ctx, span := tracing.Tracer().Start(ctx, "invoke "+req.Tool, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		tracing.GenAIToolName.String(req.Tool),
+		tracing.ToolKind.String(v1alpha1.ToolReference{Kind: req.ToolKind}.KindOrDefault()),
+		tracing.Namespace.String(req.Namespace),
+		tracing.Key.String(req.Key),
+	))
+	outcome, err := c.invoke(ctx, req, opts)
+	endInvokeSpan(span, outcome, err)
+	return outcome, err
+}
+
+func (c *Client) invoke(ctx context.Context, req Request, opts []InvokeOption) (*Outcome, error) {
 	var o invokeOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	body, err := applyBody(req)
+	body, err := applyBody(req, tracing.Traceparent(ctx))
 	if err != nil {
 		return nil, err
 	}

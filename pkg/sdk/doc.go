@@ -127,4 +127,15 @@
 // own, which would make the same intent two. Provenance (run, step, parent
 // task, trace, principals) is recorded in the spec and sent downstream
 // unchanged; as part of the request it must be the same on every invocation.
+//
+// # Tracing
+//
+// Invoke is an OpenTelemetry span (invoke <tool>) of the program's tracer
+// provider, a child of the span in its ctx; the manager's attempt and
+// lookup spans continue it, and the downstream request carries their
+// traceparent. The SDK needs only the OpenTelemetry API: an agent that
+// installs no provider records nothing. A per-call span goes in metadata
+// (the toolledger.dev/traceparent annotation), never in Provenance, which
+// must not change between invocations. docs/operations.md, "Traces", lists
+// the spans' attributes.
 package sdk

@@ -92,6 +92,10 @@ type Outcome struct {
 	// Succeeded condition then says SettledByTombstone). After a lost answer to an
 	// earlier call of your own, that call may have been the one that did.
 	Deduplicated bool
+	// SettledBy says what settled the action besides an attempt of its
+	// own: FoundByLookup (an attempt's unknown outcome was looked up),
+	// SettledByTombstone or SettledByArchive; empty otherwise.
+	SettledBy string
 	// CreatedAt is when the intent was first recorded.
 	CreatedAt time.Time
 	// ExternalRef is the downstream's identifier of the effect.
@@ -127,7 +131,7 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		Namespace:     action.Namespace,
 		Key:           action.Name,
 		Phase:         action.Status.Phase,
-		Deduplicated:  deduplicated || settledByTombstone(action),
+		SettledBy:     settledBy(action),
 		CreatedAt:     action.CreationTimestamp.Time,
 		ExternalRef:   action.Status.ExternalRef,
 		Attempts:      action.Status.Attempts,
@@ -135,6 +139,7 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		RequestedBy:   action.Annotations[v1alpha1.RequestedByAnnotation],
 		Approval:      action.Status.Approval.DeepCopy(),
 	}
+	o.Deduplicated = deduplicated || o.SettledBy == v1alpha1.ReasonSettledByTombstone || o.SettledBy == v1alpha1.ReasonSettledByArchive
 	if action.Status.Result != nil {
 		// A copy: invocations of one key share the observed action.
 		o.Result = bytes.Clone(action.Status.Result.Raw)
@@ -145,17 +150,21 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 	return o
 }
 
-// settledByTombstone reports an action created again under a deleted key
-// and answered by the key's tombstone or archived record, without a
-// dispatch.
-func settledByTombstone(action *v1alpha1.ToolAction) bool {
+// settledBy is the reason an action settled other than by an attempt of
+// its own: found by a lookup, or answered by its key's tombstone or
+// archived record without a dispatch; "" otherwise.
+func settledBy(action *v1alpha1.ToolAction) string {
 	reason := ""
 	if e := action.Status.Error; e != nil {
 		reason = e.Reason
 	} else if c := meta.FindStatusCondition(action.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil {
 		reason = c.Reason
 	}
-	return reason == v1alpha1.ReasonSettledByTombstone || reason == v1alpha1.ReasonSettledByArchive
+	switch reason {
+	case v1alpha1.ReasonSettledByTombstone, v1alpha1.ReasonSettledByArchive, v1alpha1.ReasonFoundByLookup:
+		return reason
+	}
+	return ""
 }
 
 // applyConfiguration is the server-side apply body: only what the caller
@@ -175,10 +184,14 @@ type applyMetadata struct {
 	Name       string   `json:"name"`
 	Namespace  string   `json:"namespace"`
 	Finalizers []string `json:"finalizers"`
+	// Annotations carry the invocation's traceparent, when it has one.
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// applyBody validates req and encodes it deterministically.
-func applyBody(req Request) ([]byte, error) {
+// applyBody validates req and encodes it deterministically. traceparent is
+// the invoking span's, "" without one: it is metadata, so an invocation
+// from another span applies the same intent.
+func applyBody(req Request, traceparent string) ([]byte, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
@@ -197,6 +210,9 @@ func applyBody(req Request) ([]byte, error) {
 			Provenance:    req.Provenance,
 			Compensates:   req.Compensates,
 		},
+	}
+	if traceparent != "" {
+		body.Metadata.Annotations = map[string]string{v1alpha1.TraceparentAnnotation: traceparent}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

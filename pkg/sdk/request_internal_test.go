@@ -33,7 +33,7 @@ func TestApplyBodyIsTheSameBytesForTheSameValues(t *testing.T) {
 				Tool:       "charge",
 				Parameters: tc.parameters,
 				Provenance: &v1alpha1.Provenance{RunID: "run-42", Principals: []string{"user:alice"}},
-			})
+			}, "")
 			if err != nil {
 				t.Fatalf("applyBody: %v", err)
 			}
@@ -61,7 +61,7 @@ func TestApplyBodyRefusesInvalidRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := valid
 			tc.modify(&req)
-			body, err := applyBody(req)
+			body, err := applyBody(req, "")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("applyBody = %s, %v; want an error containing %q", body, err, tc.want)
 			}

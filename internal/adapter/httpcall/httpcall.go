@@ -60,8 +60,8 @@ const (
 	defaultKeyLength = 255
 )
 
-// Provenance headers pass the intent's provenance downstream unchanged. A
-// traceID that is a W3C traceparent goes as traceparent too.
+// Provenance headers pass the intent's provenance downstream unchanged.
+// The request's traceparent (the attempt's span) goes as traceparent.
 const (
 	RunIDHeader        = "Toolledger-Run-Id"
 	StepIDHeader       = "Toolledger-Step-Id"
@@ -469,7 +469,7 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 		return adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "InvalidRequest", Err: adapter.ShowURL(err, e.url)}
 	}
 	httpReq.GetBody = nil
-	e.setHeaders(httpReq, req.IdempotencyKey)
+	e.setHeaders(httpReq, req)
 	setProvenance(httpReq.Header, req.Provenance)
 	setIdentities(httpReq.Header, req.RequestedBy, req.ApprovedBy)
 	if encoded.contentType != "" {
@@ -491,14 +491,18 @@ func (e *executor) Execute(ctx context.Context, req adapter.Request) (adapter.Ou
 	return e.classify(resp, respBody, readErr)
 }
 
-// setHeaders sets the Tool's headers, and the key's unless it goes in the body.
-func (e *executor) setHeaders(req *http.Request, idempotencyKey string) {
+// setHeaders sets the Tool's headers, the key's unless it goes in the
+// body, and the traceparent of the attempt's or lookup's span.
+func (e *executor) setHeaders(httpReq *http.Request, req adapter.Request) {
 	for name, values := range e.headers {
-		req.Header[name] = values
+		httpReq.Header[name] = values
 	}
-	req.Header.Set("Accept", "application/json")
+	httpReq.Header.Set("Accept", "application/json")
 	if e.key.in == v1alpha1.KeyInHeader {
-		req.Header.Set(e.key.header, e.key.value(idempotencyKey))
+		httpReq.Header.Set(e.key.header, e.key.value(req.IdempotencyKey))
+	}
+	if req.Traceparent != "" {
+		httpReq.Header.Set(adapter.TraceparentHeader, req.Traceparent)
 	}
 }
 
@@ -525,9 +529,6 @@ func setProvenance(h http.Header, p *v1alpha1.Provenance) {
 		if value != "" {
 			h.Set(header, value)
 		}
-	}
-	if traceparent := adapter.Traceparent(p); traceparent != "" {
-		h.Set(adapter.TraceparentHeader, traceparent)
 	}
 }
 

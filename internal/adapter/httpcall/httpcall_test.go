@@ -490,9 +490,10 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 	t.Parallel()
 	all := []string{RunIDHeader, StepIDHeader, ParentTaskIDHeader, TraceIDHeader, PrincipalsHeader, "Traceparent"}
 	tests := []struct {
-		name       string
-		provenance *v1alpha1.Provenance
-		want       map[string]string
+		name        string
+		provenance  *v1alpha1.Provenance
+		traceparent string
+		want        map[string]string
 	}{
 		{name: "nil", want: map[string]string{}},
 		{name: "empty", provenance: &v1alpha1.Provenance{Principals: []string{}}, want: map[string]string{}},
@@ -505,14 +506,16 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 				TraceID:      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 				Principals:   []string{"user:alice@example.com", "agent:planner", "agent:payments"},
 			},
+			traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01",
 			want: map[string]string{
 				RunIDHeader:        "run-1",
 				StepIDHeader:       "step-2",
 				ParentTaskIDHeader: "task-3",
 				TraceIDHeader:      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 				PrincipalsHeader:   "user:alice@example.com, agent:planner, agent:payments",
-				// A W3C traceparent continues the agent's trace downstream.
-				"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+				// The attempt's span, a child of the agent's, continues
+				// the trace downstream.
+				"Traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01",
 			},
 		},
 		{
@@ -521,7 +524,7 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 			want:       map[string]string{RunIDHeader: "run-1", PrincipalsHeader: "user:alice"},
 		},
 		{
-			name:       "a trace id that is no traceparent is not one",
+			name:       "a traceparent only where the request has one",
 			provenance: &v1alpha1.Provenance{TraceID: "t-1"},
 			want:       map[string]string{TraceIDHeader: "t-1"},
 		},
@@ -533,6 +536,7 @@ func TestExecuteProvenanceHeaders(t *testing.T) {
 			ex := connect(t, newTool(srv.URL), nil)
 			req := request(`{"a":1}`)
 			req.Provenance = tc.provenance
+			req.Traceparent = tc.traceparent
 			if _, err := ex.Execute(t.Context(), req); err != nil {
 				t.Fatalf("Execute: %v", err)
 			}
@@ -1428,7 +1432,9 @@ func TestLookupFound(t *testing.T) {
 	lookup := newServer(t, respond(200, `{"id":"ch_1","status":"succeeded","secret":"sk_live_x"}`, "Content-Type", "application/json"))
 	ex := connect(t, lookupTool(execute.URL, lookup.URL+"/v1/charges/by-key/{key}"), nil, stripeSecret())
 
-	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey})
+	// The lookup's span continues downstream, as an attempt's does.
+	traceparent := "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+	out, err := ex.Lookup(t.Context(), adapter.Request{IdempotencyKey: testKey, Traceparent: traceparent})
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -1455,6 +1461,7 @@ func TestLookupFound(t *testing.T) {
 		"Accept":          {"application/json"},
 		"Authorization":   {"Bearer sk_test_123"},
 		"X-Tenant":        {"shop"},
+		"Traceparent":     {traceparent},
 	} {
 		if diff := cmp.Diff(want, got.Header.Values(name)); diff != "" {
 			t.Errorf("header %s mismatch (-want +got):\n%s", name, diff)

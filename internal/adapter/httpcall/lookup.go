@@ -52,7 +52,7 @@ func (e *executor) Lookup(ctx context.Context, req adapter.Request) (adapter.Out
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("cannot build lookup request: %w", adapter.ShowURL(err, e.lookup.URL))
 	}
-	e.setHeaders(httpReq, req.IdempotencyKey)
+	e.setHeaders(httpReq, req)
 	resp, err := e.client.Do(httpReq)
 	if err != nil {
 		return adapter.Outcome{}, fmt.Errorf("lookup failed: %w", adapter.ShowURL(err, e.lookup.URL))

@@ -1,0 +1,67 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/adapter"
+	"github.com/toolledger/toolledger/pkg/tracing"
+)
+
+// startCallSpan starts the span of one downstream call of action (an
+// attempt or a lookup) and gives req its traceparent, so that the
+// downstream continues the trace. The span's parent is the caller's: the
+// span of the invocation that applied the action (its traceparent
+// annotation), or else spec.provenance.traceID when that is a traceparent;
+// with neither it starts a trace. Without a tracer provider nothing is
+// recorded and the parent's traceparent goes downstream unchanged.
+func startCallSpan(ctx context.Context, action *v1alpha1.ToolAction, operation string, req *adapter.Request) (context.Context, trace.Span) {
+	ctx = tracing.ContextWithTraceparent(ctx, callerTraceparent(action), "")
+	name, attrs := "lookup "+action.Spec.ToolRef.Name, []attribute.KeyValue{
+		tracing.Operation.String(operation),
+		tracing.GenAIToolName.String(action.Spec.ToolRef.Name),
+		tracing.ToolKind.String(action.Spec.ToolRef.KindOrDefault()),
+		tracing.Namespace.String(action.Namespace),
+		tracing.Key.String(action.Name),
+		tracing.RequestDigest.String(action.Status.RequestDigest),
+		tracing.Attempt.Int64(int64(action.Status.Attempts)),
+	}
+	if operation == operationAttempt {
+		name = tracing.OperationExecuteTool + " " + action.Spec.ToolRef.Name
+		attrs = append(attrs, tracing.GenAIOperationName.String(tracing.OperationExecuteTool), tracing.GenAIToolType.String(tracing.ToolTypeExtension))
+	}
+	ctx, span := tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	req.Traceparent = tracing.Traceparent(ctx)
+	return ctx, span
+}
+
+// endCallSpan records what the downstream's answer means (result, as the
+// metrics name it) and ends the span.
+func endCallSpan(span trace.Span, result string, outcome adapter.Outcome, err error) {
+	span.SetAttributes(tracing.Result.String(result))
+	if outcome.ExternalRef != "" {
+		span.SetAttributes(tracing.ExternalRef.String(outcome.ExternalRef))
+	}
+	if outcome.Replayed {
+		span.SetAttributes(tracing.Replayed.Bool(true))
+	}
+	// A lookup's proof of absence is an answer, not an error.
+	if err != nil && !errors.Is(err, adapter.ErrNotFound) {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// callerTraceparent is the traceparent of the span the action's calls
+// continue: the last invocation's, else the provenance's.
+func callerTraceparent(action *v1alpha1.ToolAction) string {
+	if tp := action.Annotations[v1alpha1.TraceparentAnnotation]; tp != "" {
+		return tp
+	}
+	return adapter.Traceparent(action.Spec.Provenance)
+}
