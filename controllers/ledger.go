@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/notify"
 )
 
 // commit is the one path by which the ToolAction controller's transitions
@@ -70,6 +71,8 @@ type Ledger struct {
 	// controller to that controller's queue, which schedules what follows
 	// (the compensation link, retention); it reads the action afresh.
 	handBack func(types.NamespacedName)
+	// notifier delivers the events a transition owes; nil without sinks.
+	notifier *Notifier
 }
 
 // Decisions is what the controllers of people's decisions about an action
@@ -89,7 +92,7 @@ type Decisions struct {
 // Ledger is this reconciler's writer, for the controllers beside it.
 func (r *ToolActionReconciler) Ledger() *Ledger {
 	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, routine: r.RoutineEvents,
-		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit}
+		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit, notifier: r.Notifier}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -138,14 +141,16 @@ func lostRace(ctx context.Context, action string) ctrl.Result {
 // itself is returned. Otherwise it returns the action as recorded, or nil
 // when the record moved on without it. tool may be nil.
 func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, error) {
-	next := current.DeepCopy()
-	t.apply(next)
+	next := l.applied(current, t)
 	if statusEqual(current, next) {
 		return current, nil
 	}
 	recorded, err := l.write(ctx, current, next, t)
 	if err != nil || recorded == nil {
 		return nil, err
+	}
+	if recorded.Status.NotificationsPending {
+		l.notifier.Owed(client.ObjectKeyFromObject(recorded))
 	}
 	l.observe(ctx, current, recorded, tool, t.tally)
 	// The budget bounds the load on the API server: real time, like the Pacer's.
@@ -156,6 +161,16 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 		l.routine.finished(recorded.UID)
 	}
 	return recorded, nil
+}
+
+// applied is base with the transition applied, and the event it owes the
+// notification sinks recorded with it (in the same write, so that nothing
+// is lost between the transition and the event's delivery).
+func (l *Ledger) applied(base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
+	next := base.DeepCopy()
+	t.apply(next)
+	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now())
+	return next
 }
 
 // write stores next. A transition with reapplyWhile survives changes made
@@ -187,8 +202,7 @@ func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, 
 			next = nil
 			return nil
 		}
-		next = latest.DeepCopy()
-		t.apply(next)
+		next = l.applied(&latest, t)
 		return err
 	})
 	if err != nil {

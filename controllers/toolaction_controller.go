@@ -65,6 +65,9 @@ type ToolActionReconciler struct {
 	Pacer *Pacer
 	// Dispatcher makes the downstream calls, off the reconcile workers.
 	Dispatcher *dispatch.Dispatcher
+	// Notifier delivers the CloudEvents the transitions owe; nil when no
+	// notification sink is configured.
+	Notifier *Notifier
 	// Shards says which active actions this manager handles; nil handles
 	// every one.
 	Shards *shard.Members

@@ -349,6 +349,56 @@ type ToolActionStatus struct {
 	// droppedTransitions counts the oldest history entries dropped to keep the record bounded.
 	// +optional
 	DroppedTransitions int32 `json:"droppedTransitions,omitempty"`
+
+	// notifications are the CloudEvents the action owes the notification
+	// sinks for its transitions to AwaitingApproval, Escalated, Succeeded
+	// and Failed: each is recorded with its transition, in the same write,
+	// and names the sinks that have not acknowledged it yet. Empty when the
+	// manager has no sinks.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Notifications []Notification `json:"notifications,omitempty"`
+
+	// notificationsPending is true while a notification waits for a sink:
+	// a selectable field, so that a manager finds them after a restart
+	// without reading every record.
+	// +optional
+	NotificationsPending bool `json:"notificationsPending,omitempty"`
+}
+
+// MaxNotifications bounds status.notifications; past it the oldest
+// delivered ones are dropped.
+const MaxNotifications = 16
+
+// Notification is a CloudEvent an action owes for one of its transitions.
+type Notification struct {
+	// id is the event's id: derived from the namespace, the key, the
+	// request digest, the event's type and how many of that type came
+	// before, so that a repeated delivery is recognisably the same event.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	ID string `json:"id"`
+
+	// type is the event's type, such as dev.toolledger.toolaction.succeeded.v1.
+	// +required
+	// +kubebuilder:validation:MaxLength=128
+	Type string `json:"type"`
+
+	// time is when the transition was recorded: the event's time.
+	// +required
+	Time metav1.Time `json:"time"`
+
+	// pending lists the sinks that have not acknowledged the event yet.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	Pending []string `json:"pending,omitempty"`
+
+	// deliveredTime is when the last pending sink acknowledged the event.
+	// +optional
+	DeliveredTime *metav1.Time `json:"deliveredTime,omitempty"`
 }
 
 // TargetRecord is what an action's tool named when the action was accepted.
@@ -408,6 +458,7 @@ type Transition struct {
 // +kubebuilder:resource:shortName=ta,categories=toolledger
 // +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:selectablefield:JSONPath=`.spec.toolRef.name`
+// +kubebuilder:selectablefield:JSONPath=`.status.notificationsPending`
 // +kubebuilder:printcolumn:name="Tool",type=string,JSONPath=`.spec.toolRef.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Attempts",type=integer,JSONPath=`.status.attempts`

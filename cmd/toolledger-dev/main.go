@@ -35,6 +35,7 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/telemetry"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
@@ -44,22 +45,23 @@ import (
 const sampleDownstream = "127.0.0.1:8089"
 
 type options struct {
-	stateDir         string
-	assetsDir        string
-	crdDir           string
-	admissionPolicy  string
-	guardPolicy      string
-	identityPolicy   string
-	parametersPolicy string
-	sampleTool       string
-	namespace        string
-	existingCluster  bool
-	downstreamListen string
-	metricsAddr      string
-	probeAddr        string
-	egressAllow      string
-	archive          bool
-	archiveAPIListen string
+	stateDir          string
+	assetsDir         string
+	crdDir            string
+	admissionPolicy   string
+	guardPolicy       string
+	identityPolicy    string
+	parametersPolicy  string
+	sampleTool        string
+	namespace         string
+	existingCluster   bool
+	downstreamListen  string
+	metricsAddr       string
+	probeAddr         string
+	egressAllow       string
+	archive           bool
+	archiveAPIListen  string
+	notificationSinks []notify.Sink
 }
 
 func main() {
@@ -81,6 +83,11 @@ func main() {
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
 	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones; --archive=false keeps Tombstones.")
 	flag.StringVar(&opts.archiveAPIListen, "archive-api-listen", "127.0.0.1:8445", "With --archive and the embedded control plane, where the archive API (kubectl get archivedtoolactions) listens for the API server.")
+	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver that gets an event for each action awaiting approval, escalated, succeeded or failed (the manager's --notification-sink; the demo downstream is one at /events); repeatable.", func(spec string) error {
+		sink, err := notify.ParseSink(spec)
+		opts.notificationSinks = append(opts.notificationSinks, sink)
+		return err
+	})
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -133,7 +140,7 @@ func run(opts options) error {
 	}
 	defer stopArchive()
 	managerOpts := app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
-		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN}
+		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN, NotificationSinks: opts.notificationSinks}
 	if archiveDSN != "" && !opts.existingCluster {
 		if managerOpts.ArchiveAPICertDir, err = registerArchiveAPI(ctx, cfg, opts); err != nil {
 			return err

@@ -77,6 +77,7 @@ type Server struct {
 	lastAuth      string
 	tickets       map[string][]Ticket // by correlation id
 	ticketCount   int
+	events        []Event
 }
 
 // entry is what the server remembers of a key, from the request that
@@ -141,6 +142,9 @@ func NewServer(opts ...Option) *Server {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	s.mux.HandleFunc("GET /_admin/stats", s.adminStats)
+	// A notification sink: the manager's --notification-sink.
+	s.mux.HandleFunc("POST /events", s.receiveEvent)
+	s.mux.HandleFunc("GET /_admin/events", s.adminEvents)
 	return s
 }
 

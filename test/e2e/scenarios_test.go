@@ -93,8 +93,10 @@ func allScenarios() []scenario {
 		{"approvals", "approvals: alice applies (kubectl --as), bob approves or denies (kubectl toolledger --as), some after a refused digest or self-approval; lost responses", approvals},
 		{"stale-resolution", "two resolvers, one escalation: B resolves attempt 1 (kubectl toolledger resolve), A submits the same finding from a stale page of attempt 1 (NonRepeatable; lost requests, lost answers)", staleResolutions},
 		{"job-ttl-lost-answer", "kubernetesApply: a Job removed by its TTL after the apply's answer was lost (Compensatable)", jobTTLLostAnswer},
-		// Last: the archive scenarios stop the steady managers, which keep
-		// keys in Tombstones, and run their own on PostgreSQL.
+		// The notification scenario and, last, the archive scenarios stop
+		// the steady managers and run their own: with a sink, and keeping
+		// keys on PostgreSQL instead of in Tombstones.
+		{"notify-kill", "notifications: the only manager SIGKILLed while a sink held its CloudEvents unanswered, then replaced", notifyKill},
 		{"archive-kill-retire", "archive: 1 manager SIGKILLed while it retires records (between the archive commit and the etcd delete), then every key applied again", archiveKillRetire},
 		{"archive-kill-keycheck", "archive: archived keys applied again with fresh ones, the only manager SIGKILLed during their key check", archiveKillKeyCheck},
 		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},

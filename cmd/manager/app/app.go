@@ -39,6 +39,7 @@ import (
 	"github.com/toolledger/toolledger/internal/archiveapi"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/adapter"
@@ -110,6 +111,13 @@ type Options struct {
 	// RetentionSweep is how often finished actions past their tool's
 	// keyRetention are looked for; a minute when zero.
 	RetentionSweep time.Duration
+	// NotificationSinks receive a CloudEvent for each transition to
+	// AwaitingApproval, Escalated, Succeeded or Failed (docs/operations.md,
+	// "Notifications"); none when empty.
+	NotificationSinks []notify.Sink
+	// NotificationSweep is how often the records that still owe a sink an
+	// event are listed; a minute when zero.
+	NotificationSweep time.Duration
 	// RetentionRate bounds the retention writes a second (records retired
 	// into tombstones, tombstones deleted); DefaultRetentionRate when zero.
 	RetentionRate float64
@@ -260,6 +268,9 @@ func (opts Options) withDefaults() Options {
 	if opts.RetentionSweep <= 0 {
 		opts.RetentionSweep = time.Minute
 	}
+	if opts.NotificationSweep <= 0 {
+		opts.NotificationSweep = time.Minute
+	}
 	if opts.ArchiveRecordRetention <= 0 {
 		opts.ArchiveRecordRetention = DefaultArchiveRecordRetention
 	}
@@ -379,6 +390,31 @@ func refuseAPIServer(dialer *egress.Dialer, cfg *rest.Config) error {
 	return nil
 }
 
+// notificationTimeout bounds one delivery to a sink: a sink that hangs
+// holds a notifier worker this long, and no reconcile worker at all.
+const notificationTimeout = 5 * time.Second
+
+// addNotifier delivers the events the transitions owe to the sinks, when
+// any is configured; it runs on the leader under leader election, and on
+// every replica, for its share of the keys, otherwise.
+func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler) error {
+	if len(opts.NotificationSinks) == 0 {
+		return nil
+	}
+	sender, err := notify.NewSender(notificationTimeout)
+	if err != nil {
+		return err
+	}
+	reconciler.Notifier = &controllers.Notifier{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: sender,
+		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4,
+	}
+	if err := mgr.Add(reconciler.Notifier); err != nil {
+		return fmt.Errorf("cannot add the notifier: %w", err)
+	}
+	return nil
+}
+
 // addShards has the reconciler handle only its share of the active actions.
 // The member Leases are read and written without the cache, so that no
 // informer watches Leases across the cluster.
@@ -397,10 +433,11 @@ func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActio
 		Duration:  opts.MemberLeaseDuration,
 		Renew:     opts.MemberLeaseDuration / 3,
 		// A changed share: its active actions, and its finished ones due
-		// to retire, which only the sweep finds.
+		// to retire or owing events, which only the sweeps find.
 		Resync: func(ctx context.Context, owns func(types.NamespacedName) bool) {
 			reconciler.ResyncOwned(ctx, owns)
 			sweep.Poke()
+			reconciler.Notifier.Poke()
 		},
 		Progressing: reconciler.Queue.Progressing,
 	}
@@ -474,6 +511,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		if err := addShards(mgr, opts, reconciler, sweep); err != nil {
 			return err
 		}
+	}
+	if err := addNotifier(mgr, opts, reconciler); err != nil {
+		return err
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)

@@ -60,3 +60,37 @@ func TestTracingValues(t *testing.T) {
 		t.Errorf("the console, which exports no spans, may reach the collector: %+v", rule)
 	}
 }
+
+// TestNotificationValues: each notifications.sinks entry reaches the
+// manager's --notification-sink; with a NetworkPolicy, the manager may
+// reach the sinks' peers on their ports; without sinks, neither.
+func TestNotificationValues(t *testing.T) {
+	policy := []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.5/32}"}
+	sinkRule := func(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicyEgressRule {
+		for i, rule := range np.Spec.Egress {
+			if len(rule.Ports) == 2 && rule.Ports[0].Port.IntValue() == 8080 && rule.Ports[1].Port.IntValue() == 443 {
+				return &np.Spec.Egress[i]
+			}
+		}
+		return nil
+	}
+	objects := decodeObjects(t, helmTemplate(t, policy...))
+	for _, arg := range managerArgs(t, objects) {
+		if strings.HasPrefix(arg, "--notification-sink") {
+			t.Errorf("by default the manager gets %s", arg)
+		}
+	}
+	objects = decodeObjects(t, helmTemplate(t, append(policy,
+		"--set-json", `notifications.sinks=[{"name":"broker","url":"http://broker-ingress.knative-eventing.svc/shop/default"},{"name":"audit","url":"https://relay.example.com/hooks"}]`,
+		"--set", "notifications.networkPolicy.ports={8080,443}",
+		"--set", "notifications.networkPolicy.to[0].namespaceSelector.matchLabels.team=eventing")...))
+	wantArgs(t, managerArgs(t, objects), []string{"--notification-sink=broker=http://broker-ingress.knative-eventing.svc/shop/default",
+		"--notification-sink=audit=https://relay.example.com/hooks"}, nil)
+	rule := sinkRule(networkPolicy(t, objects, chartPrefix+"egress"))
+	if rule == nil || len(rule.To) != 1 || rule.To[0].NamespaceSelector.MatchLabels["team"] != "eventing" {
+		t.Errorf("the manager's NetworkPolicy admits no egress to the sinks' peers on 8080 and 443: %+v", rule)
+	}
+	if _, err := helmTemplateErr(t, "--set-json", `notifications.sinks=[{"name":"broker"}]`); err == nil || !strings.Contains(err.Error(), "notifications.sinks[].url is required") {
+		t.Errorf("a sink without a URL: %v, want the chart to refuse", err)
+	}
+}

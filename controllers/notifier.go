@@ -1,0 +1,272 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/notify"
+	"github.com/toolledger/toolledger/internal/shard"
+)
+
+// Notifier delivers the CloudEvents the actions owe (status.notifications)
+// to the configured sinks, apart from the reconcile workers: a sink that is
+// slow or down delays its own deliveries, never the ledger. An action is
+// queued by the Ledger when a transition records an event, and by a sweep
+// of the records whose status.notificationsPending is true, at start (what
+// a stopped manager owed) and every Every. Each delivery retries with
+// backoff until every sink acknowledged the event, then the action's
+// status says so; delivery is at least once, and the event's id is the
+// same every time.
+type Notifier struct {
+	Client client.Client
+	// Reader reads the actions from the API server: finished ones are not
+	// in the cache.
+	Reader client.Reader
+	Sinks  []notify.Sink
+	Sender *notify.Sender
+	// Shards: a sweep queues the keys this replica owns; a replica that
+	// recorded a transition delivers its events itself.
+	Shards  *shard.Members
+	Clock   clock.PassiveClock
+	Every   time.Duration
+	Workers int
+
+	once  sync.Once
+	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	poke  chan struct{}
+}
+
+// The backoff of a delivery that a sink did not acknowledge.
+const (
+	notifyRetryMin = 500 * time.Millisecond
+	notifyRetryMax = 30 * time.Second
+)
+
+func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedName] {
+	n.once.Do(func() {
+		n.poke = make(chan struct{}, 1)
+		n.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](notifyRetryMin, notifyRetryMax),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "notifier"})
+	})
+	return n.queue
+}
+
+// sinkNames are the sinks an event is owed to; none when n is nil.
+func (n *Notifier) sinkNames() []string {
+	if n == nil {
+		return nil
+	}
+	return notify.Names(n.Sinks)
+}
+
+// Owed queues an action whose recorded transition owes events.
+func (n *Notifier) Owed(key types.NamespacedName) {
+	if n != nil {
+		n.work().Add(key)
+	}
+}
+
+// Poke asks for a sweep now: a change of shard members may have handed
+// this replica the keys of one that stopped owing events.
+func (n *Notifier) Poke() {
+	if n == nil {
+		return
+	}
+	n.work()
+	select {
+	case n.poke <- struct{}{}:
+	default: // a sweep is already asked for
+	}
+}
+
+// NeedLeaderElection is true: under leader election the leader, which
+// records the transitions, delivers their events; without it every replica
+// runs, delivering its own share of the keys.
+func (n *Notifier) NeedLeaderElection() bool { return true }
+
+// Start runs the workers and the sweep until ctx ends.
+func (n *Notifier) Start(ctx context.Context) error {
+	queue := n.work()
+	logger := log.FromContext(ctx).WithName("notifier")
+	var wg sync.WaitGroup
+	for range max(n.Workers, 1) {
+		wg.Go(func() {
+			for n.next(log.IntoContext(ctx, logger), queue) {
+			}
+		})
+	}
+	for {
+		if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Cannot list the actions with undelivered notifications; retrying", "after", n.Every)
+		}
+		select {
+		case <-ctx.Done():
+			queue.ShutDown()
+			wg.Wait()
+			return nil
+		case <-time.After(n.Every):
+		case <-n.poke:
+		}
+	}
+}
+
+// sweep queues the records, of the keys this replica owns, that still owe
+// a sink an event.
+func (n *Notifier) sweep(ctx context.Context) error {
+	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.notificationsPending", "true")}, client.Limit(listPage)}
+	for {
+		var page v1alpha1.ToolActionList
+		if err := n.Reader.List(ctx, &page, opts...); err != nil {
+			return err
+		}
+		for i := range page.Items {
+			if key := client.ObjectKeyFromObject(&page.Items[i]); n.Shards.Owns(key) {
+				n.work().Add(key)
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		opts = append(opts, client.Continue(page.Continue))
+	}
+}
+
+func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingInterface[types.NamespacedName]) bool {
+	key, shutdown := queue.Get()
+	if shutdown {
+		return false
+	}
+	defer queue.Done(key)
+	err := n.deliver(ctx, key)
+	switch {
+	case err == nil:
+		queue.Forget(key)
+	case ctx.Err() == nil:
+		log.FromContext(ctx).Info("Notifications not delivered yet; retrying", "namespace", key.Namespace, "key", key.Name,
+			"retries", queue.NumRequeues(key), "error", err.Error())
+		queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// deliver sends every event the action owes to each sink that has not
+// acknowledged it, and records the acknowledgements. An error means
+// something is left to deliver (or to record), and the action is retried.
+func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error {
+	var action v1alpha1.ToolAction
+	if err := n.Reader.Get(ctx, key, &action); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !notify.Pending(&action.Status) {
+		return nil
+	}
+	sinks := map[string]notify.Sink{}
+	for _, s := range n.Sinks {
+		sinks[s.Name] = s
+	}
+	// done lists, by event id, the sinks owed it no more.
+	done := map[string][]string{}
+	var errs []error
+	for _, owed := range action.Status.Notifications {
+		if len(owed.Pending) == 0 {
+			continue
+		}
+		ev, err := notify.Event(&action, owed, callerTraceparent(&action))
+		if err != nil {
+			return fmt.Errorf("cannot build event %s: %w", owed.ID, err)
+		}
+		for _, name := range owed.Pending {
+			sink, configured := sinks[name]
+			if !configured {
+				// A sink removed from the configuration is owed nothing.
+				log.FromContext(ctx).Info("Notification dropped: its sink is no longer configured", "sink", name, "id", owed.ID)
+				notificationsDelivered.WithLabelValues(name, "dropped").Inc()
+				done[owed.ID] = append(done[owed.ID], name)
+				continue
+			}
+			if err := n.Sender.Send(ctx, sink, ev); err != nil {
+				errs = append(errs, err)
+				notificationsDelivered.WithLabelValues(name, "failed").Inc()
+				continue
+			}
+			notificationsDelivered.WithLabelValues(name, "delivered").Inc()
+			notificationDelay.WithLabelValues(name).Observe(n.Clock.Since(owed.Time.Time).Seconds())
+			done[owed.ID] = append(done[owed.ID], name)
+		}
+	}
+	if len(done) > 0 {
+		errs = append(errs, n.record(ctx, &action, done))
+	}
+	return errors.Join(errs...)
+}
+
+// record removes the sinks that acknowledged an event from its pending
+// list. A transition recorded meanwhile is read and the acknowledgements
+// applied to it, so that they are not delivered again.
+func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, done map[string][]string) error {
+	current := action
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		next := current.DeepCopy()
+		now := metav1.NewTime(n.Clock.Now())
+		for i := range next.Status.Notifications {
+			owed := &next.Status.Notifications[i]
+			if acked := done[owed.ID]; len(owed.Pending) > 0 && len(acked) > 0 {
+				owed.Pending = slices.DeleteFunc(owed.Pending, func(name string) bool { return slices.Contains(acked, name) })
+				if len(owed.Pending) == 0 {
+					owed.DeliveredTime = &now
+				}
+			}
+		}
+		next.Status.NotificationsPending = notify.Pending(&next.Status)
+		if statusEqual(current, next) {
+			return nil
+		}
+		err := n.Client.Status().Update(ctx, next)
+		if apierrors.IsConflict(err) {
+			latest := &v1alpha1.ToolAction{}
+			if getErr := n.Reader.Get(ctx, client.ObjectKeyFromObject(action), latest); getErr != nil {
+				return getErr
+			}
+			current = latest
+		}
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot record the delivered notifications: %w", err)
+	}
+	return nil
+}
+
+var (
+	notificationsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "toolledger_notifications_total",
+		Help: "CloudEvents sent to notification sinks, by sink and result: delivered (acknowledged), failed (to be retried), dropped (the sink is no longer configured).",
+	}, []string{"sink", "result"})
+	notificationDelay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "toolledger_notification_delay_seconds",
+		Help:    "Time from an action's transition to a sink's acknowledgement of its event.",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+	}, []string{"sink"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(notificationsDelivered, notificationDelay)
+}

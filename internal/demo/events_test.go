@@ -1,0 +1,52 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/notify"
+)
+
+// The server is a notification sink: the manager's sender delivers an
+// event in binary mode, the server acknowledges and lists it; a request
+// that is not a CloudEvent is refused.
+func TestEventsSink(t *testing.T) {
+	ts := newTestServer(t)
+	a := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "order-1001-charge"}}
+	a.Spec.ToolRef.Name = "charge"
+	a.Status.Phase = v1alpha1.PhaseSucceeded
+	a.Status.ExternalRef = "ch_1"
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"demo"}, time.Now())
+	ev, err := notify.Event(a, a.Status.Notifications[0], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := notify.NewSender(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sender.Send(context.Background(), notify.Sink{Name: "demo", URL: ts.url + "/events"}, ev); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	listed := ts.do(t, http.MethodGet, "/_admin/events", "", nil)
+	var events []Event
+	if err := json.Unmarshal(listed.body, &events); err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].ID != ev.ID() || events[0].Type != notify.TypeSucceeded || events[0].Subject != "order-1001-charge" ||
+		!strings.Contains(string(events[0].Data), `"externalRef":"ch_1"`) {
+		t.Errorf("events = %+v, want the one sent", events)
+	}
+
+	plain := ts.do(t, http.MethodPost, "/events", `{}`, http.Header{"Content-Type": {"application/json"}})
+	if plain.status != http.StatusBadRequest || len(ts.Events()) != 1 {
+		t.Errorf("a plain POST: %d, %d events kept; want 400 and none more", plain.status, len(ts.Events()))
+	}
+}

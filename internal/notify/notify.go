@@ -1,0 +1,219 @@
+// Package notify turns an action's transitions into CloudEvents
+// (https://cloudevents.io) and delivers them to the sinks a cluster admin
+// configures: the events an action owes are recorded in its status with the
+// transition itself (Owe), and each is sent until every sink acknowledged
+// it (Sender), so that a delivery is at least once and a repeated one has
+// the same id.
+package notify
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+)
+
+// The event types, one for each transition that owes an event.
+const (
+	TypeAwaitingApproval = "dev.toolledger.toolaction.awaitingapproval.v1"
+	TypeEscalated        = "dev.toolledger.toolaction.escalated.v1"
+	TypeSucceeded        = "dev.toolledger.toolaction.succeeded.v1"
+	TypeFailed           = "dev.toolledger.toolaction.failed.v1"
+)
+
+// typeOf is the event type a transition to phase owes; "" for none.
+func typeOf(phase v1alpha1.Phase) string {
+	switch phase {
+	case v1alpha1.PhaseAwaitingApproval:
+		return TypeAwaitingApproval
+	case v1alpha1.PhaseEscalated:
+		return TypeEscalated
+	case v1alpha1.PhaseSucceeded:
+		return TypeSucceeded
+	case v1alpha1.PhaseFailed:
+		return TypeFailed
+	}
+	return ""
+}
+
+// Sink is a CloudEvents receiver: a Knative broker, Argo Events' webhook
+// source, a relay.
+type Sink struct {
+	// Name identifies the sink in the actions' status.notifications.
+	Name string
+	URL  string
+}
+
+// ParseSink reads NAME=URL, the manager's --notification-sink.
+func ParseSink(spec string) (Sink, error) {
+	name, target, ok := strings.Cut(spec, "=")
+	if !ok {
+		return Sink{}, fmt.Errorf("notification sink %q: want NAME=URL", spec)
+	}
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return Sink{}, fmt.Errorf("notification sink %q: the name is not a DNS label: %s", spec, strings.Join(errs, "; "))
+	}
+	u, err := url.Parse(target)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Sink{}, fmt.Errorf("notification sink %s: %q is not an http or https URL", name, target)
+	}
+	return Sink{Name: name, URL: target}, nil
+}
+
+// Names are the sinks' names, sorted, as an action's pending list holds them.
+func Names(sinks []Sink) []string {
+	names := make([]string, 0, len(sinks))
+	for _, s := range sinks {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Owe records in next the event that its transition from the phase from
+// owes to sinks, if any, and reports whether it did. It is called on the
+// status about to be written with the transition, so that the event is
+// stored with it: a manager that stops right after the write still owes it.
+func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time) bool {
+	eventType := typeOf(next.Status.Phase)
+	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from {
+		return false
+	}
+	before := 0
+	for _, n := range next.Status.Notifications {
+		if n.Type == eventType {
+			before++
+		}
+	}
+	owed := v1alpha1.Notification{
+		ID:   ID(next.Namespace, next.Name, next.Status.RequestDigest, eventType, before),
+		Type: eventType, Time: metav1.NewTime(at), Pending: slices.Clone(sinks),
+	}
+	notifications := append(slices.Clone(next.Status.Notifications), owed)
+	// Past the bound the oldest delivered ones go: they are delivered.
+	for len(notifications) > v1alpha1.MaxNotifications {
+		i := slices.IndexFunc(notifications, func(n v1alpha1.Notification) bool { return len(n.Pending) == 0 })
+		if i < 0 {
+			i = 0
+		}
+		notifications = slices.Delete(notifications, i, i+1)
+	}
+	next.Status.Notifications = notifications
+	next.Status.NotificationsPending = true
+	return true
+}
+
+// ID is an event's id: the SHA-256, in hex, of the namespace, the key, the
+// request digest, the type and how many events of that type the action
+// owed before. It is the same for every delivery of the event, and for the
+// same intent's record made again under its key (a tombstone's or the
+// archive's answer is the same outcome); another request under the key
+// (another digest) is another event.
+func ID(namespace, key, requestDigest, eventType string, before int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%d", namespace, key, requestDigest, eventType, before))
+	return hex.EncodeToString(sum[:])
+}
+
+// Pending reports whether any notification of the action waits for a sink.
+func Pending(status *v1alpha1.ToolActionStatus) bool {
+	return slices.ContainsFunc(status.Notifications, func(n v1alpha1.Notification) bool { return len(n.Pending) > 0 })
+}
+
+// Data is the event's JSON payload: what a consumer needs to act on the
+// transition without reading the ToolAction.
+type Data struct {
+	Namespace string `json:"namespace"`
+	Key       string `json:"key"`
+	ToolKind  string `json:"toolKind"`
+	Tool      string `json:"tool"`
+	// Phase is the phase the transition entered.
+	Phase         v1alpha1.Phase `json:"phase"`
+	RequestDigest string         `json:"requestDigest,omitempty"`
+	Attempts      int32          `json:"attempts,omitempty"`
+	ExternalRef   string         `json:"externalRef,omitempty"`
+	ErrorClass    string         `json:"errorClass,omitempty"`
+	ErrorReason   string         `json:"errorReason,omitempty"`
+	Message       string         `json:"message,omitempty"`
+	// RequestedBy is the verified creator the API server stamped.
+	RequestedBy string `json:"requestedBy,omitempty"`
+}
+
+// Source is the events' source: the namespace's ToolActions, as the API
+// server serves them; the subject is the key.
+func Source(namespace string) string {
+	return "/apis/" + v1alpha1.GroupVersion.String() + "/namespaces/" + namespace + "/toolactions"
+}
+
+// Event is the CloudEvent of notification n of action. traceparent, when
+// not empty, goes as the distributed tracing extension.
+func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification, traceparent string) (cloudevents.Event, error) {
+	ev := cloudevents.NewEvent()
+	ev.SetID(n.ID)
+	ev.SetType(n.Type)
+	ev.SetSource(Source(action.Namespace))
+	ev.SetSubject(action.Name)
+	ev.SetTime(n.Time.Time)
+	if traceparent != "" {
+		ev.SetExtension("traceparent", traceparent)
+	}
+	data := Data{
+		Namespace: action.Namespace, Key: action.Name, ToolKind: action.Spec.ToolRef.KindOrDefault(), Tool: action.Spec.ToolRef.Name,
+		Phase: phaseOf(n.Type), RequestDigest: action.Status.RequestDigest, Attempts: action.Status.Attempts,
+		RequestedBy: action.Annotations[v1alpha1.RequestedByAnnotation],
+	}
+	if data.Phase != v1alpha1.PhaseAwaitingApproval {
+		data.ExternalRef = action.Status.ExternalRef
+		if e := action.Status.Error; e != nil {
+			data.ErrorClass, data.ErrorReason, data.Message = string(e.Class), e.Reason, e.Message
+		}
+	}
+	if err := ev.SetData(cloudevents.ApplicationJSON, data); err != nil {
+		return ev, err
+	}
+	return ev, ev.Validate()
+}
+
+func phaseOf(eventType string) v1alpha1.Phase {
+	for _, p := range []v1alpha1.Phase{v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseEscalated, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
+		if typeOf(p) == eventType {
+			return p
+		}
+	}
+	return ""
+}
+
+// Sender delivers events over HTTP in binary mode: the attributes in ce-
+// headers, the data as the body.
+type Sender struct {
+	client cloudevents.Client
+}
+
+// NewSender sends each event within timeout.
+func NewSender(timeout time.Duration) (*Sender, error) {
+	c, err := cloudevents.NewClientHTTP(cehttp.WithClient(http.Client{Timeout: timeout}))
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the CloudEvents client: %w", err)
+	}
+	return &Sender{client: c}, nil
+}
+
+// Send delivers ev to sink once; nil means the sink acknowledged it (a 2xx).
+func (s *Sender) Send(ctx context.Context, sink Sink, ev cloudevents.Event) error {
+	result := s.client.Send(cloudevents.ContextWithTarget(ctx, sink.URL), ev)
+	if !cloudevents.IsACK(result) {
+		return fmt.Errorf("sink %s did not acknowledge event %s: %w", sink.Name, ev.ID(), result)
+	}
+	return nil
+}
