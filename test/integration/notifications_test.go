@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -132,6 +133,43 @@ var _ = Describe("Notifications", func() {
 		Expect(byType[notify.TypeFailed]).To(BeNumerically(">=", 50))
 		AddReportEntry("200 actions, one sink", fmt.Sprintf("%d distinct events (%d succeeded, %d failed deliveries), %d repeated deliveries",
 			len(counts), byType[notify.TypeSucceeded], byType[notify.TypeFailed], repeated))
+	})
+
+	It("tells an action awaiting approval, then its outcome, as two events", func() {
+		remove, err := testenv.InstallIdentityPolicy(ctx, env.Config, k8s, "default", "integration")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(remove)
+		env.CreateTool(ns, "approved-charge", testenv.WithTimeout(10*time.Second), testenv.WithKeyLookup(),
+			testenv.WithApprovalRequired(), testenv.WithSelfApprovalAllowed())
+		a := action(ns, "order-approved", 300)
+		a.Spec.ToolRef.Name = "approved-charge"
+		Expect(k8s.Create(ctx, a)).To(Succeed())
+		waiting := env.WaitForPhase(ns, a.Name, v1alpha1.PhaseAwaitingApproval)
+		awaiting := notify.ID(ns, a.Name, waiting.Status.RequestDigest, notify.TypeAwaitingApproval, 0)
+		Eventually(receiver.ByID).Should(HaveKey(awaiting))
+
+		Expect(k8s.Create(ctx, &v1alpha1.ToolApproval{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: a.Name + "-yes"},
+			Spec:       v1alpha1.ToolApprovalSpec{ActionName: a.Name, RequestDigest: waiting.Status.RequestDigest, Decision: v1alpha1.Approved, Reason: "checked"},
+		})).To(Succeed())
+		env.WaitForPhase(ns, a.Name, v1alpha1.PhaseSucceeded)
+		succeeded := notify.ID(ns, a.Name, waiting.Status.RequestDigest, notify.TypeSucceeded, 0)
+		Eventually(receiver.ByID).Should(And(HaveKey(awaiting), HaveKey(succeeded), HaveLen(2)))
+		Eventually(func(g Gomega) {
+			done := env.Get(ns, a.Name)
+			g.Expect(done.Status.NotificationsPending).To(BeFalse())
+			g.Expect(done.Status.Notifications).To(HaveExactElements(
+				And(HaveField("ID", awaiting), HaveField("Type", notify.TypeAwaitingApproval), HaveField("Pending", BeEmpty())),
+				And(HaveField("ID", succeeded), HaveField("Type", notify.TypeSucceeded), HaveField("Pending", BeEmpty()))))
+		}).Should(Succeed())
+		for _, rec := range receiver.Received() {
+			if rec.Event.ID() == awaiting {
+				var data notify.Data
+				Expect(json.Unmarshal(rec.Event.Data(), &data)).To(Succeed())
+				Expect(data.Phase).To(Equal(v1alpha1.PhaseAwaitingApproval))
+				Expect(data.RequestDigest).To(Equal(waiting.Status.RequestDigest), "what an approver approves")
+			}
+		}
 	})
 
 	It("delivers what a sink down for 30 s missed once it is back, and the ledger does not wait for it", func() {
