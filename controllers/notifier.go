@@ -48,9 +48,10 @@ type Notifier struct {
 	Every   time.Duration
 	Workers int
 
-	once  sync.Once
-	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	poke  chan struct{}
+	once    sync.Once
+	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	poke    chan struct{}
+	backoff *sinkBackoff
 }
 
 // The backoff of a delivery that a sink did not acknowledge.
@@ -62,6 +63,7 @@ const (
 func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedName] {
 	n.once.Do(func() {
 		n.poke = make(chan struct{}, 1)
+		n.backoff = newSinkBackoff(notify.Names(n.Sinks))
 		n.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](notifyRetryMin, notifyRetryMax),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "notifier"})
@@ -155,6 +157,11 @@ func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 		return false
 	}
 	defer queue.Done(key)
+	// While every sink backs off, the action waits without a read.
+	if wait := n.sinks().wait(time.Now()); wait > 0 {
+		queue.AddAfter(key, wait)
+		return true
+	}
 	err := n.deliver(ctx, key)
 	switch {
 	case err == nil:
@@ -165,6 +172,71 @@ func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 		queue.AddRateLimited(key)
 	}
 	return true
+}
+
+// sinkBackoff spaces the attempts at a sink that did not acknowledge, from
+// notifyRetryMin doubling to notifyRetryMax: while it backs off, no event
+// is sent to it, and while every sink does, the actions that owe events
+// wait without reading the API server. A sink down for an hour costs a
+// probe every notifyRetryMax, not a read and a send per action.
+type sinkBackoff struct {
+	mu       sync.Mutex
+	names    []string
+	failures map[string]int
+	until    map[string]time.Time
+}
+
+func newSinkBackoff(names []string) *sinkBackoff {
+	return &sinkBackoff{names: names, failures: map[string]int{}, until: map[string]time.Time{}}
+}
+
+// failed backs sink off once more.
+func (b *sinkBackoff) failed(sink string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures[sink]++
+	delay := notifyRetryMax
+	if shift := b.failures[sink] - 1; shift < 16 {
+		delay = min(notifyRetryMin<<shift, notifyRetryMax)
+	}
+	b.until[sink] = now.Add(delay)
+}
+
+// succeeded ends sink's backoff.
+func (b *sinkBackoff) succeeded(sink string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.failures, sink)
+	delete(b.until, sink)
+}
+
+// backingOff reports whether sink is to be left alone at now.
+func (b *sinkBackoff) backingOff(sink string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return now.Before(b.until[sink])
+}
+
+// wait is how long until some sink may be tried again: 0 when one may now.
+func (b *sinkBackoff) wait(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var soonest time.Duration
+	for _, name := range b.names {
+		left := b.until[name].Sub(now)
+		if left <= 0 {
+			return 0
+		}
+		if soonest == 0 || left < soonest {
+			soonest = left
+		}
+	}
+	return soonest
+}
+
+func (n *Notifier) sinks() *sinkBackoff {
+	n.work()
+	return n.backoff
 }
 
 // deliver sends every event the action owes to each sink that has not
@@ -202,11 +274,17 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 				done[owed.ID] = append(done[owed.ID], name)
 				continue
 			}
+			if n.sinks().backingOff(name, time.Now()) {
+				errs = append(errs, fmt.Errorf("sink %s backs off after failing to acknowledge", name))
+				continue
+			}
 			if err := n.Sender.Send(ctx, sink, ev); err != nil {
+				n.sinks().failed(name, time.Now())
 				errs = append(errs, err)
 				notificationsDelivered.WithLabelValues(name, "failed").Inc()
 				continue
 			}
+			n.sinks().succeeded(name)
 			notificationsDelivered.WithLabelValues(name, "delivered").Inc()
 			notificationDelay.WithLabelValues(name).Observe(n.Clock.Since(owed.Time.Time).Seconds())
 			done[owed.ID] = append(done[owed.ID], name)

@@ -227,6 +227,14 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   in, before the resolution; the check after it adds only violations. Made to take absence as
   proof for every class, as it did before issue 33, the adapter applied every intent twice (39
   duplicates of 39 keys in 20 trials).
+* **notifications, the manager SIGKILLed** — the steady managers are stopped; the only manager runs
+  with ` + "`--notification-sink`" + ` pointing at a CloudEvents receiver in the suite (127.0.0.1) that holds
+  every delivery unanswered. One trial is one tenant of 5–10 intents (a quarter of ` + "`E2E_TRIALS`" + `
+  trials) invoked through the SDK; once 1–all of them settled, their events recorded with the
+  transitions and none acknowledged, the manager is SIGKILLed, the held deliveries are dropped
+  unacknowledged, and a replacement starts with the receiver answering again. Every event the
+  trial's actions owe (one per outcome) must then arrive and be recorded as delivered within a
+  minute, and no event that no action owes; repeats are counted.
 * **the archive** — the last four rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
   keys in Tombstones, are stopped) on a database of their own in a PostgreSQL server the suite starts from
   Debian's binaries on 127.0.0.1; ` + "`--archive-record-retention=24h`" + `, so that the records of earlier scenarios
