@@ -169,7 +169,7 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 func (l *Ledger) applied(base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
 	next := base.DeepCopy()
 	t.apply(next)
-	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now())
+	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now(), callerTraceparent(next))
 	return next
 }
 

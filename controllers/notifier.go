@@ -47,6 +47,9 @@ type Notifier struct {
 	Clock   clock.PassiveClock
 	Every   time.Duration
 	Workers int
+	// Revisit hands a finished action whose last event was delivered back
+	// to the ToolAction controller: its retention waited for it.
+	Revisit func(types.NamespacedName)
 
 	once    sync.Once
 	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
@@ -77,6 +80,22 @@ func (n *Notifier) sinkNames() []string {
 		return nil
 	}
 	return notify.Names(n.Sinks)
+}
+
+// owes reports whether the action owes a configured sink an event: a sink
+// no longer configured is owed nothing, and holds no record back.
+func (n *Notifier) owes(action *v1alpha1.ToolAction) bool {
+	if n == nil || !action.Status.NotificationsPending {
+		return false
+	}
+	for _, owed := range action.Status.Notifications {
+		for _, name := range owed.Pending {
+			if slices.ContainsFunc(n.Sinks, func(s notify.Sink) bool { return s.Name == name }) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Owed queues an action whose recorded transition owes events.
@@ -116,7 +135,10 @@ func (n *Notifier) Start(ctx context.Context) error {
 		})
 	}
 	for {
-		if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
+		// While every sink backs off, listing what they are owed is no use.
+		if n.sinks().wait(time.Now()) > 0 {
+			logger.V(1).Info("Every sink backs off; the sweep waits", "after", n.Every)
+		} else if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Cannot list the actions with undelivered notifications; retrying", "after", n.Every)
 		}
 		select {
@@ -175,25 +197,43 @@ func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 }
 
 // sinkBackoff spaces the attempts at a sink that did not acknowledge, from
-// notifyRetryMin doubling to notifyRetryMax: while it backs off, no event
-// is sent to it, and while every sink does, the actions that owe events
-// wait without reading the API server. A sink down for an hour costs a
-// probe every notifyRetryMax, not a read and a send per action.
+// notifyRetryMin doubling to notifyRetryMax: while it backs off nothing is
+// sent to it, and once the backoff ends one send probes it while the others
+// wait for its answer. While every sink backs off, the actions that owe
+// events wait without reading the API server, so that a sink down for an
+// hour costs a probe every notifyRetryMax, not a read and a send per action.
 type sinkBackoff struct {
 	mu       sync.Mutex
 	names    []string
 	failures map[string]int
 	until    map[string]time.Time
+	probing  map[string]bool
 }
 
 func newSinkBackoff(names []string) *sinkBackoff {
-	return &sinkBackoff{names: names, failures: map[string]int{}, until: map[string]time.Time{}}
+	return &sinkBackoff{names: names, failures: map[string]int{}, until: map[string]time.Time{}, probing: map[string]bool{}}
+}
+
+// take reports whether an event may be sent to sink at now; the first send
+// after a backoff is the probe, and the caller must report its answer
+// (failed or succeeded).
+func (b *sinkBackoff) take(sink string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.probing[sink] || now.Before(b.until[sink]) {
+		return false
+	}
+	if b.failures[sink] > 0 {
+		b.probing[sink] = true
+	}
+	return true
 }
 
 // failed backs sink off once more.
 func (b *sinkBackoff) failed(sink string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.probing, sink)
 	b.failures[sink]++
 	delay := notifyRetryMax
 	if shift := b.failures[sink] - 1; shift < 16 {
@@ -206,15 +246,9 @@ func (b *sinkBackoff) failed(sink string, now time.Time) {
 func (b *sinkBackoff) succeeded(sink string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	delete(b.probing, sink)
 	delete(b.failures, sink)
 	delete(b.until, sink)
-}
-
-// backingOff reports whether sink is to be left alone at now.
-func (b *sinkBackoff) backingOff(sink string, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return now.Before(b.until[sink])
 }
 
 // wait is how long until some sink may be tried again: 0 when one may now.
@@ -224,6 +258,9 @@ func (b *sinkBackoff) wait(now time.Time) time.Duration {
 	var soonest time.Duration
 	for _, name := range b.names {
 		left := b.until[name].Sub(now)
+		if b.probing[name] {
+			left = notifyRetryMin
+		}
 		if left <= 0 {
 			return 0
 		}
@@ -261,7 +298,7 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 		if len(owed.Pending) == 0 {
 			continue
 		}
-		ev, err := notify.Event(&action, owed, callerTraceparent(&action))
+		ev, err := notify.Event(&action, owed)
 		if err != nil {
 			return fmt.Errorf("cannot build event %s: %w", owed.ID, err)
 		}
@@ -274,7 +311,7 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 				done[owed.ID] = append(done[owed.ID], name)
 				continue
 			}
-			if n.sinks().backingOff(name, time.Now()) {
+			if !n.sinks().take(name, time.Now()) {
 				errs = append(errs, fmt.Errorf("sink %s backs off after failing to acknowledge", name))
 				continue
 			}
@@ -318,6 +355,9 @@ func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, done
 			return nil
 		}
 		err := n.Client.Status().Update(ctx, next)
+		if err == nil && !next.Status.NotificationsPending && next.Status.Phase.IsTerminal() && n.Revisit != nil {
+			n.Revisit(client.ObjectKeyFromObject(next))
+		}
 		if apierrors.IsConflict(err) {
 			latest := &v1alpha1.ToolAction{}
 			if getErr := n.Reader.Get(ctx, client.ObjectKeyFromObject(action), latest); getErr != nil {

@@ -94,10 +94,11 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	if due == keepRecord {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
-	// Its events are owed from the record: it stays until they are delivered.
-	if action.Status.NotificationsPending {
+	// Its events are owed from the record: it stays until they are
+	// delivered, when the notifier hands it back; the requeue is a safety net.
+	if r.Notifier.owes(action) {
 		log.FromContext(ctx).V(1).Info("Retention waits for the action's notifications to be delivered")
-		return ctrl.Result{RequeueAfter: notifyRetryMax}, nil
+		return ctrl.Result{RequeueAfter: 10 * time.Minute}, nil
 	}
 	if wait := r.Pacer.turn(action.UID, time.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil

@@ -58,9 +58,10 @@ func endCallSpan(span trace.Span, result string, outcome adapter.Outcome, err er
 }
 
 // callerTraceparent is the traceparent of the span the action's calls
-// continue: the last invocation's, else the provenance's.
+// continue: the last invocation's, else the provenance's; one that is not
+// a valid W3C traceparent is passed over.
 func callerTraceparent(action *v1alpha1.ToolAction) string {
-	if tp := action.Annotations[v1alpha1.TraceparentAnnotation]; tp != "" {
+	if tp := adapter.ValidTraceparent(action.Annotations[v1alpha1.TraceparentAnnotation]); tp != "" {
 		return tp
 	}
 	return adapter.Traceparent(action.Spec.Provenance)

@@ -371,11 +371,12 @@ type ToolActionStatus struct {
 // delivered ones are dropped.
 const MaxNotifications = 16
 
-// Notification is a CloudEvent an action owes for one of its transitions.
+// Notification is a CloudEvent an action owes for one of its transitions,
+// with what the event says of the transition, as it was then.
 type Notification struct {
 	// id is the event's id: derived from the namespace, the key, the
-	// request digest, the event's type and how many of that type came
-	// before, so that a repeated delivery is recognisably the same event.
+	// record's uid, the event's type and seq, so that a repeated delivery
+	// is recognisably the same event.
 	// +required
 	// +kubebuilder:validation:MaxLength=64
 	ID string `json:"id"`
@@ -385,9 +386,32 @@ type Notification struct {
 	// +kubebuilder:validation:MaxLength=128
 	Type string `json:"type"`
 
+	// seq numbers the action's events of this type, from 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Seq int32 `json:"seq,omitempty"`
+
 	// time is when the transition was recorded: the event's time.
 	// +required
 	Time metav1.Time `json:"time"`
+
+	// externalRef, errorClass and errorReason are the action's at the
+	// transition.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ExternalRef string `json:"externalRef,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ErrorClass string `json:"errorClass,omitempty"`
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ErrorReason string `json:"errorReason,omitempty"`
+
+	// traceparent is the W3C traceparent the action's calls continued at
+	// the transition, sent as the event's distributed tracing extension.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Traceparent string `json:"traceparent,omitempty"`
 
 	// pending lists the sinks that have not acknowledged the event yet.
 	// +optional

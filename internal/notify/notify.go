@@ -19,7 +19,9 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -86,43 +88,68 @@ func Names(sinks []Sink) []string {
 // owes to sinks, if any, and reports whether it did. It is called on the
 // status about to be written with the transition, so that the event is
 // stored with it: a manager that stops right after the write still owes it.
-func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time) bool {
+// traceparent is the span the action's calls continue, "" for none.
+//
+// A record made again under a deleted key and answered by the key's
+// tombstone or archived record owes nothing: that outcome was told when
+// the original record reached it, and its record was kept until it was
+// delivered.
+func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent string) bool {
 	eventType := typeOf(next.Status.Phase)
-	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from {
+	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from || settledByEarlierRecord(next) {
 		return false
 	}
-	before := 0
+	var seq int32
 	for _, n := range next.Status.Notifications {
-		if n.Type == eventType {
-			before++
+		if n.Type == eventType && n.Seq >= seq {
+			seq = n.Seq + 1
 		}
 	}
 	owed := v1alpha1.Notification{
-		ID:   ID(next.Namespace, next.Name, next.Status.RequestDigest, eventType, before),
-		Type: eventType, Time: metav1.NewTime(at), Pending: slices.Clone(sinks),
+		ID:   ID(next.Namespace, next.Name, next.UID, eventType, seq),
+		Type: eventType, Seq: seq, Time: metav1.NewTime(at), Pending: slices.Clone(sinks),
+		ExternalRef: next.Status.ExternalRef,
+	}
+	if e := next.Status.Error; e != nil {
+		owed.ErrorClass, owed.ErrorReason = string(e.Class), e.Reason
+	}
+	if len(traceparent) <= maxTraceparent {
+		owed.Traceparent = traceparent
 	}
 	notifications := append(slices.Clone(next.Status.Notifications), owed)
-	// Past the bound the oldest delivered ones go: they are delivered.
+	// Past the bound the oldest delivered ones go; an action with every
+	// one of them undelivered loses its oldest.
 	for len(notifications) > v1alpha1.MaxNotifications {
-		i := slices.IndexFunc(notifications, func(n v1alpha1.Notification) bool { return len(n.Pending) == 0 })
-		if i < 0 {
-			i = 0
-		}
+		i := max(slices.IndexFunc(notifications, func(n v1alpha1.Notification) bool { return len(n.Pending) == 0 }), 0)
 		notifications = slices.Delete(notifications, i, i+1)
 	}
 	next.Status.Notifications = notifications
-	next.Status.NotificationsPending = true
+	next.Status.NotificationsPending = Pending(&next.Status)
 	return true
 }
 
+// maxTraceparent is the longest traceparent a notification keeps, as the
+// CRD bounds it.
+const maxTraceparent = 256
+
+// settledByEarlierRecord reports an action answered by its key's
+// tombstone or archived record.
+func settledByEarlierRecord(a *v1alpha1.ToolAction) bool {
+	reason := ""
+	if e := a.Status.Error; e != nil {
+		reason = e.Reason
+	} else if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil {
+		reason = c.Reason
+	}
+	return reason == v1alpha1.ReasonSettledByTombstone || reason == v1alpha1.ReasonSettledByArchive
+}
+
 // ID is an event's id: the SHA-256, in hex, of the namespace, the key, the
-// request digest, the type and how many events of that type the action
-// owed before. It is the same for every delivery of the event, and for the
-// same intent's record made again under its key (a tombstone's or the
-// archive's answer is the same outcome); another request under the key
-// (another digest) is another event.
-func ID(namespace, key, requestDigest, eventType string, before int) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%d", namespace, key, requestDigest, eventType, before))
+// record's uid, the type and seq. It is the same for every delivery of the
+// event; the same request run again under a freed key is another record,
+// and its events are others.
+func ID(namespace, key string, uid types.UID, eventType string, seq int32) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%s\x00%s\x00%d", namespace, key, uid, eventType, seq))
 	return hex.EncodeToString(sum[:])
 }
 
@@ -156,28 +183,27 @@ func Source(namespace string) string {
 	return "/apis/" + v1alpha1.GroupVersion.String() + "/namespaces/" + namespace + "/toolactions"
 }
 
-// Event is the CloudEvent of notification n of action. traceparent, when
-// not empty, goes as the distributed tracing extension.
-func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification, traceparent string) (cloudevents.Event, error) {
+// Event is the CloudEvent of notification n of action: its facts as the
+// transition left them, and the action's message while it is still in
+// the transition's phase.
+func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Event, error) {
 	ev := cloudevents.NewEvent()
 	ev.SetID(n.ID)
 	ev.SetType(n.Type)
 	ev.SetSource(Source(action.Namespace))
 	ev.SetSubject(action.Name)
 	ev.SetTime(n.Time.Time)
-	if traceparent != "" {
-		ev.SetExtension("traceparent", traceparent)
+	if n.Traceparent != "" {
+		ev.SetExtension("traceparent", n.Traceparent)
 	}
 	data := Data{
 		Namespace: action.Namespace, Key: action.Name, ToolKind: action.Spec.ToolRef.KindOrDefault(), Tool: action.Spec.ToolRef.Name,
 		Phase: phaseOf(n.Type), RequestDigest: action.Status.RequestDigest, Attempts: action.Status.Attempts,
 		RequestedBy: action.Annotations[v1alpha1.RequestedByAnnotation],
+		ExternalRef: n.ExternalRef, ErrorClass: n.ErrorClass, ErrorReason: n.ErrorReason,
 	}
-	if data.Phase != v1alpha1.PhaseAwaitingApproval {
-		data.ExternalRef = action.Status.ExternalRef
-		if e := action.Status.Error; e != nil {
-			data.ErrorClass, data.ErrorReason, data.Message = string(e.Class), e.Reason, e.Message
-		}
+	if e := action.Status.Error; e != nil && action.Status.Phase == data.Phase {
+		data.Message = e.Message
 	}
 	if err := ev.SetData(cloudevents.ApplicationJSON, data); err != nil {
 		return ev, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -38,8 +39,10 @@ func TestParseSink(t *testing.T) {
 	}
 }
 
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 func action(phase v1alpha1.Phase) *v1alpha1.ToolAction {
-	a := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1001-charge",
+	a := &v1alpha1.ToolAction{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "order-1001-charge", UID: "1d7c5d8e-0000-4000-8000-000000000001",
 		Annotations: map[string]string{v1alpha1.RequestedByAnnotation: "alice"}}}
 	a.Spec.ToolRef = v1alpha1.ToolReference{Name: "charge"}
 	a.Status.Phase = phase
@@ -48,30 +51,41 @@ func action(phase v1alpha1.Phase) *v1alpha1.ToolAction {
 }
 
 // A transition into AwaitingApproval, Escalated, Succeeded or Failed owes
-// one event to every sink; any other, a write within the phase, or a
-// manager without sinks owes none. The id is the same for the same intent's
-// transition and differs for another request, another type, or a second
-// event of one type.
+// one event to every sink, with the facts of the transition; any other, a
+// write within the phase, a record answered by its key's tombstone or
+// archived record, or a manager without sinks owes none.
 func TestOwe(t *testing.T) {
 	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	sinks := []string{"audit", "broker"}
+	settled := func(reason string) func(*v1alpha1.ToolAction) {
+		return func(a *v1alpha1.ToolAction) {
+			meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: reason})
+		}
+	}
 	for _, tc := range []struct {
 		from, to v1alpha1.Phase
 		sinks    []string
+		adjust   func(*v1alpha1.ToolAction)
 		want     string
 	}{
-		{v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, sinks, notify.TypeAwaitingApproval},
-		{v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated, sinks, notify.TypeEscalated},
-		{v1alpha1.PhaseExecuting, v1alpha1.PhaseSucceeded, sinks, notify.TypeSucceeded},
-		{"", v1alpha1.PhaseSucceeded, sinks, notify.TypeSucceeded},
-		{v1alpha1.PhaseExecuting, v1alpha1.PhaseFailed, sinks, notify.TypeFailed},
-		{v1alpha1.PhaseAccepted, v1alpha1.PhaseExecuting, sinks, ""},
-		{v1alpha1.PhaseExecuting, v1alpha1.PhaseUnknown, sinks, ""},
-		{v1alpha1.PhaseSucceeded, v1alpha1.PhaseSucceeded, sinks, ""},
-		{v1alpha1.PhaseExecuting, v1alpha1.PhaseSucceeded, nil, ""},
+		{v1alpha1.PhaseAccepted, v1alpha1.PhaseAwaitingApproval, sinks, nil, notify.TypeAwaitingApproval},
+		{v1alpha1.PhaseUnknown, v1alpha1.PhaseEscalated, sinks, nil, notify.TypeEscalated},
+		{v1alpha1.PhaseExecuting, v1alpha1.PhaseSucceeded, sinks, settled("Succeeded"), notify.TypeSucceeded},
+		{v1alpha1.PhaseUnknown, v1alpha1.PhaseSucceeded, sinks, settled(v1alpha1.ReasonFoundByLookup), notify.TypeSucceeded},
+		{v1alpha1.PhaseExecuting, v1alpha1.PhaseFailed, sinks, nil, notify.TypeFailed},
+		{"", v1alpha1.PhaseSucceeded, sinks, settled(v1alpha1.ReasonSettledByTombstone), ""},
+		{"", v1alpha1.PhaseSucceeded, sinks, settled(v1alpha1.ReasonSettledByArchive), ""},
+		{v1alpha1.PhaseAccepted, v1alpha1.PhaseExecuting, sinks, nil, ""},
+		{v1alpha1.PhaseExecuting, v1alpha1.PhaseUnknown, sinks, nil, ""},
+		{v1alpha1.PhaseSucceeded, v1alpha1.PhaseSucceeded, sinks, nil, ""},
+		{v1alpha1.PhaseExecuting, v1alpha1.PhaseSucceeded, nil, nil, ""},
 	} {
 		next := action(tc.to)
-		owed := notify.Owe(tc.from, next, tc.sinks, at)
+		next.Status.ExternalRef = "ch_1"
+		if tc.adjust != nil {
+			tc.adjust(next)
+		}
+		owed := notify.Owe(tc.from, next, tc.sinks, at, traceparent)
 		if owed != (tc.want != "") || len(next.Status.Notifications) != map[bool]int{true: 1}[owed] || next.Status.NotificationsPending != owed {
 			t.Errorf("%s → %s with sinks %v: owed %v, %+v, want %q", tc.from, tc.to, tc.sinks, owed, next.Status, tc.want)
 			continue
@@ -79,54 +93,65 @@ func TestOwe(t *testing.T) {
 		if !owed {
 			continue
 		}
-		want := v1alpha1.Notification{ID: notify.ID("shop", "order-1001-charge", next.Status.RequestDigest, tc.want, 0),
-			Type: tc.want, Time: metav1.NewTime(at), Pending: sinks}
+		want := v1alpha1.Notification{ID: notify.ID("shop", "order-1001-charge", next.UID, tc.want, 0),
+			Type: tc.want, Time: metav1.NewTime(at), Pending: sinks, ExternalRef: "ch_1", Traceparent: traceparent}
 		if diff := cmp.Diff(want, next.Status.Notifications[0]); diff != "" {
 			t.Errorf("%s → %s (-want +got):\n%s", tc.from, tc.to, diff)
 		}
 	}
 
-	first := notify.ID("shop", "order-1001-charge", "sha256:aa", notify.TypeSucceeded, 0)
-	if len(first) != 64 || first != notify.ID("shop", "order-1001-charge", "sha256:aa", notify.TypeSucceeded, 0) {
+	first := notify.ID("shop", "order-1001-charge", "uid-1", notify.TypeSucceeded, 0)
+	if len(first) != 64 || first != notify.ID("shop", "order-1001-charge", "uid-1", notify.TypeSucceeded, 0) {
 		t.Fatalf("ID = %q: want 64 hex digits, the same every time", first)
 	}
 	for _, other := range []string{
-		notify.ID("shop", "order-1001-charge", "sha256:bb", notify.TypeSucceeded, 0),
-		notify.ID("shop", "order-1001-charge", "sha256:aa", notify.TypeFailed, 0),
-		notify.ID("shop", "order-1001-charge", "sha256:aa", notify.TypeSucceeded, 1),
-		notify.ID("shop2", "order-1001-charge", "sha256:aa", notify.TypeSucceeded, 0),
-		notify.ID("shop", "order-1002-charge", "sha256:aa", notify.TypeSucceeded, 0),
+		notify.ID("shop", "order-1001-charge", "uid-2", notify.TypeSucceeded, 0),
+		notify.ID("shop", "order-1001-charge", "uid-1", notify.TypeFailed, 0),
+		notify.ID("shop", "order-1001-charge", "uid-1", notify.TypeSucceeded, 1),
+		notify.ID("shop2", "order-1001-charge", "uid-1", notify.TypeSucceeded, 0),
+		notify.ID("shop", "order-1002-charge", "uid-1", notify.TypeSucceeded, 0),
 	} {
 		if other == first {
 			t.Errorf("two transitions share the id %s", first)
 		}
 	}
+}
 
-	// A second escalation is another event; past the bound the oldest
-	// delivered ones make room.
+// Each escalation of an action is another event, numbered among its type;
+// past the bound the oldest delivered events make room, and an id is never
+// given twice, however many were dropped.
+func TestOweRepeatedEscalations(t *testing.T) {
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	next := action(v1alpha1.PhaseEscalated)
-	notify.Owe(v1alpha1.PhaseUnknown, next, sinks, at)
-	next.Status.Notifications[0].Pending = nil
-	notify.Owe(v1alpha1.PhaseUnknown, next, sinks, at)
-	if got := next.Status.Notifications[1].ID; got != notify.ID("shop", "order-1001-charge", next.Status.RequestDigest, notify.TypeEscalated, 1) {
-		t.Errorf("the second escalation's id %s is not the second of its type", got)
-	}
-	for range v1alpha1.MaxNotifications {
-		notify.Owe(v1alpha1.PhaseUnknown, next, sinks, at)
-	}
-	if n := len(next.Status.Notifications); n != v1alpha1.MaxNotifications {
-		t.Fatalf("%d notifications, want the bound %d", n, v1alpha1.MaxNotifications)
-	}
-	for _, n := range next.Status.Notifications {
-		if len(n.Pending) == 0 {
-			t.Errorf("the delivered notification %s was kept while pending ones were dropped", n.ID)
+	ids := map[string]bool{}
+	for i := range 3 * v1alpha1.MaxNotifications {
+		if !notify.Owe(v1alpha1.PhaseUnknown, next, []string{"audit"}, at, "") {
+			t.Fatalf("escalation %d owed nothing", i)
+		}
+		newest := next.Status.Notifications[len(next.Status.Notifications)-1]
+		if newest.Seq != int32(i) || ids[newest.ID] {
+			t.Fatalf("escalation %d: seq %d, id %s seen before: %v", i, newest.Seq, newest.ID, ids[newest.ID])
+		}
+		ids[newest.ID] = true
+		// All but the newest two are delivered.
+		for j := range next.Status.Notifications[:max(len(next.Status.Notifications)-2, 0)] {
+			next.Status.Notifications[j].Pending = nil
+		}
+		if n := len(next.Status.Notifications); n > v1alpha1.MaxNotifications {
+			t.Fatalf("%d notifications, more than the bound %d", n, v1alpha1.MaxNotifications)
+		}
+		for _, n := range next.Status.Notifications[:len(next.Status.Notifications)-1] {
+			if len(n.Pending) > 0 && n.Seq < int32(i)-1 {
+				t.Fatalf("a pending notification (seq %d) was dropped before delivered ones", n.Seq)
+			}
 		}
 	}
 }
 
 // An event goes in binary mode to a real receiver: its attributes as ce-
-// headers, the transition's facts as JSON; the receiver's acknowledgement
-// is a nil error, any other answer an error naming the sink.
+// headers, the transition's facts as JSON, as the transition left them; the
+// receiver's acknowledgement is a nil error, any other answer an error
+// naming the sink.
 func TestSendBinaryMode(t *testing.T) {
 	receiver, err := testenv.StartCloudEventsReceiver()
 	if err != nil {
@@ -136,9 +161,9 @@ func TestSendBinaryMode(t *testing.T) {
 	a := action(v1alpha1.PhaseFailed)
 	a.Status.Attempts = 2
 	a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassInvalidInput, Reason: "HTTP422", Message: "currency not supported"}
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC), traceparent)
 	owed := a.Status.Notifications[0]
-	ev, err := notify.Event(a, owed, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	ev, err := notify.Event(a, owed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +182,7 @@ func TestSendBinaryMode(t *testing.T) {
 	for attr, pair := range map[string][2]string{
 		"id": {e.ID(), owed.ID}, "type": {e.Type(), notify.TypeFailed}, "source": {e.Source(), "/apis/toolledger.dev/v1alpha1/namespaces/shop/toolactions"},
 		"subject": {e.Subject(), "order-1001-charge"}, "specversion": {e.SpecVersion(), "1.0"}, "datacontenttype": {e.DataContentType(), "application/json"},
-		"time": {e.Time().UTC().Format(time.RFC3339), "2026-12-04T12:00:00Z"}, "traceparent": {e.Extensions()["traceparent"].(string), "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		"time": {e.Time().UTC().Format(time.RFC3339), "2026-12-04T12:00:00Z"}, "traceparent": {e.Extensions()["traceparent"].(string), traceparent},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s = %q, want %q", attr, pair[0], pair[1])
@@ -171,6 +196,24 @@ func TestSendBinaryMode(t *testing.T) {
 		RequestDigest: a.Status.RequestDigest, Attempts: 2, ErrorClass: "InvalidInput", ErrorReason: "HTTP422", Message: "currency not supported", RequestedBy: "alice"}
 	if diff := cmp.Diff(want, data); diff != "" {
 		t.Errorf("data (-want +got):\n%s", diff)
+	}
+
+	// An escalation told after its resolution says what the escalation
+	// said, not what the resolution did.
+	escalated := action(v1alpha1.PhaseEscalated)
+	escalated.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: "LeaseExpired", Message: "nobody knows"}
+	notify.Owe(v1alpha1.PhaseUnknown, escalated, []string{"audit"}, time.Now(), "")
+	escalated.Status.Phase, escalated.Status.Error, escalated.Status.ExternalRef = v1alpha1.PhaseSucceeded, nil, "ch_found"
+	late, err := notify.Event(escalated, escalated.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lateData notify.Data
+	if err := json.Unmarshal(late.Data(), &lateData); err != nil {
+		t.Fatal(err)
+	}
+	if lateData.Phase != v1alpha1.PhaseEscalated || lateData.ErrorClass != "OutcomeUnknown" || lateData.ErrorReason != "LeaseExpired" || lateData.ExternalRef != "" || lateData.Message != "" {
+		t.Errorf("an escalation told after its resolution: %+v", lateData)
 	}
 
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))

@@ -18,7 +18,13 @@ func Traceparent(p *v1alpha1.Provenance) string {
 	if p == nil {
 		return ""
 	}
-	value := strings.TrimSpace(p.TraceID)
+	return ValidTraceparent(p.TraceID)
+}
+
+// ValidTraceparent returns value, trimmed, when it is a W3C traceparent,
+// and "" otherwise.
+func ValidTraceparent(value string) string {
+	value = strings.TrimSpace(value)
 	fields := strings.Split(value, "-")
 	if len(fields) < 4 {
 		return ""

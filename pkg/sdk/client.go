@@ -149,9 +149,10 @@ func NewRESTClient(cfg *rest.Config) (*rest.RESTClient, error) {
 // Invoke is traced as a span (invoke <tool>) of the program's tracer
 // provider, a child of ctx's span; the action records the span's
 // traceparent in its toolledger.dev/traceparent annotation, and the
-// manager's attempt and lookup spans continue it. When the caller traces,
-// a repeated invocation from another span rewrites that annotation: a
-// write, never an effect.
+// manager's attempt and lookup spans continue it. A repeated invocation
+// whose span differs from the recorded one (or that has none, after one
+// that had) rewrites the annotation: a write, never an effect. One made
+// with another field manager leaves the annotation as it is.
 func (c *Client) Invoke(ctx context.Context, req Request, opts ...InvokeOption) (*Outcome, error) {
 	ctx, span := tracing.Tracer().Start(ctx, "invoke "+req.Tool, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		tracing.GenAIToolName.String(req.Tool),
@@ -169,12 +170,20 @@ func (c *Client) invoke(ctx context.Context, req Request, opts []InvokeOption) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	body, err := applyBody(req, tracing.Traceparent(ctx))
+	traceparent := tracing.Traceparent(ctx)
+	body, err := applyBody(req, traceparent)
 	if err != nil {
 		return nil, err
 	}
 	early := c.joinOpen(req.Namespace, req.Key)
 	action, deduplicated, err := c.apply(ctx, req.Namespace, req.Key, body)
+	if traceparent != "" && isTraceparentConflict(err) {
+		// Another field manager's invocation recorded its span: this one
+		// is the same intent, and joins the record without its own.
+		if body, err = applyBody(req, ""); err == nil {
+			action, deduplicated, err = c.apply(ctx, req.Namespace, req.Key, body)
+		}
+	}
 	if err != nil {
 		c.leave(early)
 		if conflict := (*DuplicateConflictError)(nil); errors.As(err, &conflict) {

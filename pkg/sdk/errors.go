@@ -8,6 +8,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
 // immutableSpecMessage starts the message of the CRD's CEL rule that refuses
@@ -82,8 +84,28 @@ func isDifferentRequest(err error) bool {
 		})
 	case apierrors.IsConflict(err):
 		return slices.ContainsFunc(causes, func(c metav1.StatusCause) bool {
-			return c.Type == metav1.CauseTypeFieldManagerConflict
+			return c.Type == metav1.CauseTypeFieldManagerConflict && !isTraceparentField(c.Field)
 		})
 	}
 	return false
+}
+
+// isTraceparentConflict reports an apply refused only because another
+// field manager recorded another invocation's traceparent: the request is
+// the same, and the invocation joins the record without its own.
+func isTraceparentConflict(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsConflict(err) || status.Status().Details == nil {
+		return false
+	}
+	causes := status.Status().Details.Causes
+	return len(causes) > 0 && !slices.ContainsFunc(causes, func(c metav1.StatusCause) bool {
+		return c.Type != metav1.CauseTypeFieldManagerConflict || !isTraceparentField(c.Field)
+	})
+}
+
+// isTraceparentField reports the field path of the traceparent annotation
+// as the API server names it in a conflict.
+func isTraceparentField(field string) bool {
+	return field == ".metadata.annotations."+v1alpha1.TraceparentAnnotation
 }

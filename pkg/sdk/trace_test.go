@@ -118,6 +118,18 @@ var _ = Describe("Tracing", Ordered, func() {
 		Expect(spans).To(HaveLen(2))
 		Expect(spans["invoke charge"].Attributes).To(HaveKeyWithValue("toolledger.deduplicated", true))
 		Expect(downstream.Requests(ns + "/" + req.Key)).To(Equal(1))
+
+		By("another field manager's invocation from another span is the same intent, not a conflict")
+		recorded := env.Get(ns, req.Key).Annotations[v1alpha1.TraceparentAnnotation]
+		other, err := sdk.NewClient(cfg, sdk.WithFieldManager("other-agent"))
+		Expect(err).NotTo(HaveOccurred())
+		otherCtx, span := otel.Tracer("agent").Start(ctx, "other agent step")
+		fromOther, err := other.Invoke(otherCtx, req)
+		span.End()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fromOther.Deduplicated).To(BeTrue())
+		Expect(env.Get(ns, req.Key).Annotations).To(HaveKeyWithValue(v1alpha1.TraceparentAnnotation, recorded), "the recorded span stays")
+		Expect(downstream.Requests(ns + "/" + req.Key)).To(Equal(1))
 	})
 
 	It("traces the lookup that settles an unknown outcome", func() {

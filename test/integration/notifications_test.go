@@ -84,7 +84,7 @@ var _ = Describe("Notifications", func() {
 			for _, a := range list.Items {
 				g.Expect(a.Status.Notifications).To(HaveLen(1), "action %s", a.Name)
 				owed := a.Status.Notifications[0]
-				g.Expect(owed.ID).To(Equal(notify.ID(ns, a.Name, a.Status.RequestDigest, owed.Type, 0)))
+				g.Expect(owed.ID).To(Equal(notify.ID(ns, a.Name, a.UID, owed.Type, 0)))
 				g.Expect(owed.Pending).To(BeEmpty(), "action %s", a.Name)
 				g.Expect(owed.DeliveredTime).NotTo(BeNil())
 				g.Expect(a.Status.NotificationsPending).To(BeFalse())
@@ -145,7 +145,7 @@ var _ = Describe("Notifications", func() {
 		a.Spec.ToolRef.Name = "approved-charge"
 		Expect(k8s.Create(ctx, a)).To(Succeed())
 		waiting := env.WaitForPhase(ns, a.Name, v1alpha1.PhaseAwaitingApproval)
-		awaiting := notify.ID(ns, a.Name, waiting.Status.RequestDigest, notify.TypeAwaitingApproval, 0)
+		awaiting := notify.ID(ns, a.Name, waiting.UID, notify.TypeAwaitingApproval, 0)
 		Eventually(receiver.ByID).Should(HaveKey(awaiting))
 
 		Expect(k8s.Create(ctx, &v1alpha1.ToolApproval{
@@ -153,7 +153,7 @@ var _ = Describe("Notifications", func() {
 			Spec:       v1alpha1.ToolApprovalSpec{ActionName: a.Name, RequestDigest: waiting.Status.RequestDigest, Decision: v1alpha1.Approved, Reason: "checked"},
 		})).To(Succeed())
 		env.WaitForPhase(ns, a.Name, v1alpha1.PhaseSucceeded)
-		succeeded := notify.ID(ns, a.Name, waiting.Status.RequestDigest, notify.TypeSucceeded, 0)
+		succeeded := notify.ID(ns, a.Name, waiting.UID, notify.TypeSucceeded, 0)
 		Eventually(receiver.ByID).Should(And(HaveKey(awaiting), HaveKey(succeeded), HaveLen(2)))
 		Eventually(func(g Gomega) {
 			done := env.Get(ns, a.Name)

@@ -407,7 +407,7 @@ func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolAct
 	}
 	reconciler.Notifier = &controllers.Notifier{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: sender,
-		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4,
+		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4, Revisit: reconciler.Queue.Revisit,
 	}
 	if err := mgr.Add(reconciler.Notifier); err != nil {
 		return fmt.Errorf("cannot add the notifier: %w", err)
