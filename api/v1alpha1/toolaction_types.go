@@ -395,14 +395,17 @@ type Notification struct {
 	// +required
 	Time metav1.Time `json:"time"`
 
-	// externalRef, errorClass and errorReason are the action's at the
-	// transition.
+	// externalRef is the action's external reference at the transition.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	ExternalRef string `json:"externalRef,omitempty"`
+
+	// errorClass is the class of the action's error at the transition.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	ErrorClass string `json:"errorClass,omitempty"`
+
+	// errorReason is the reason of the action's error at the transition.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	ErrorReason string `json:"errorReason,omitempty"`
