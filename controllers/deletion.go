@@ -22,6 +22,28 @@ import (
 // memory at once.
 const listPage = 500
 
+// eachListedAction reads the ToolActions opts select from the API server, a
+// page at a time, and hands each to visit, stopping at its first error;
+// what names them when the list fails.
+func eachListedAction(ctx context.Context, reader client.Reader, what string, opts []client.ListOption, visit func(*v1alpha1.ToolAction) error) error {
+	opts = append(opts, client.Limit(listPage))
+	for {
+		var page v1alpha1.ToolActionList
+		if err := reader.List(ctx, &page, opts...); err != nil {
+			return fmt.Errorf("cannot list %s: %w", what, err)
+		}
+		for i := range page.Items {
+			if err := visit(&page.Items[i]); err != nil {
+				return err
+			}
+		}
+		if page.Continue == "" {
+			return nil
+		}
+		opts = append(opts, client.Continue(page.Continue))
+	}
+}
+
 // DeletionWatch reports finished actions being deleted while they carry the
 // finalizer. The manager caches only active actions (ActiveActions), so the
 // deletion of a finished one would otherwise go unseen and the record would

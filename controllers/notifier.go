@@ -55,6 +55,10 @@ type Notifier struct {
 	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
 	poke    chan struct{}
 	backoff *sinkBackoff
+	// names are the sinks' names, sorted, as an owed event lists them;
+	// byName the sinks by name.
+	names  []string
+	byName map[string]notify.Sink
 }
 
 // The backoff of a delivery that a sink did not acknowledge.
@@ -66,7 +70,12 @@ const (
 func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedName] {
 	n.once.Do(func() {
 		n.poke = make(chan struct{}, 1)
-		n.backoff = newSinkBackoff(notify.Names(n.Sinks))
+		n.names = notify.Names(n.Sinks)
+		n.byName = map[string]notify.Sink{}
+		for _, s := range n.Sinks {
+			n.byName[s.Name] = s
+		}
+		n.backoff = newSinkBackoff(n.names)
 		n.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](notifyRetryMin, notifyRetryMax),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "notifier"})
@@ -74,12 +83,14 @@ func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedN
 	return n.queue
 }
 
-// sinkNames are the sinks an event is owed to; none when n is nil.
+// sinkNames are the sinks an event is owed to; none when n is nil. Every
+// transition asks: they are derived once.
 func (n *Notifier) sinkNames() []string {
 	if n == nil {
 		return nil
 	}
-	return notify.Names(n.Sinks)
+	n.work()
+	return n.names
 }
 
 // owes reports whether the action owes a configured sink an event: a sink
@@ -88,9 +99,10 @@ func (n *Notifier) owes(action *v1alpha1.ToolAction) bool {
 	if n == nil || !action.Status.NotificationsPending {
 		return false
 	}
+	n.work()
 	for _, owed := range action.Status.Notifications {
 		for _, name := range owed.Pending {
-			if slices.ContainsFunc(n.Sinks, func(s notify.Sink) bool { return s.Name == name }) {
+			if _, configured := n.byName[name]; configured {
 				return true
 			}
 		}
@@ -139,7 +151,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 		if n.sinks().wait(time.Now()) > 0 {
 			logger.V(1).Info("Every sink backs off; the sweep waits", "after", n.Every)
 		} else if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot list the actions with undelivered notifications; retrying", "after", n.Every)
+			logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
 		}
 		select {
 		case <-ctx.Done():
@@ -155,22 +167,13 @@ func (n *Notifier) Start(ctx context.Context) error {
 // sweep queues the records, of the keys this replica owns, that still owe
 // a sink an event.
 func (n *Notifier) sweep(ctx context.Context) error {
-	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.notificationsPending", "true")}, client.Limit(listPage)}
-	for {
-		var page v1alpha1.ToolActionList
-		if err := n.Reader.List(ctx, &page, opts...); err != nil {
-			return err
+	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.notificationsPending", "true")}}
+	return eachListedAction(ctx, n.Reader, "the actions with undelivered notifications", opts, func(action *v1alpha1.ToolAction) error {
+		if key := client.ObjectKeyFromObject(action); n.Shards.Owns(key) {
+			n.work().Add(key)
 		}
-		for i := range page.Items {
-			if key := client.ObjectKeyFromObject(&page.Items[i]); n.Shards.Owns(key) {
-				n.work().Add(key)
-			}
-		}
-		if page.Continue == "" {
-			return nil
-		}
-		opts = append(opts, client.Continue(page.Continue))
-	}
+		return nil
+	})
 }
 
 func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingInterface[types.NamespacedName]) bool {
@@ -203,15 +206,18 @@ func (n *Notifier) next(ctx context.Context, queue workqueue.TypedRateLimitingIn
 // events wait without reading the API server, so that a sink down for an
 // hour costs a probe every notifyRetryMax, not a read and a send per action.
 type sinkBackoff struct {
-	mu       sync.Mutex
-	names    []string
-	failures map[string]int
-	until    map[string]time.Time
-	probing  map[string]bool
+	mu    sync.Mutex
+	names []string
+	// delays counts each sink's failures since its last acknowledgement
+	// and gives its next backoff.
+	delays  workqueue.TypedRateLimiter[string]
+	until   map[string]time.Time
+	probing map[string]bool
 }
 
 func newSinkBackoff(names []string) *sinkBackoff {
-	return &sinkBackoff{names: names, failures: map[string]int{}, until: map[string]time.Time{}, probing: map[string]bool{}}
+	return &sinkBackoff{names: names, until: map[string]time.Time{}, probing: map[string]bool{},
+		delays: workqueue.NewTypedItemExponentialFailureRateLimiter[string](notifyRetryMin, notifyRetryMax)}
 }
 
 // take reports whether an event may be sent to sink at now; the first send
@@ -223,7 +229,7 @@ func (b *sinkBackoff) take(sink string, now time.Time) bool {
 	if b.probing[sink] || now.Before(b.until[sink]) {
 		return false
 	}
-	if b.failures[sink] > 0 {
+	if b.delays.NumRequeues(sink) > 0 {
 		b.probing[sink] = true
 	}
 	return true
@@ -234,12 +240,7 @@ func (b *sinkBackoff) failed(sink string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.probing, sink)
-	b.failures[sink]++
-	delay := notifyRetryMax
-	if shift := b.failures[sink] - 1; shift < 16 {
-		delay = min(notifyRetryMin<<shift, notifyRetryMax)
-	}
-	b.until[sink] = now.Add(delay)
+	b.until[sink] = now.Add(b.delays.When(sink))
 }
 
 // succeeded ends sink's backoff.
@@ -247,8 +248,8 @@ func (b *sinkBackoff) succeeded(sink string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.probing, sink)
-	delete(b.failures, sink)
 	delete(b.until, sink)
+	b.delays.Forget(sink)
 }
 
 // wait is how long until some sink may be tried again: 0 when one may now.
@@ -287,10 +288,6 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 	if !notify.Pending(&action.Status) {
 		return nil
 	}
-	sinks := map[string]notify.Sink{}
-	for _, s := range n.Sinks {
-		sinks[s.Name] = s
-	}
 	// done lists, by event id, the sinks owed it no more.
 	done := map[string][]string{}
 	var errs []error
@@ -303,7 +300,7 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 			return fmt.Errorf("cannot build event %s: %w", owed.ID, err)
 		}
 		for _, name := range owed.Pending {
-			sink, configured := sinks[name]
+			sink, configured := n.byName[name]
 			if !configured {
 				// A sink removed from the configuration is owed nothing.
 				log.FromContext(ctx).Info("Notification dropped: its sink is no longer configured", "sink", name, "id", owed.ID)

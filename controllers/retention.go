@@ -238,32 +238,23 @@ func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, p
 		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
 		fields.OneTermEqualSelector("status.phase", string(phase)),
 	)
-	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}, client.Limit(listPage)}
+	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}}
 	if target.namespace != "" {
 		opts = append(opts, client.InNamespace(target.namespace))
 	}
-	for {
-		var page v1alpha1.ToolActionList
-		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list %s actions of %s %s: %w", phase, target.kind, target.name, err)
-		}
-		for i := range page.Items {
-			action := &page.Items[i]
-			if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-				action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(action)) {
-				continue
-			}
-			if err := s.waitTurn(ctx, action.UID); err != nil {
-				return err
-			}
-			// Its reconcile takes the turn waited for here.
-			r.Queue.Add(client.ObjectKeyFromObject(action))
-		}
-		if page.Continue == "" {
+	what := fmt.Sprintf("%s actions of %s %s", phase, target.kind, target.name)
+	return eachListedAction(ctx, r.APIReader, what, opts, func(action *v1alpha1.ToolAction) error {
+		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
+			action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(action)) {
 			return nil
 		}
-		opts = append(opts, client.Continue(page.Continue))
-	}
+		if err := s.waitTurn(ctx, action.UID); err != nil {
+			return err
+		}
+		// Its reconcile takes the turn waited for here.
+		r.Queue.Add(client.ObjectKeyFromObject(action))
+		return nil
+	})
 }
 
 // sweepTombstones deletes the target's tombstones whose key retention has

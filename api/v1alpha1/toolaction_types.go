@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -184,6 +185,31 @@ const (
 // ReasonFoundByLookup is the Succeeded condition's reason when a lookup
 // found the effect of an attempt whose outcome was unknown.
 const ReasonFoundByLookup = "FoundByLookup"
+
+// SettledBy is the reason the action settled other than by an attempt of
+// its own: ReasonFoundByLookup, or ReasonSettledByTombstone or
+// ReasonSettledByArchive (its key's earlier record answered, without a
+// dispatch); "" otherwise.
+func (s *ToolActionStatus) SettledBy() string {
+	reason := ""
+	if s.Error != nil {
+		reason = s.Error.Reason
+	} else if c := meta.FindStatusCondition(s.Conditions, ConditionSucceeded); c != nil {
+		reason = c.Reason
+	}
+	switch reason {
+	case ReasonFoundByLookup, ReasonSettledByTombstone, ReasonSettledByArchive:
+		return reason
+	}
+	return ""
+}
+
+// SettledByEarlierRecord reports an action answered by its key's tombstone
+// or archived record, without a dispatch.
+func (s *ToolActionStatus) SettledByEarlierRecord() bool {
+	reason := s.SettledBy()
+	return reason == ReasonSettledByTombstone || reason == ReasonSettledByArchive
+}
 
 // ErrorClass says what a failure means for repeating the action.
 // +kubebuilder:validation:Enum=InvalidInput;Denied;ProviderUnavailable;OutcomeUnknown;DuplicateConflict;RetriesExhausted

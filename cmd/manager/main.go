@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -61,14 +60,7 @@ func main() {
 		}
 		return nil
 	})
-	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver (a Knative broker, an Argo Events webhook, a relay) that gets an event for each action awaiting approval, escalated, succeeded or failed, at least once, with an id derived from the key and the transition (docs/operations.md); repeatable.", func(spec string) error {
-		sink, err := notify.ParseSink(spec)
-		if err == nil && slices.ContainsFunc(opts.NotificationSinks, func(s notify.Sink) bool { return s.Name == sink.Name }) {
-			err = fmt.Errorf("notification sink %s is named twice", sink.Name)
-		}
-		opts.NotificationSinks = append(opts.NotificationSinks, sink)
-		return err
-	})
+	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver (a Knative broker, an Argo Events webhook, a relay) that gets an event for each action awaiting approval, escalated, succeeded or failed, at least once, with an id derived from the key and the transition (docs/operations.md); repeatable.", notify.SinkFlag(&opts.NotificationSinks))
 	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
 	flag.DurationVar(&opts.ArchiveRecordRetention, "archive-record-retention", app.DefaultArchiveRecordRetention, "With --archive-dsn, how long the finished records of a Tool that sets no recordRetention stay in etcd before they leave for the archive; a Tool's own recordRetention wins.")
 	flag.DurationVar(&opts.ArchiveKeyRetention, "archive-key-retention", app.DefaultArchiveKeyRetention, "With --archive-dsn, how long the keys of a Tool that sets no keyRetention are kept after their action finished; a Tool's own keyRetention wins; a negative value keeps them for good.")

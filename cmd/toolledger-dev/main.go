@@ -83,11 +83,7 @@ func main() {
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
 	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones; --archive=false keeps Tombstones.")
 	flag.StringVar(&opts.archiveAPIListen, "archive-api-listen", "127.0.0.1:8445", "With --archive and the embedded control plane, where the archive API (kubectl get archivedtoolactions) listens for the API server.")
-	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver that gets an event for each action awaiting approval, escalated, succeeded or failed (the manager's --notification-sink; the demo downstream is one at /events); repeatable.", func(spec string) error {
-		sink, err := notify.ParseSink(spec)
-		opts.notificationSinks = append(opts.notificationSinks, sink)
-		return err
-	})
+	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver that gets an event for each action awaiting approval, escalated, succeeded or failed (the manager's --notification-sink; the demo downstream is one at /events); repeatable.", notify.SinkFlag(&opts.notificationSinks))
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))

@@ -24,8 +24,7 @@ import (
 // from the agent's span to the downstream request.
 var _ = Describe("The MCP gateway's trace", func() {
 	It("continues the traceparent of params._meta through the invocation and the attempt to the downstream", func() {
-		receiver, err := testenv.StartOTLPReceiver()
-		Expect(err).NotTo(HaveOccurred())
+		receiver := testenv.StartOTLPReceiver()
 		DeferCleanup(receiver.Close)
 		Expect(os.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)).To(Succeed())
 		DeferCleanup(os.Unsetenv, "OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -19,7 +19,6 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -74,6 +73,22 @@ func ParseSink(spec string) (Sink, error) {
 	return Sink{Name: name, URL: target}, nil
 }
 
+// SinkFlag parses a repeatable NAME=URL flag into *sinks, refusing a
+// name given twice.
+func SinkFlag(sinks *[]Sink) func(string) error {
+	return func(spec string) error {
+		sink, err := ParseSink(spec)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(*sinks, func(s Sink) bool { return s.Name == sink.Name }) {
+			return fmt.Errorf("notification sink %s is named twice", sink.Name)
+		}
+		*sinks = append(*sinks, sink)
+		return nil
+	}
+}
+
 // Names are the sinks' names, sorted, as an action's pending list holds them.
 func Names(sinks []Sink) []string {
 	names := make([]string, 0, len(sinks))
@@ -96,7 +111,7 @@ func Names(sinks []Sink) []string {
 // delivered.
 func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent string) bool {
 	eventType := typeOf(next.Status.Phase)
-	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from || settledByEarlierRecord(next) {
+	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from || next.Status.SettledByEarlierRecord() {
 		return false
 	}
 	var seq int32
@@ -131,18 +146,6 @@ func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time
 // maxTraceparent is the longest traceparent a notification keeps, as the
 // CRD bounds it.
 const maxTraceparent = 256
-
-// settledByEarlierRecord reports an action answered by its key's
-// tombstone or archived record.
-func settledByEarlierRecord(a *v1alpha1.ToolAction) bool {
-	reason := ""
-	if e := a.Status.Error; e != nil {
-		reason = e.Reason
-	} else if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil {
-		reason = c.Reason
-	}
-	return reason == v1alpha1.ReasonSettledByTombstone || reason == v1alpha1.ReasonSettledByArchive
-}
 
 // ID is an event's id: the SHA-256, in hex, of the namespace, the key, the
 // record's uid, the type and seq. It is the same for every delivery of the

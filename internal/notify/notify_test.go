@@ -223,3 +223,22 @@ func TestSendBinaryMode(t *testing.T) {
 		t.Errorf("Send to a sink answering 503: %v", err)
 	}
 }
+
+// The flag takes each NAME=URL once: a bad one, or a name given twice, is
+// refused and not added.
+func TestSinkFlag(t *testing.T) {
+	var sinks []notify.Sink
+	set := notify.SinkFlag(&sinks)
+	if err := set("audit=http://127.0.0.1:8089/events"); err != nil {
+		t.Fatal(err)
+	}
+	if err := set("audit=http://127.0.0.1:9999/events"); err == nil || err.Error() != "notification sink audit is named twice" {
+		t.Errorf("a name given twice: %v", err)
+	}
+	if err := set("relay"); err == nil {
+		t.Error("a sink without a URL was taken")
+	}
+	if len(sinks) != 1 || sinks[0].URL != "http://127.0.0.1:8089/events" {
+		t.Errorf("sinks = %+v, want the first alone", sinks)
+	}
+}

@@ -2,14 +2,12 @@ package testenv
 
 import (
 	"compress/gzip"
-	"context"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
-	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -38,28 +36,23 @@ type OTLPReceiver struct {
 	// URL is the endpoint, http://127.0.0.1:PORT.
 	URL string
 
-	server *http.Server
+	server *httptest.Server
 	mu     sync.Mutex
 	spans  []Span
 }
 
 // StartOTLPReceiver listens on a free loopback port.
-func StartOTLPReceiver() (*OTLPReceiver, error) {
-	var lc net.ListenConfig
-	listener, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	r := &OTLPReceiver{URL: "http://" + listener.Addr().String()}
+func StartOTLPReceiver() *OTLPReceiver {
+	r := &OTLPReceiver{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.export)
-	r.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = r.server.Serve(listener) }()
-	return r, nil
+	r.server = httptest.NewServer(mux)
+	r.URL = r.server.URL
+	return r
 }
 
 // Close stops the receiver.
-func (r *OTLPReceiver) Close() error { return r.server.Close() }
+func (r *OTLPReceiver) Close() { r.server.Close() }
 
 // Spans returns the spans received so far.
 func (r *OTLPReceiver) Spans() []Span {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -131,7 +130,7 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		Namespace:     action.Namespace,
 		Key:           action.Name,
 		Phase:         action.Status.Phase,
-		SettledBy:     settledBy(action),
+		SettledBy:     action.Status.SettledBy(),
 		CreatedAt:     action.CreationTimestamp.Time,
 		ExternalRef:   action.Status.ExternalRef,
 		Attempts:      action.Status.Attempts,
@@ -139,7 +138,7 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		RequestedBy:   action.Annotations[v1alpha1.RequestedByAnnotation],
 		Approval:      action.Status.Approval.DeepCopy(),
 	}
-	o.Deduplicated = deduplicated || o.SettledBy == v1alpha1.ReasonSettledByTombstone || o.SettledBy == v1alpha1.ReasonSettledByArchive
+	o.Deduplicated = deduplicated || action.Status.SettledByEarlierRecord()
 	if action.Status.Result != nil {
 		// A copy: invocations of one key share the observed action.
 		o.Result = bytes.Clone(action.Status.Result.Raw)
@@ -148,23 +147,6 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		o.ErrorClass, o.ErrorReason, o.Message = e.Class, e.Reason, e.Message
 	}
 	return o
-}
-
-// settledBy is the reason an action settled other than by an attempt of
-// its own: found by a lookup, or answered by its key's tombstone or
-// archived record without a dispatch; "" otherwise.
-func settledBy(action *v1alpha1.ToolAction) string {
-	reason := ""
-	if e := action.Status.Error; e != nil {
-		reason = e.Reason
-	} else if c := meta.FindStatusCondition(action.Status.Conditions, v1alpha1.ConditionSucceeded); c != nil {
-		reason = c.Reason
-	}
-	switch reason {
-	case v1alpha1.ReasonSettledByTombstone, v1alpha1.ReasonSettledByArchive, v1alpha1.ReasonFoundByLookup:
-		return reason
-	}
-	return ""
 }
 
 // applyConfiguration is the server-side apply body: only what the caller

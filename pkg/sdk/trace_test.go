@@ -30,14 +30,13 @@ var _ = Describe("Tracing", Ordered, func() {
 	)
 
 	BeforeAll(func() {
-		var err error
-		receiver, err = testenv.StartOTLPReceiver()
-		Expect(err).NotTo(HaveOccurred())
+		receiver = testenv.StartOTLPReceiver()
 		DeferCleanup(receiver.Close)
 		for name, value := range map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.URL, "OTEL_SERVICE_NAME": "sdk-suite"} {
 			Expect(os.Setenv(name, value)).To(Succeed())
 			DeferCleanup(os.Unsetenv, name)
 		}
+		var err error
 		tracing, err = telemetry.Setup(context.Background(), "unused")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(tracing.Enabled()).To(BeTrue())
