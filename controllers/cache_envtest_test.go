@@ -17,7 +17,7 @@ var _ = Describe("The manager's cache", func() {
 	It("holds the active actions only, without their managed fields", func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
-		opts := app.CacheOptions()
+		opts := app.CacheOptions(app.DefaultNamespace())
 		opts.Scheme = app.Scheme()
 		informers, err := cache.New(cfg, opts)
 		Expect(err).NotTo(HaveOccurred())

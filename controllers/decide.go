@@ -313,12 +313,13 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 }
 
 // beforeConnect decides an attempt from its facts, in this order: a
-// refused schema or request rejects the action; a key that settled before
-// answers it (the same request) or refuses it (another); a compensation
-// waits for its original to succeed, or is refused when there is nothing
-// to compensate; an approval holds it. It returns the transition that
-// records the decision, an error to retry, or neither: the action may
-// connect and be claimed.
+// refused schema or request rejects the action; a key this manager cannot
+// check (the ledger is bound to an archive it does not use, or the archive
+// is down) waits; a key that settled before answers it (the same request)
+// or refuses it (another); a compensation waits for its original to
+// succeed, or is refused when there is nothing to compensate; an approval
+// holds it. It returns the transition that records the decision, an error
+// to retry, or neither: the action may connect and be claimed.
 func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transition, error) {
 	var (
 		invalid *invalidError
@@ -329,6 +330,8 @@ func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transitio
 		t = p.rejection(invalid)
 	case f.refused != nil:
 		return nil, f.refused
+	case f.unbound != nil:
+		t = p.waiting(f.requestDigest, ReasonArchiveRequired, fmt.Sprintf("waiting to check key %s: %v", a.Name, f.unbound))
 	case f.unchecked != nil:
 		t = p.waiting(f.requestDigest, ReasonArchiveUnavailable,
 			fmt.Sprintf("waiting for the archive to check key %s before the first dispatch: %v", a.Name, f.unchecked))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/toolcontract"
 )
 
@@ -30,6 +31,9 @@ type attemptFacts struct {
 	// unchecked is why the archive could not check the key: the action
 	// waits, and is never dispatched unchecked.
 	unchecked error
+	// unbound is why this manager must not check the key at all: the
+	// ledger keeps its keys in an archive it does not use.
+	unbound error
 	// original is what a compensation's original shows; nil for an action
 	// that compensates nothing.
 	original *compensated
@@ -65,6 +69,13 @@ func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1a
 	}
 	f.requestDigest, f.parameters, f.refused = verifyRequest(action, tool, schema)
 	if action.Status.Attempts == 0 {
+		var refused *archivebinding.RefusedError
+		switch err := r.Binding.Check(ctx); {
+		case errors.As(err, &refused):
+			f.unbound = err
+		case err != nil:
+			return nil, f, err
+		}
 		f.earlier, err = r.keys().earlier(ctx, action, tool)
 		switch {
 		case errors.Is(err, archive.ErrUnavailable):

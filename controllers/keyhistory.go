@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archivebinding"
 )
 
 // keyHistory keeps a key's earlier life: what a record since deleted
@@ -59,7 +61,7 @@ type tombstoneHistory struct {
 func (r *ToolActionReconciler) keys() keyHistory {
 	tombstones := tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
 	if r.Archive != nil {
-		return archiveHistory{store: r.Archive, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
+		return archiveHistory{store: r.Archive, binding: r.Binding, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
 	}
 	return tombstones
 }
@@ -131,7 +133,10 @@ func (h tombstoneHistory) keep(ctx context.Context, action *v1alpha1.ToolAction,
 // archiveHistory keeps a key's earlier life in the archive, and reads the
 // Tombstones written before the manager had one.
 type archiveHistory struct {
-	store      *archive.Store
+	store *archive.Store
+	// binding says whether the ledger has been bound to the store long
+	// enough that a record may live there alone.
+	binding    *archivebinding.Guard
 	clock      clock.PassiveClock
 	tombstones tombstoneHistory
 	// retentionOf gives a tool the archive's default keyRetention when it
@@ -148,6 +153,16 @@ func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool 
 	return keyRetentionPassed(completed, &v1alpha1.Tool{Spec: *h.retentionOf(&tool.Spec)}, h.clock.Now())
 }
 
+// archivedKeyFreed reports whether rec's key is free by tool: a record
+// moved from a Tombstone keeps the Tombstone's retention, the tool's own
+// keyRetention (for good without one), whatever the archive's default.
+func (h archiveHistory) archivedKeyFreed(rec *archive.Record, tool *v1alpha1.Tool) bool {
+	if rec.FromTombstone {
+		return keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now())
+	}
+	return h.keyFreed(rec.CompletionTime, tool)
+}
+
 // earlier reads the key's Tombstone, written before the archive, then the
 // newest archived record that guards the key. In that order: the sweep
 // moves a Tombstone by archiving it, then deleting it, so this reader finds
@@ -162,7 +177,7 @@ func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction
 	if rec == nil || err != nil {
 		return nil, err
 	}
-	if sameTool(action, rec.Tool) && h.keyFreed(rec.CompletionTime, tool) {
+	if sameTool(action, rec.Tool) && h.archivedKeyFreed(rec, tool) {
 		return nil, nil
 	}
 	return fromArchive(rec), nil
@@ -185,18 +200,48 @@ func fromArchive(rec *archive.Record) *earlierRecord {
 		settledReason: ReasonSettledByArchive, conflictReason: ReasonArchiveConflict, source: sourceArchive}
 }
 
-// keep archives the action; keeping it again changes nothing.
+// keep archives the action; keeping it again changes nothing. A record
+// waits while the ledger's binding to the archive is new or another's; once
+// the archive is decommissioned, its key goes to a Tombstone. An action
+// that its key's earlier record answered is not archived: that record
+// keeps all it would, and a manifest a GitOps tool applies again after
+// each retirement would otherwise add a row every time.
 func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) error {
+	if answeredByEarlierRecord(action) {
+		log.FromContext(ctx).V(1).Info("Not archived: its key's earlier record answered it", "cause", cause)
+		return nil
+	}
 	rec, err := archive.NewRecord(action, tool, cause, deletedBy, deleted.Time)
 	if err != nil {
 		return err
 	}
-	// A record kept after its key retention passed is history only: its
-	// key is free, whatever tool asks for it next.
-	rec.GuardsKey = rec.GuardsKey && !h.keyFreed(rec.CompletionTime, tool)
-	if err := h.store.Keep(ctx, rec); err != nil {
-		return err
+	err = h.binding.MayKeep(ctx, time.Now())
+	if err == nil {
+		// A record kept after its key retention passed is history only:
+		// its key is free, whatever tool asks for it next.
+		rec.GuardsKey = rec.GuardsKey && !h.keyFreed(rec.CompletionTime, tool)
+		err = h.store.Keep(ctx, rec)
+	}
+	switch {
+	case errors.Is(err, archivebinding.ErrReleased), errors.Is(err, archive.ErrDecommissioned):
+		if !needsTombstone(action) {
+			return nil
+		}
+		return h.tombstones.keep(ctx, action, tool, cause, deletedBy, deleted)
+	case err != nil:
+		return fmt.Errorf("cannot archive %s: %w", action.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("Record archived", "cause", cause)
 	return nil
+}
+
+// answeredByEarlierRecord reports an action whose outcome its key's earlier
+// record gave, without a dispatch: the same request settled by it, or
+// another refused by it.
+func answeredByEarlierRecord(a *v1alpha1.ToolAction) bool {
+	if a.Status.SettledByEarlierRecord() {
+		return true
+	}
+	e := a.Status.Error
+	return a.Status.Attempts == 0 && e != nil && (e.Reason == ReasonTombstoneConflict || e.Reason == ReasonArchiveConflict)
 }

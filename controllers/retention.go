@@ -281,13 +281,23 @@ func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget
 
 // archiveTombstones moves the Tombstones written before the manager had an
 // archive into it, at the Pacer's rate: each is archived, then deleted, so
-// that the key is kept at every moment.
+// that the key is kept at every moment. Nothing moves while the ledger's
+// binding to the archive is new or another's, nor into a decommissioned
+// archive, whose keys go the other way.
 func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
 	r := s.Reconciler
+	if err := r.Binding.MayKeep(ctx, time.Now()); err != nil {
+		log.FromContext(ctx).V(1).Info("Tombstones stay out of the archive for now", "reason", err.Error())
+		return nil
+	}
 	every := func(*v1alpha1.Tombstone) bool { return true }
-	return s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
+	err := s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
 		return archiveTombstone(ctx, r.Archive, r.Client, tomb)
 	})
+	if errors.Is(err, archive.ErrDecommissioned) {
+		return nil
+	}
+	return err
 }
 
 // eachOwnedTombstone reads the Tombstones opts select from the API server,

@@ -64,6 +64,9 @@ const (
 	// ReasonArchiveUnavailable: the archive cannot check a new action's
 	// key, so the action waits.
 	ReasonArchiveUnavailable = "ArchiveUnavailable"
+	// ReasonArchiveRequired: the ledger keeps its keys in an archive this
+	// manager does not use, so a new action waits.
+	ReasonArchiveRequired = "ArchiveRequired"
 )
 
 // The set* functions below are the only writers of phase, conditions and

@@ -20,7 +20,6 @@ func needsTombstone(a *v1alpha1.ToolAction) bool {
 
 // newTombstone is what remains of a finished action once its record goes.
 func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted metav1.Time) *v1alpha1.Tombstone {
-	kind := a.Spec.ToolRef.KindOrDefault()
 	rec := v1alpha1.TombstoneRecord{
 		ActionUID:      a.UID,
 		RequestDigest:  a.Status.RequestDigest,
@@ -28,7 +27,7 @@ func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy 
 		ExternalRef:    a.Status.ExternalRef,
 		Attempts:       a.Status.Attempts,
 		CompletionTime: *a.Status.CompletionTime,
-		ToolRef:        v1alpha1.ToolReference{Kind: kind, Name: a.Spec.ToolRef.Name},
+		ToolRef:        a.Spec.ToolRef,
 		Cause:          cause,
 		DeletedBy:      deletedBy,
 		DeletionTime:   deleted,
@@ -39,14 +38,7 @@ func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy 
 	if e := a.Status.Error; e != nil {
 		rec.ErrorClass, rec.ErrorReason = e.Class, e.Reason
 	}
-	return &v1alpha1.Tombstone{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: a.Namespace,
-			Name:      a.Name,
-			Labels:    map[string]string{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(a.Spec.ToolRef.Name), v1alpha1.LabelToolKind: kind},
-		},
-		Record: rec,
-	}
+	return v1alpha1.NewTombstone(a.Namespace, a.Name, rec)
 }
 
 // bury keeps the action's record in the key's history (its tombstone, or

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/shard"
@@ -86,6 +87,9 @@ type ToolActionReconciler struct {
 	// ArchiveHistoryRetention is how long archived records stay readable
 	// after their key is freed; zero keeps them for good.
 	ArchiveHistoryRetention time.Duration
+	// Binding says whether the ledger's archive binding lets this manager
+	// check a new key, and keep records in its archive.
+	Binding *archivebinding.Guard
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

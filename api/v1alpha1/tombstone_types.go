@@ -130,6 +130,21 @@ type Tombstone struct {
 	Record TombstoneRecord `json:"record"`
 }
 
+// NewTombstone is the Tombstone that keeps key of namespace with record,
+// labelled for its tool's retention sweep.
+func NewTombstone(namespace, key string, record TombstoneRecord) *Tombstone {
+	kind := record.ToolRef.KindOrDefault()
+	record.ToolRef.Kind = kind
+	return &Tombstone{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: namespace,
+			Name:      key,
+			Labels:    map[string]string{LabelTool: ToolLabelValue(record.ToolRef.Name), LabelToolKind: kind},
+		},
+		Record: record,
+	}
+}
+
 // +kubebuilder:object:root=true
 
 // TombstoneList is a list of Tombstones.

@@ -9,13 +9,16 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/telemetry"
@@ -31,6 +34,9 @@ func prefixes(into *[]netip.Prefix) func(string) error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == decommissionCommand {
+		os.Exit(decommissionArchive(os.Args[2:]))
+	}
 	var opts app.Options
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.BoolVar(&opts.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers whose bearer token the API server authenticates and authorizes for GET on the non-resource URL /metrics (the toolledger-metrics-reader ClusterRole); false serves plain HTTP to anyone.")
@@ -66,6 +72,7 @@ func main() {
 	flag.DurationVar(&opts.ArchiveKeyRetention, "archive-key-retention", app.DefaultArchiveKeyRetention, "With --archive-dsn, how long the keys of a Tool that sets no keyRetention are kept after their action finished; a Tool's own keyRetention wins; a negative value keeps them for good.")
 	flag.DurationVar(&opts.ArchiveHistoryRetention, "archive-history-retention", 0, "With --archive-dsn, how long archived records stay readable after their key is freed, before they are deleted from the archive; 0 keeps them for good.")
 	flag.StringVar(&opts.ArchiveAPIAddr, "archive-api-bind-address", ":8445", "With --archive-dsn and --archive-api-cert-dir, where the archive's aggregated API (archive.toolledger.dev) listens for the API server.")
+	flag.DurationVar(&opts.ArchiveBindingSettle, "archive-binding-settle", archivebinding.DefaultSettle, "With --archive-dsn, how long the ledger's new binding to its archive stands before a record is kept there alone (no Tombstone): time for replicas running without the archive, during the rollout that turns it on, to learn of the binding and stop dispatching (docs/archive.md#the-archive-binding).")
 	flag.StringVar(&opts.ArchiveAPICertDir, "archive-api-cert-dir", "", "Directory holding tls.crt and tls.key for the archive API, whose CA the APIService names; empty serves no archive API.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -101,4 +108,54 @@ func main() {
 		log.Error(err, "Manager stopped with an error")
 		os.Exit(1)
 	}
+}
+
+// decommissionCommand ends the ledger's use of its archive
+// (docs/archive.md#decommissioning-an-archive).
+const decommissionCommand = "decommission-archive"
+
+// decommissionArchive writes the archive's kept keys back as Tombstones,
+// then releases the archive binding, so that managers without the archive
+// may dispatch again; it returns the exit status.
+func decommissionArchive(args []string) int {
+	flags := flag.NewFlagSet(decommissionCommand, flag.ContinueOnError)
+	dsn := flags.String("archive-dsn", "", "The archive's database, as the schema's owner; $TOOLLEDGER_ARCHIVE_DSN when unset.")
+	namespace := flags.String("operator-namespace", "", "The manager's namespace, which holds the archive binding; $POD_NAMESPACE or toolledger-system when empty.")
+	flags.Usage = func() {
+		fmt.Fprintf(flags.Output(), `Usage: manager %s [flags]
+
+Ends the ledger's use of its archive without losing a key: the archive stops
+keeping records, every key it keeps is written back as a Tombstone, then the
+archive binding lets managers without the archive dispatch again. Run it as
+the manager's ServiceAccount (only it may write Tombstones), for instance
+with kubectl exec in a manager pod; the cluster is the in-cluster one or
+$KUBECONFIG's. Interrupted, run it again.
+
+`, decommissionCommand)
+		flags.PrintDefaults()
+	}
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if *dsn == "" {
+		*dsn = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	}
+	if *namespace == "" {
+		*namespace = app.DefaultNamespace()
+	}
+	if *dsn == "" {
+		fmt.Fprintln(os.Stderr, "--archive-dsn (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to decommission")
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	report, err := app.DecommissionArchive(ctx, ctrl.GetConfigOrDie(), *dsn, *namespace)
+	fmt.Printf("Tombstones written: %d; keys a Tombstone kept already: %d; keys of namespaces that no longer exist: %d\n",
+		report.Written, report.Present, report.Gone)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "The archive is not decommissioned yet:", err)
+		return 1
+	}
+	fmt.Println("The archive is decommissioned: managers without it may run; it still answers reads.")
+	return 0
 }

@@ -138,6 +138,9 @@ func run(opts options) error {
 	managerOpts := app.Options{MetricsAddr: opts.metricsAddr, ProbeAddr: opts.probeAddr,
 		Egress: egress.Policy{Allow: allow, PlainHTTP: []string{"127.0.0.1"}}, ArchiveDSN: archiveDSN, NotificationSinks: opts.notificationSinks}
 	if archiveDSN != "" && !opts.existingCluster {
+		// The embedded control plane has this one manager: none runs
+		// without the archive, to learn of a new binding.
+		managerOpts.ArchiveBindingSettle = time.Millisecond
 		if managerOpts.ArchiveAPICertDir, err = registerArchiveAPI(ctx, cfg, opts); err != nil {
 			return err
 		}

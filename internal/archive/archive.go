@@ -28,6 +28,8 @@ import (
 // Store is the archive in one PostgreSQL database, shared by every replica.
 type Store struct {
 	pool *pgxpool.Pool
+	// identity names the database's archive, as the cluster records it.
+	identity string
 }
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
@@ -42,7 +44,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
 	s := &Store{pool: pool}
-	if err := errors.Join(s.migrate(ctx), s.checkPrivileges(ctx)); err != nil {
+	err = errors.Join(s.migrate(ctx), s.checkPrivileges(ctx))
+	if err == nil {
+		err = s.readIdentity(ctx)
+	}
+	if err != nil {
 		pool.Close()
 		observe("ping", err)
 		return nil, err
@@ -51,6 +57,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	return s, nil
 }
 
+// readIdentity reads the archive's identity, made by its first migration.
+func (s *Store) readIdentity(ctx context.Context) error {
+	if err := s.pool.QueryRow(ctx, `SELECT identity::text FROM toolledger_archive`).Scan(&s.identity); err != nil {
+		return fmt.Errorf("cannot read the archive's identity: %w", err)
+	}
+	return nil
+}
+
+// Identity names this archive: the same for every replica and every
+// connection to its database, another for another database.
+func (s *Store) Identity() string { return s.identity }
+
 // privileges are what the manager's role needs on the tables: to check
 // keys, keep records on their chain and verify it. Pruning needs EXECUTE on
 // toolledger_prune besides, checked when it runs.
@@ -58,6 +76,7 @@ var privileges = []struct{ table, privilege string }{
 	{"toolledger_records", "SELECT"}, {"toolledger_records", "INSERT"},
 	{"toolledger_chain_heads", "SELECT"}, {"toolledger_chain_heads", "INSERT"}, {"toolledger_chain_heads", "UPDATE"},
 	{"toolledger_chain_pruned", "SELECT"},
+	{"toolledger_archive", "SELECT"},
 }
 
 // checkPrivileges refuses to start with a role that could not keep a
@@ -86,6 +105,10 @@ func (s *Store) Close() { s.pool.Close() }
 // ErrUnavailable wraps every failure to use the archive: the database
 // cannot be reached, or refused the statement.
 var ErrUnavailable = errors.New("the archive cannot be used")
+
+// ErrDecommissioned is Keep's answer once the archive was decommissioned:
+// the record's key must be kept elsewhere (a Tombstone).
+var ErrDecommissioned = errors.New("the archive was decommissioned: it keeps no more records")
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -129,6 +152,10 @@ type Record struct {
 	// Chain is the record's link in its namespace's chain, once archived;
 	// zero for a record archived before the archive had chains.
 	Chain Link
+	// FromTombstone is whether the record was moved from a Tombstone
+	// written before the archive: its key keeps the Tombstone's retention,
+	// its Tool's own keyRetention, not the archive's default.
+	FromTombstone bool
 }
 
 // NewRecord is the archive's record of a finished action, which leaves etcd
@@ -177,7 +204,7 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
 		Tool:          v1alpha1.ToolReference{Kind: t.ToolRef.KindOrDefault(), Name: t.ToolRef.Name},
 		RequestDigest: t.RequestDigest, Phase: t.Phase, ErrorClass: t.ErrorClass, ErrorReason: t.ErrorReason,
 		ExternalRef: t.ExternalRef, Attempts: t.Attempts, GuardsKey: true, CompletionTime: t.CompletionTime.Time,
-		Cause: t.Cause, DeletedBy: t.DeletedBy, DeletionTime: t.DeletionTime.Time, Action: doc,
+		Cause: t.Cause, DeletedBy: t.DeletedBy, DeletionTime: t.DeletionTime.Time, Action: doc, FromTombstone: true,
 	}, nil
 }
 
@@ -199,21 +226,27 @@ func (s *Store) Keep(ctx context.Context, r Record) error {
 	// The columns keep microseconds; the chain hashes what they keep.
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// One append at a time in a namespace, whichever replica appends.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, chainLock, r.Namespace); err != nil {
+		// One append at a time in a namespace, whichever replica appends;
+		// the shared lock is one of those that decommissioning waits for.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($3), pg_advisory_xact_lock($1, hashtext($2))`,
+			chainLock, r.Namespace, int64(decommissionLock)); err != nil {
 			return err
 		}
 		var (
-			kept       bool
-			actionText string
+			kept, decommissioned bool
+			actionText           string
 		)
 		// The chain hashes the action as the database keeps it (jsonb's text).
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolledger_records WHERE uid = $1), $2::jsonb::text`,
-			string(r.UID), r.Action).Scan(&kept, &actionText); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolledger_records WHERE uid = $1), $2::jsonb::text,
+	(SELECT decommissioned_at IS NOT NULL FROM toolledger_archive)`,
+			string(r.UID), r.Action).Scan(&kept, &actionText, &decommissioned); err != nil {
 			return err
 		}
-		if kept {
+		switch {
+		case kept:
 			return nil
+		case decommissioned:
+			return ErrDecommissioned
 		}
 		head, err := chainHead(ctx, tx, r.Namespace)
 		if err != nil {
@@ -236,6 +269,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 		}
 		return moveHead(ctx, tx, r.Namespace, link)
 	})
+	if errors.Is(err, ErrDecommissioned) {
+		observe("keep", nil)
+		return fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
+	}
 	observe("keep", err)
 	if err != nil {
 		return fmt.Errorf("%w: cannot archive ToolAction %s/%s: %w", ErrUnavailable, r.Namespace, r.Key, err)
@@ -289,7 +326,7 @@ LIMIT 1`, namespace, key, guarding)
 
 const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
 	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
-	coalesce(chain_seq, 0), coalesce(chain_hash, '')`
+	coalesce(chain_seq, 0), coalesce(chain_hash, ''), coalesce(action->>'kind', '') = 'Tombstone'`
 
 func scanRecord(row pgx.CollectableRow) (Record, error) {
 	var r Record
@@ -310,7 +347,7 @@ func (s *recordScan) dest() []any {
 	r := s.record
 	return []any{&s.uid, &r.Namespace, &r.Key, &r.Tool.Kind, &r.Tool.Name, &s.class, &r.RequestDigest, &s.phase,
 		&s.errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
-		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash}
+		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash, &r.FromTombstone}
 }
 
 func (s *recordScan) finish() {

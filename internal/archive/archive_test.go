@@ -153,7 +153,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `CREATE ROLE ledger_writer LOGIN;
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_writer;
 		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer;
-		GRANT SELECT ON toolledger_chain_pruned TO ledger_writer;
+		GRANT SELECT ON toolledger_chain_pruned, toolledger_archive TO ledger_writer;
 		GRANT SELECT, INSERT, UPDATE ON toolledger_chain_heads TO ledger_writer;
 		GRANT EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integer) TO ledger_writer`); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestAManagerRefusesARoleThatCannotKeepRecords(t *testing.T) {
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_old;
 		GRANT SELECT, INSERT, DELETE ON toolledger_records TO ledger_old`)
 	_, err := archive.Open(context.Background(), strings.Replace(dsn, "toolledger@", "ledger_old@", 1))
-	want := "the archive's database role lacks SELECT on toolledger_chain_heads, INSERT on toolledger_chain_heads, UPDATE on toolledger_chain_heads, SELECT on toolledger_chain_pruned: grant them (docs/audit.md, \"The database's roles\")"
+	want := "the archive's database role lacks SELECT on toolledger_chain_heads, INSERT on toolledger_chain_heads, UPDATE on toolledger_chain_heads, SELECT on toolledger_chain_pruned, SELECT on toolledger_archive: grant them (docs/audit.md, \"The database's roles\")"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open as a role of the older schema: %v, want %q", err, want)
 	}

@@ -135,6 +135,17 @@ REVOKE EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integ
 	// 4: the chain's order, apart from migration 3, so that its build holds
 	// only inserts (a SHARE lock), not the key check's reads.
 	`CREATE UNIQUE INDEX toolledger_records_chain ON toolledger_records (namespace, chain_seq);`,
+	// 5: the archive's identity, which the cluster records as the one the
+	// ledger keeps its keys in (internal/archivebinding), and when it was
+	// decommissioned: from then on no record is kept here, and its keys
+	// were written back as Tombstones.
+	`CREATE TABLE toolledger_archive (
+	singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+	identity uuid NOT NULL DEFAULT gen_random_uuid(),
+	created_at timestamptz NOT NULL DEFAULT now(),
+	decommissioned_at timestamptz
+);
+INSERT INTO toolledger_archive DEFAULT VALUES;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

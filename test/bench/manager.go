@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -11,6 +13,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/testenv"
@@ -54,13 +60,25 @@ func (c managerConfig) routineEventRate() float64 {
 }
 
 func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
-	stop, err := testenv.StartManager(c.cfg, app.Options{
+	opts := app.Options{
 		ExecutorID:              fmt.Sprintf("bench-inprocess-w%d", config.Workers),
 		MaxConcurrentReconciles: config.Workers,
 		RoutineEventRate:        config.routineEventRate(),
 		ArchiveDSN:              config.ArchiveDSN,
 		RetentionRate:           config.RetentionRate,
-	})
+	}
+	if config.ArchiveDSN != "" {
+		// Each of the harness's databases is another archive, whose
+		// managers bind a ledger of their own, in an operator namespace
+		// of their own; one manager at a time needs no settling.
+		sum := sha256.Sum256([]byte(config.ArchiveDSN))
+		opts.Namespace, opts.ArchiveBindingSettle = "bench-ledger-"+hex.EncodeToString(sum[:4]), time.Millisecond
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}}
+		if err := c.k8s.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("cannot create the operator namespace %s: %w", opts.Namespace, err)
+		}
+	}
+	stop, err := testenv.StartManager(c.cfg, opts)
 	if err != nil {
 		return nil, err
 	}

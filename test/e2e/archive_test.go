@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,6 +38,11 @@ import (
 // every scenario run before them.
 const archiveRecordRetention = 24 * time.Hour
 
+// archiveBindingSettle is the archive managers' --archive-binding-settle:
+// all of a scenario's managers use its archive, so none needs the time to
+// learn of a new binding.
+const archiveBindingSettle = 100 * time.Millisecond
+
 // archiveRetention is the recordRetention of the Tools of the scenarios
 // whose records must leave etcd while they run.
 const archiveRetention = time.Second
@@ -45,6 +52,9 @@ const archiveRetention = time.Second
 type archiveDB struct {
 	dsn  string
 	pool *pgxpool.Pool
+	// ledger is the operator namespace of the managers that keep records
+	// in it, which holds their archive binding.
+	ledger string
 }
 
 // archivedRecord is one row of the archive.
@@ -127,7 +137,14 @@ func (s *suite) startArchive(sc *run) (*archiveDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the archive %s: %w", dsn, err)
 	}
-	sc.archive = &archiveDB{dsn: dsn, pool: pool}
+	// Each scenario's database is another archive: its managers bind a
+	// ledger of their own, in an operator namespace of their own.
+	ledger := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-ledger-" + sc.name + "-"}}
+	if err := s.cluster.client.Create(s.ctx, ledger); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot create the operator namespace of %s: %w", sc.name, err)
+	}
+	sc.archive = &archiveDB{dsn: dsn, pool: pool, ledger: ledger.Name}
 	return sc.archive, nil
 }
 
@@ -225,7 +242,8 @@ func (s *suite) waitTombstonesMoved(sc *run, n int, began time.Time) error {
 // startArchiveManager starts a manager that keeps records in db.
 func (s *suite) startArchiveManager(prefix string, db *archiveDB) (*manager, error) {
 	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID(prefix),
-		"--archive-dsn="+db.dsn, "--archive-record-retention="+archiveRecordRetention.String())
+		"--archive-dsn="+db.dsn, "--archive-record-retention="+archiveRecordRetention.String(),
+		"--operator-namespace="+db.ledger, "--archive-binding-settle="+archiveBindingSettle.String())
 	if err != nil {
 		return nil, err
 	}

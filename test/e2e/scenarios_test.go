@@ -102,6 +102,8 @@ func allScenarios() []scenario {
 		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},
 		{"archive-prune-resync", "archive: kubectl apply --prune prunes, then re-syncs (NonRepeatable, 2 managers)",
 			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
+		{"archive-rollback", "archive: the ledger run without its archive (a rollback), then a rolling pair where one manager lacks it: archived keys applied again with fresh ones",
+			archiveRollback},
 	}
 }
 
@@ -264,6 +266,14 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   * **prune and re-sync** — the GitOps re-creation above, with two archive managers: every re-created action
     must be answered by the pruned action's archived row (` + "`Deleted`" + `), the only row guarding the key, and no
     Tombstone written.
+  * **rollback** — each trial's keys succeed and leave etcd for the archive; the manager with the archive
+    stops and one without it starts on the same ledger (its operator namespace), as after ` + "`helm rollback`" + `.
+    It must log that it refuses to dispatch and fail its readiness check (` + "`[-]archive-binding`" + `); the archived
+    keys applied again with 2–4 fresh ones must all wait, ` + "`Accepted`" + `, ` + "`ArchiveRequired`" + `, and reach no
+    downstream. Then a manager with the archive joins it, as in the rollout that turns the archive on: the two
+    split the keys, the one with the archive settles its share and the other keeps its own waiting; then the
+    one without stops. Every archived key must be answered by its archived row with one downstream request
+    in all, and every fresh key executed once.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past

@@ -48,7 +48,8 @@ var _ = Describe("The archive", func() {
 		dsn = server.DSN
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive", LeaseGrace: time.Second,
-			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn, ArchiveRecordRetention: 10 * time.Minute})
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn, ArchiveRecordRetention: 10 * time.Minute,
+			Namespace: env.NewOperatorNamespace(), ArchiveBindingSettle: time.Millisecond})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
 		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
@@ -185,6 +186,52 @@ var _ = Describe("The archive", func() {
 		Expect(downstream.Requests(key)).To(BeZero())
 	})
 
+	It("keeps the key of a moved Tombstone for its Tool's own keyRetention, not the archive's default", func() {
+		key := ns + "/order-3101-refund"
+		// A Tool that sets no keyRetention: without an archive its
+		// Tombstones keep their keys for good.
+		env.CreateTool(ns, "refund", testenv.WithClass(v1alpha1.NonRepeatable))
+		asManager, err := client.New(testenv.AsManager(env.Config), client.Options{Scheme: k8s.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		// Older than the archive's default keyRetention (90 days).
+		completed := metav1.NewTime(clock.Now().Add(-100 * 24 * time.Hour))
+		tomb := v1alpha1.NewTombstone(ns, "order-3101-refund", v1alpha1.TombstoneRecord{ActionUID: "3f1c2a9e-0000-4000-8000-000000003101",
+			RequestDigest: "sha256:before-the-archive", Phase: v1alpha1.PhaseSucceeded, ExternalRef: "re_kept_for_good", Attempts: 1,
+			CompletionTime: completed, ToolRef: v1alpha1.ToolReference{Name: "refund"}, IdempotencyClass: v1alpha1.NonRepeatable,
+			Cause: v1alpha1.TombstoneCauseDeleted, DeletionTime: completed})
+		Expect(asManager.Create(ctx, tomb)).To(Succeed())
+		Eventually(gone(tomb)).Should(BeTrue())
+
+		By("its key still answers: a request under it is refused, never sent")
+		refund := chargeAction(ns, "order-3101-refund", 700)
+		refund.Spec.ToolRef.Name = "refund"
+		Expect(k8s.Create(ctx, refund)).To(Succeed())
+		refused := env.WaitForPhase(ns, "order-3101-refund", v1alpha1.PhaseFailed)
+		Expect(refused.Status.Error.Reason).To(Equal(v1alpha1.ReasonArchiveConflict))
+		Expect(refused.Status.Error.Message).To(ContainSubstring("sha256:before-the-archive"))
+		Expect(downstream.Requests(key)).To(BeZero())
+	})
+
+	It("does not archive a record again that its archived key answered, however often it is applied again", func() {
+		Expect(k8s.Create(ctx, charge("order-1101-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-1101-charge", v1alpha1.PhaseSucceeded)
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		head := psql(fmt.Sprintf(`SELECT seq FROM toolledger_chain_heads WHERE namespace = '%s'`, ns))
+
+		By("a GitOps tool applies the manifest again after each retirement, and once with a changed amount")
+		for i, amount := range []int64{1200, 1200, 9900} {
+			Expect(k8s.Create(ctx, charge("order-1101-charge", amount))).To(Succeed())
+			Eventually(func() bool { return env.Get(ns, "order-1101-charge").Status.Phase.IsTerminal() }).Should(BeTrue(), "application %d", i+1)
+			clock.Step(90 * time.Minute)
+			Eventually(gone(env.Get(ns, "order-1101-charge"))).Should(BeTrue())
+		}
+		Expect(psql(fmt.Sprintf(`SELECT uid FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1101-charge'`, ns))).
+			To(Equal([]string{string(first.UID)}), "one row: the original's")
+		Expect(psql(fmt.Sprintf(`SELECT seq FROM toolledger_chain_heads WHERE namespace = '%s'`, ns))).To(Equal(head), "no new link")
+		Expect(downstream.Requests(ns + "/order-1101-charge")).To(Equal(1))
+	})
+
 	It("moves a finished record out of etcd after the archive's recordRetention when its Tool sets none", func() {
 		env.CreateTool(ns, "refund", testenv.WithClass(v1alpha1.NonRepeatable))
 		refund := chargeAction(ns, "order-4001-refund", 700)
@@ -217,6 +264,7 @@ var _ = Describe("The archive's key and history retentions", func() {
 		clock := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive-retentions", LeaseGrace: time.Second,
 			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: 10 * time.Minute,
+			Namespace: env.NewOperatorNamespace(), ArchiveBindingSettle: time.Millisecond,
 			ArchiveKeyRetention: 48 * time.Hour, ArchiveHistoryRetention: 24 * time.Hour,
 			// The suite's other specs leave Tombstones, which this manager
 			// moves into its archive within each sweep before it looks at

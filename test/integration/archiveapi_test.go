@@ -107,6 +107,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive-api", LeaseGrace: time.Second,
 			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: time.Minute,
+			Namespace: env.NewOperatorNamespace(), ArchiveBindingSettle: time.Millisecond,
 			ArchiveAPIAddr: apiAddr, ArchiveAPICertDir: api.CertDir})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })

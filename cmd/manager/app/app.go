@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -37,6 +39,7 @@ import (
 	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archiveapi"
+	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
@@ -147,6 +150,11 @@ type Options struct {
 	// ArchiveAPICertDir holds its serving certificate (tls.crt, tls.key).
 	ArchiveAPIAddr    string
 	ArchiveAPICertDir string
+	// ArchiveBindingSettle is how long a new archive binding stands before
+	// the archive keeps a record (archivebinding.DefaultSettle when zero):
+	// time for replicas without the archive to learn of it. A test, or a
+	// single local manager, shortens it.
+	ArchiveBindingSettle time.Duration
 }
 
 // Scheme knows the built-in types and the toolledger API.
@@ -164,10 +172,16 @@ func Scheme() *runtime.Scheme {
 // CacheOptions keeps only active ToolActions in the manager's cache, without
 // their managed fields and large parameters: its memory follows the number
 // of actions in flight, not the size of the ledger nor of the requests (see
-// controllers.ActiveActions and controllers.TrimForCache).
-func CacheOptions() cache.Options {
+// controllers.ActiveActions and controllers.TrimForCache). Of ConfigMaps it
+// keeps the archive binding of the operator's namespace alone.
+func CacheOptions(operatorNamespace string) cache.Options {
+	binding := archivebinding.Key(operatorNamespace)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.TrimForCache},
+		&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{binding.Namespace: {}},
+			Field:      fields.OneTermEqualSelector("metadata.name", binding.Name),
+		},
 	}}
 }
 
@@ -301,11 +315,15 @@ func (opts Options) withDefaults() Options {
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace()
 	}
+	if opts.ArchiveBindingSettle <= 0 {
+		opts.ArchiveBindingSettle = archivebinding.DefaultSettle
+	}
 	return opts
 }
 
 // ManagerOptions are the controller-runtime options of a toolledger manager.
 func ManagerOptions(opts Options) ctrl.Options {
+	opts = opts.withDefaults()
 	return ctrl.Options{
 		Scheme:                  Scheme(),
 		Metrics:                 metricsOptions(opts),
@@ -315,7 +333,7 @@ func ManagerOptions(opts Options) ctrl.Options {
 		LeaderElectionID:        "toolledger.toolledger.dev",
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		GracefulShutdownTimeout: opts.GracefulShutdownTimeout,
-		Cache:                   CacheOptions(),
+		Cache:                   CacheOptions(opts.Namespace),
 		Client:                  ClientOptions(),
 	}
 }
@@ -504,6 +522,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
+	if reconciler.Binding, err = addArchiveBinding(mgr, opts, reconciler.Archive); err != nil {
+		return err
+	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
 	sweep := &controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}
@@ -578,6 +599,61 @@ func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
 		return nil, fmt.Errorf("cannot add the archive: %w", err)
 	}
 	return store, nil
+}
+
+// addArchiveBinding has the manager check the ledger's archive binding
+// before each new key, and report it at start and in its readiness. A
+// manager with an archive binds the ledger to it first, unless the archive
+// was decommissioned; bound to another archive, the ledger stays so, and
+// the manager refuses new keys.
+func addArchiveBinding(mgr ctrl.Manager, opts Options, store *archive.Store) (*archivebinding.Guard, error) {
+	guard := &archivebinding.Guard{Reader: mgr.GetClient(), Namespace: opts.Namespace, Settle: opts.ArchiveBindingSettle,
+		Every: 30 * time.Second, Log: ctrl.Log.WithName("archive-binding")}
+	if store != nil {
+		guard.Archive = store.Identity()
+		if err := bindArchive(mgr, opts, store); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.Add(guard); err != nil {
+		return nil, fmt.Errorf("cannot add the archive binding: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("archive-binding", guard.Ready); err != nil {
+		return nil, fmt.Errorf("cannot add the archive binding's readiness check: %w", err)
+	}
+	return guard, nil
+}
+
+// bindArchive binds the ledger to store before the manager starts, with a
+// client of its own: the manager's cache is not running yet.
+func bindArchive(mgr ctrl.Manager, opts Options, store *archive.Store) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	decommissioned, err := store.Decommissioned(ctx)
+	if err != nil || decommissioned {
+		return err
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return fmt.Errorf("cannot create the archive binding's client: %w", err)
+	}
+	_, err = archivebinding.Bind(ctx, c, opts.Namespace, store.Identity(), time.Now())
+	return err
+}
+
+// DecommissionArchive ends the ledger's use of the archive at dsn
+// (archivebinding.Decommission), as the identity of cfg.
+func DecommissionArchive(ctx context.Context, cfg *rest.Config, dsn, namespace string) (archivebinding.Report, error) {
+	store, err := archive.Open(ctx, dsn)
+	if err != nil {
+		return archivebinding.Report{}, err
+	}
+	defer store.Close()
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return archivebinding.Report{}, fmt.Errorf("cannot create a client of the cluster: %w", err)
+	}
+	return archivebinding.Decommission(ctx, store, c, namespace)
 }
 
 // addArchiveAPI serves the archive's records as the aggregated API

@@ -50,6 +50,17 @@ func (e *Env) NewTenant() string {
 	return ns.Name
 }
 
+// NewOperatorNamespace creates an operator namespace of its own for the
+// managers of one spec that use an archive: the ledger's archive binding
+// lives there (internal/archivebinding), so that one spec's archive does
+// not hold the managers of the others, which share the API server.
+func (e *Env) NewOperatorNamespace() string {
+	ginkgo.GinkgoHelper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "toolledger-ledger-"}}
+	gomega.Expect(e.Client.Create(context.Background(), ns)).To(gomega.Succeed())
+	return ns.Name
+}
+
 // CreateTool creates testenv.NewTool(namespace, name, url, opts...) with url
 // the suite downstream's charges.
 func (e *Env) CreateTool(namespace, name string, opts ...testenv.ToolOption) {

@@ -1,0 +1,127 @@
+package archive_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/toolledger/toolledger/internal/archive"
+)
+
+// Every connection to one database names the same archive, and another
+// database another: the cluster's binding tells them apart.
+func TestAnArchiveHasOneIdentity(t *testing.T) {
+	dsn := database(t)
+	first, again := open(t, dsn), open(t, dsn)
+	if first.Identity() == "" || first.Identity() != again.Identity() {
+		t.Fatalf("identities %q and %q of one database", first.Identity(), again.Identity())
+	}
+	otherDSN, err := server.Database(context.Background(), "another_archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other := open(t, otherDSN); other.Identity() == first.Identity() {
+		t.Fatalf("two databases share the identity %s", first.Identity())
+	}
+}
+
+// Once decommissioned, the archive keeps nothing more, and GuardingKeys
+// lists, for each key, the record the key check answers from.
+func TestADecommissionedArchiveKeepsNothingMore(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t))
+	older, newer := finished("u-1", 1, t0), finished("u-2", 1, t0.Add(time.Hour))
+	other := finished("u-3", 1, t0)
+	other.Name = "order-2"
+	undispatched := finished("u-4", 0, t0)
+	undispatched.Name = "order-3"
+	for _, r := range []archive.Record{record(t, older), record(t, newer), record(t, other), record(t, undispatched)} {
+		if err := s.Keep(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if decommissioned, err := s.Decommissioned(ctx); err != nil || decommissioned {
+		t.Fatalf("Decommissioned before = %v, %v", decommissioned, err)
+	}
+	at, err := s.Decommission(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.Decommission(ctx); err != nil || !again.Equal(at) {
+		t.Fatalf("decommissioning again: %s, %v; want %s, unchanged", again, err, at)
+	}
+	if decommissioned, err := s.Decommissioned(ctx); err != nil || !decommissioned {
+		t.Fatalf("Decommissioned after = %v, %v", decommissioned, err)
+	}
+	late := finished("u-5", 1, t0)
+	late.Name = "order-4"
+	err = s.Keep(ctx, record(t, late))
+	if !errors.Is(err, archive.ErrDecommissioned) || errors.Is(err, archive.ErrUnavailable) {
+		t.Fatalf("Keep after decommissioning: %v, want ErrDecommissioned and not ErrUnavailable", err)
+	}
+	var guarded []string
+	if err := s.GuardingKeys(ctx, func(r *archive.Record) error {
+		guarded = append(guarded, r.Key+"="+string(r.UID))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"order-1=u-2", "order-2=u-3"}; !slices.Equal(guarded, want) {
+		t.Fatalf("GuardingKeys = %v, want %v", guarded, want)
+	}
+}
+
+// A record being kept while the archive is decommissioned is either kept
+// before it is (and listed by GuardingKeys), or refused: never lost.
+func TestDecommissioningWaitsForTheRecordsBeingKept(t *testing.T) {
+	ctx := context.Background()
+	dsn := database(t)
+	s := open(t, dsn)
+	const n = 200
+	kept := make(chan string, n)
+	refused := make(chan string, n)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			a := finished(fmt.Sprintf("u-%d", i), 1, t0)
+			a.Name = fmt.Sprintf("order-%03d", i)
+			err := s.Keep(ctx, record(t, a))
+			switch {
+			case err == nil:
+				kept <- a.Name
+			case errors.Is(err, archive.ErrDecommissioned):
+				refused <- a.Name
+			default:
+				t.Error(err)
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Decommission(ctx); err != nil {
+		t.Fatal(err)
+	}
+	guarded := map[string]bool{}
+	if err := s.GuardingKeys(ctx, func(r *archive.Record) error {
+		guarded[r.Key] = true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	close(kept)
+	close(refused)
+	var keptCount int
+	for key := range kept {
+		keptCount++
+		if !guarded[key] {
+			t.Errorf("%s was kept but is not listed after decommissioning", key)
+		}
+	}
+	if keptCount+len(refused) != n || len(guarded) != keptCount {
+		t.Errorf("kept %d, refused %d, listed %d of %d", keptCount, len(refused), len(guarded), n)
+	}
+}

@@ -1,0 +1,190 @@
+package integration
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/testenv"
+)
+
+// A ledger that kept keys in an archive never runs without it unnoticed:
+// with an archive no Tombstone is written, so a manager without it (a
+// rollback, an upgrade without the archive's values) or with another
+// database would find no trace of an archived key and dispatch it again.
+// The binding the cluster keeps holds such a manager; decommissioning the
+// archive writes its keys back as Tombstones first.
+var _ = Describe("The archive binding", func() {
+	var (
+		ctx    context.Context
+		ns     string
+		ledger string
+		clock  *clocktesting.FakeClock
+		server *testenv.Postgres
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns, ledger = env.NewTenant(), env.NewOperatorNamespace()
+		var err error
+		server, err = testenv.StartPostgres(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.Stop)
+		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
+	})
+
+	// start runs a manager of the spec's ledger, with the archive at dsn or
+	// without one; the returned func stops it.
+	start := func(executor, dsn string) func() {
+		GinkgoHelper()
+		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: executor, LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn, ArchiveRecordRetention: 10 * time.Minute,
+			Namespace: ledger, ArchiveBindingSettle: time.Millisecond})
+		Expect(err).NotTo(HaveOccurred())
+		stopped := false
+		DeferCleanup(func() {
+			if !stopped {
+				_ = stop()
+			}
+		})
+		return func() { stopped = true; Expect(stop()).To(Succeed()) }
+	}
+	key := func(name string) string { return ns + "/" + name }
+
+	// retireIntoTheArchive has a manager with the archive succeed an action
+	// and retire its record into the archive, leaving no Tombstone.
+	retireIntoTheArchive := func(name string) *v1alpha1.ToolAction {
+		GinkgoHelper()
+		stop := start("with-archive", server.DSN)
+		Expect(k8s.Create(ctx, chargeAction(ns, name, 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, name, v1alpha1.PhaseSucceeded)
+		Expect(downstream.Requests(key(name))).To(Equal(1))
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.Tombstone{}))).To(BeTrue(),
+			"with an archive no Tombstone is written")
+		stop()
+		return first
+	}
+
+	// waitsRefused expects the re-created action to wait, undispatched, and
+	// say why.
+	waitsRefused := func(name string, why ...string) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			a := env.Get(ns, name)
+			g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseAccepted))
+			g.Expect(conditionWithReason(a, "ArchiveRequired")).NotTo(BeNil(), "conditions: %+v", a.Status.Conditions)
+			for _, w := range why {
+				g.Expect(conditionWithReason(a, "ArchiveRequired").Message).To(ContainSubstring(w))
+			}
+		}).Should(Succeed())
+		Consistently(func() int { return downstream.Requests(key(name)) }, 2*time.Second).Should(Equal(1),
+			"an archived key must not be dispatched again")
+	}
+
+	It("holds a re-created archived key when the ledger runs without its archive, and says why", func() {
+		retireIntoTheArchive("order-5001-charge")
+		var cm corev1.ConfigMap
+		Expect(k8s.Get(ctx, archivebinding.Key(ledger), &cm)).To(Succeed())
+		Expect(cm.Finalizers).To(ContainElement(archivebinding.Finalizer))
+
+		By("the ledger started again without the archive, as after a rollback")
+		start("without-archive", "")
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5001-charge", 1200))).To(Succeed())
+		waitsRefused("order-5001-charge", "keeps its keys in archive "+cm.Data["archive"], "runs without an archive")
+	})
+
+	It("holds it as well when the ledger runs with another database", func() {
+		retireIntoTheArchive("order-5002-charge")
+		other, err := server.Database(ctx, "another_archive")
+		Expect(err).NotTo(HaveOccurred())
+		start("another-archive", other)
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5002-charge", 1200))).To(Succeed())
+		waitsRefused("order-5002-charge", "another database")
+	})
+
+	It("lets a manager without the archive answer from Tombstones once the archive is decommissioned", func() {
+		first := retireIntoTheArchive("order-5003-charge")
+
+		// The archive manager also moved the suite's earlier Tombstones
+		// into its archive: each goes back.
+		report, err := app.DecommissionArchive(ctx, testenv.AsManager(env.Config), server.DSN, ledger)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(report.Written).To(BeNumerically(">=", 1))
+		Expect(report.Present + report.Gone).To(BeZero())
+		var tomb v1alpha1.Tombstone
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "order-5003-charge"}, &tomb)).To(Succeed())
+		Expect(tomb.Record.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(tomb.Labels).To(HaveKeyWithValue(v1alpha1.LabelTool, "charge"))
+		var cm corev1.ConfigMap
+		Expect(k8s.Get(ctx, archivebinding.Key(ledger), &cm)).To(Succeed())
+		Expect(cm.Data).To(HaveKeyWithValue("state", "Decommissioned"))
+		Expect(cm.Finalizers).To(BeEmpty())
+
+		By("a second run writes nothing new")
+		again, err := app.DecommissionArchive(ctx, testenv.AsManager(env.Config), server.DSN, ledger)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(again).To(Equal(archivebinding.Report{Present: report.Written}))
+
+		start("without-archive", "")
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5003-charge", 1200))).To(Succeed())
+		settled := env.WaitForPhase(ns, "order-5003-charge", v1alpha1.PhaseSucceeded)
+		Expect(settled.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(settled.Status.History[0].Reason).To(Equal("SettledByTombstone"))
+		Expect(downstream.Requests(key("order-5003-charge"))).To(Equal(1))
+	})
+
+	It("keeps a record retired after decommissioning in a Tombstone, by a manager that still has the archive", func() {
+		stop := start("with-archive", server.DSN)
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5004-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-5004-charge", v1alpha1.PhaseSucceeded)
+		_, err := app.DecommissionArchive(ctx, testenv.AsManager(env.Config), server.DSN, ledger)
+		Expect(err).NotTo(HaveOccurred())
+
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		var tomb v1alpha1.Tombstone
+		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "order-5004-charge"}, &tomb)).To(Succeed())
+		Expect(tomb.Record.ActionUID).To(Equal(first.UID))
+		stop()
+		Expect(archivedKeys(ctx, server.DSN)).NotTo(ContainElement("order-5004-charge"), "nothing is archived once the archive is decommissioned")
+	})
+})
+
+// conditionWithReason is the action's condition with reason, or nil.
+func conditionWithReason(a *v1alpha1.ToolAction, reason string) *metav1.Condition {
+	for i := range a.Status.Conditions {
+		if a.Status.Conditions[i].Reason == reason {
+			return &a.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// archivedKeys are the keys of the archive's rows at dsn.
+func archivedKeys(ctx context.Context, dsn string) []string {
+	GinkgoHelper()
+	conn, err := pgx.Connect(ctx, dsn)
+	Expect(err).NotTo(HaveOccurred())
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT key FROM toolledger_records ORDER BY key`)
+	Expect(err).NotTo(HaveOccurred())
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	Expect(err).NotTo(HaveOccurred())
+	return keys
+}
