@@ -44,8 +44,10 @@ type requestHeader struct {
 
 // Authenticator trusts the user a request names in its headers only when
 // the request carries a client certificate the API server's front-proxy CA
-// signed, for one of the allowed names: the API server has authenticated
-// the user and forwards them. It re-reads the configuration every refresh.
+// signed, for one of the allowed names, or any name when none is listed,
+// as k8s.io/apiserver does: the API server has authenticated the user and
+// forwards them. It re-reads the configuration every refresh, and checks
+// each request against the configuration read last.
 type Authenticator struct {
 	reader  client.Reader
 	current atomic.Pointer[requestHeader]
@@ -150,8 +152,11 @@ func (a *Authenticator) User(r *http.Request) (authenticationv1.UserInfo, error)
 	if h == nil {
 		return authenticationv1.UserInfo{}, errNotConfigured
 	}
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return authenticationv1.UserInfo{}, errNotFromTheAPIServer
+	}
+	if err := h.verify(r.TLS.PeerCertificates); err != nil {
+		return authenticationv1.UserInfo{}, fmt.Errorf("%w; %w", errNotFromTheAPIServer, err)
 	}
 	if name := r.TLS.PeerCertificates[0].Subject.CommonName; len(h.allowedNames) > 0 && !slices.Contains(h.allowedNames, name) {
 		return authenticationv1.UserInfo{}, fmt.Errorf("%w; the client certificate's name %q is not one the API server allows", errNotFromTheAPIServer, name)
@@ -165,6 +170,25 @@ func (a *Authenticator) User(r *http.Request) (authenticationv1.UserInfo, error)
 	}
 	user.Extra = extra(r.Header, h.extraPrefixes)
 	return user, nil
+}
+
+// verify checks the client's certificate chain, leaf first, against the
+// front-proxy CA read last, on every request, as k8s.io/apiserver's
+// request-header authenticator does: the handshake verified it against
+// the CA of its time, and a kept-alive connection outlives a rotation.
+// The intermediates are those the client sent.
+func (h *requestHeader) verify(chain []*x509.Certificate) error {
+	opts := x509.VerifyOptions{Roots: h.clientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if len(chain) > 1 {
+		opts.Intermediates = x509.NewCertPool()
+		for _, intermediate := range chain[1:] {
+			opts.Intermediates.AddCert(intermediate)
+		}
+	}
+	if _, err := chain[0].Verify(opts); err != nil {
+		return fmt.Errorf("the client certificate does not verify against the current front-proxy CA: %w", err)
+	}
+	return nil
 }
 
 func firstValue(header http.Header, names []string) string {

@@ -107,6 +107,7 @@ func row(key string, attempts int32, completed time.Time) archive.Record {
 // the handler trusts.
 type proxy struct {
 	leaf *x509.Certificate
+	key  *ecdsa.PrivateKey
 	ca   []byte
 }
 
@@ -132,29 +133,46 @@ func newProxy(t *testing.T) proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return proxy{leaf: parsed, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+	return proxy{leaf: parsed, key: key, ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+}
+
+// frontProxyConfig is the API server's front-proxy configuration, trusting
+// the CA ca.
+func frontProxyConfig(ca []byte) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: AuthenticationConfigMap.Namespace, Name: AuthenticationConfigMap.Name},
+		Data: map[string]string{
+			"requestheader-client-ca-file":   string(ca),
+			"requestheader-allowed-names":    `["front-proxy-client"]`,
+			"requestheader-username-headers": `["X-Remote-User"]`,
+			"requestheader-group-headers":    `["X-Remote-Group"]`,
+		},
+	}
 }
 
 // handler serves rows to users the proxy names, and allows them what
 // allowed says.
 func handler(t *testing.T, p proxy, f *records, allowed func(*authorizationv1.SubjectAccessReview) bool) *Handler {
 	t.Helper()
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: AuthenticationConfigMap.Namespace, Name: AuthenticationConfigMap.Name},
-		Data: map[string]string{
-			"requestheader-client-ca-file":   string(p.ca),
-			"requestheader-allowed-names":    `["front-proxy-client"]`,
-			"requestheader-username-headers": `["X-Remote-User"]`,
-			"requestheader-group-headers":    `["X-Remote-Group"]`,
-		},
-	}
-	kube := fake.NewClientBuilder().WithObjects(cm).WithInterceptorFuncs(interceptor.Funcs{
+	return handlerOf(t, fakeKube(p, allowed), f)
+}
+
+// fakeKube is an API server that holds the front-proxy configuration
+// trusting p's CA, and answers each SubjectAccessReview as allowed says.
+func fakeKube(p proxy, allowed func(*authorizationv1.SubjectAccessReview) bool) client.WithWatch {
+	return fake.NewClientBuilder().WithObjects(frontProxyConfig(p.ca)).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
 			review := obj.(*authorizationv1.SubjectAccessReview)
 			review.Status.Allowed = allowed(review)
 			return nil
 		},
 	}).Build()
+}
+
+// handlerOf serves rows with the front-proxy configuration kube holds,
+// read once.
+func handlerOf(t *testing.T, kube client.WithWatch, f *records) *Handler {
+	t.Helper()
 	authn := NewAuthenticator(kube)
 	if err := authn.refresh(context.Background()); err != nil {
 		t.Fatal(err)

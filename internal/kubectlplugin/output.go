@@ -65,7 +65,9 @@ func (c *console) printList(format output, v any, empty bool, none string, write
 
 // writeTable writes a table as kubectl does: the columns, led by NAMESPACE
 // when withNamespace, then n rows; row(i) gives the i-th row's namespace and
-// its other cells. what names the table in an error.
+// its other cells. Every cell is escaped: a row's text may come from the
+// archive's database, which the API server does not validate. what names
+// the table in an error.
 func writeTable(w io.Writer, what string, columns []string, withNamespace bool, n int, row func(i int) (namespace string, cells []string)) error {
 	tw := printers.GetNewTabWriter(w)
 	if withNamespace {
@@ -77,12 +79,25 @@ func writeTable(w io.Writer, what string, columns []string, withNamespace bool, 
 		if withNamespace {
 			cells = append([]string{namespace}, cells...)
 		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		escaped := make([]string, len(cells))
+		for j, c := range cells {
+			escaped[j] = printable.Escape(c)
+		}
+		fmt.Fprintln(tw, strings.Join(escaped, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("cannot write the %s: %w", what, err)
 	}
 	return nil
+}
+
+// fieldWriter returns a writer of "Label:<tab>value" lines, the value
+// escaped: a record's text may come from a downstream, from the caller
+// (principals) or from the archive's database.
+func fieldWriter(w io.Writer) func(label, value string) {
+	return func(label, value string) {
+		fmt.Fprintf(w, "%s:\t%s\n", label, printable.Escape(value))
+	}
 }
 
 // printStructured writes v as indented JSON, as kubectl does, or as YAML.

@@ -136,14 +136,15 @@ func writeStatus(w io.Writer, action *v1alpha1.ToolAction, facts statusFacts, no
 	sections := []func(io.Writer){
 		func(tw io.Writer) {
 			writeFields(tw, action, now)
+			field := fieldWriter(tw)
 			switch {
 			case facts.tombErr != nil:
-				fmt.Fprintf(tw, "Tombstone:\tcannot tell: %v\n", facts.tombErr)
+				field("Tombstone", fmt.Sprintf("cannot tell: %v", facts.tombErr))
 			case facts.tomb != nil:
-				fmt.Fprintf(tw, "Tombstone:\t%s\n", tombstoneSummary(facts.tomb))
+				field("Tombstone", tombstoneSummary(facts.tomb))
 			}
 			if facts.archive != nil {
-				fmt.Fprintf(tw, "Archived:\t%s\n", ledgerclient.DescribeArchive(facts.archive))
+				field("Archived", ledgerclient.DescribeArchive(facts.archive))
 			}
 		},
 		func(tw io.Writer) { writeParameters(tw, facts.parameters, facts.parametersErr) },
@@ -162,9 +163,7 @@ func writeStatus(w io.Writer, action *v1alpha1.ToolAction, facts statusFacts, no
 
 func writeFields(w io.Writer, action *v1alpha1.ToolAction, now time.Time) {
 	s := &action.Status
-	field := func(label, value string) {
-		fmt.Fprintf(w, "%s:\t%s\n", label, value)
-	}
+	field := fieldWriter(w)
 	orNone := func(value string) string {
 		if value == "" {
 			return "<none>"
@@ -254,7 +253,7 @@ func writeConditions(w io.Writer, conditions []metav1.Condition) {
 	}
 	fmt.Fprintln(w, "  TYPE\tSTATUS\tREASON\tMESSAGE")
 	for _, c := range conditions {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", c.Type, c.Status, cell(c.Reason), cell(c.Message))
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", cell(c.Type), cell(string(c.Status)), cell(c.Reason), cell(c.Message))
 	}
 }
 
@@ -276,7 +275,7 @@ func writeHistory(w io.Writer, s *v1alpha1.ToolActionStatus) {
 			from = "(new)"
 		}
 		fmt.Fprintf(w, "  %s\t%s → %s\t%s\t%d\t%s\t%s\n",
-			timestamp(t.Time), from, t.To, cell(t.Reason), t.Attempt, cell(t.Executor), cell(t.Message))
+			timestamp(t.Time), cell(from), cell(string(t.To)), cell(t.Reason), t.Attempt, cell(t.Executor), cell(t.Message))
 	}
 }
 
@@ -296,9 +295,7 @@ func tombstoneSummary(tomb *v1alpha1.Tombstone) string {
 func writeTombstone(w io.Writer, tomb *v1alpha1.Tombstone, freed ledgerclient.KeyFreed, now time.Time) error {
 	r := &tomb.Record
 	tw := printers.GetNewTabWriter(w)
-	field := func(label, value string) {
-		fmt.Fprintf(tw, "%s:\t%s\n", label, value)
-	}
+	field := fieldWriter(tw)
 	field("Name", tomb.Name)
 	field("Namespace", tomb.Namespace)
 	field("Record", "deleted; this is its Tombstone, which keeps the key")

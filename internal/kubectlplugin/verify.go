@@ -10,6 +10,7 @@ import (
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
+	"github.com/toolledger/toolledger/internal/printable"
 )
 
 func newVerifyCommand(c *console) *cobra.Command {
@@ -92,27 +93,31 @@ func writeChains(w io.Writer, chains []archivev1alpha1.ArchiveChain, allNamespac
 	}); err != nil {
 		return err
 	}
+	// The namespace, key, uid, problem and hashes are the archive's: a
+	// tamperer with the database could have written escape sequences there.
 	for _, chain := range chains {
+		namespace := printable.Escape(chain.Namespace)
 		if b := chain.Status.Broken; b != nil {
-			fmt.Fprintf(w, "\n%s: the chain breaks at %s: %s\n", chain.Namespace, describeBreak(b), b.Problem)
+			fmt.Fprintf(w, "\n%s: the chain breaks at %s: %s\n", namespace, describeBreak(b), printable.Escape(b.Problem))
 		}
 		switch c := chain.Status.CopiedHead; {
 		case c == nil:
 		case c.Result == "Pruned":
-			fmt.Fprintf(w, "\n%s: the copied head %d:%s cannot be compared: its record was pruned inside a run, whose last hash alone the chain keeps\n", chain.Namespace, c.Sequence, c.Hash)
+			fmt.Fprintf(w, "\n%s: the copied head %d:%s cannot be compared: its record was pruned inside a run, whose last hash alone the chain keeps\n", namespace, c.Sequence, printable.Escape(c.Hash))
 		default:
-			fmt.Fprintf(w, "\n%s: the copied head %d:%s matches: nothing up to it was rewritten\n", chain.Namespace, c.Sequence, c.Hash)
+			fmt.Fprintf(w, "\n%s: the copied head %d:%s matches: nothing up to it was rewritten\n", namespace, c.Sequence, printable.Escape(c.Hash))
 		}
 	}
 	return nil
 }
 
-// describeBreak names the broken record: "record 17 (key order-17, uid …)".
+// describeBreak names the broken record, "record 17 (key order-17, uid …)",
+// its key and uid escaped.
 func describeBreak(b *archivev1alpha1.ChainBreak) string {
 	if b.Key == "" {
 		return fmt.Sprintf("record %d", b.Sequence)
 	}
-	return fmt.Sprintf("record %d (key %s, uid %s)", b.Sequence, b.Key, b.UID)
+	return fmt.Sprintf("record %d (key %s, uid %s)", b.Sequence, printable.Escape(b.Key), printable.Escape(b.UID))
 }
 
 // brokenChains is the command's error when a chain does not hold.
@@ -120,7 +125,7 @@ func brokenChains(chains []archivev1alpha1.ArchiveChain) error {
 	var errs []error
 	for _, chain := range chains {
 		if b := chain.Status.Broken; b != nil {
-			errs = append(errs, fmt.Errorf("the archived history of namespace %s was altered at %s", chain.Namespace, describeBreak(b)))
+			errs = append(errs, fmt.Errorf("the archived history of namespace %s was altered at %s", printable.Escape(chain.Namespace), describeBreak(b)))
 		}
 	}
 	return errors.Join(errs...)
