@@ -61,7 +61,7 @@ type tombstoneHistory struct {
 func (r *ToolActionReconciler) keys() keyHistory {
 	tombstones := tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
 	if r.Archive != nil {
-		return archiveHistory{store: r.Archive, binding: r.Binding, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
+		return archiveHistory{store: r.Archive, binding: r.Binding, namespaces: r.Client, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
 	}
 	return tombstones
 }
@@ -136,7 +136,10 @@ type archiveHistory struct {
 	store *archive.Store
 	// binding says whether the ledger has been bound to the store long
 	// enough that a record may live there alone.
-	binding    *archivebinding.Guard
+	binding *archivebinding.Guard
+	// namespaces reads a namespace's uid, which binds its records: the
+	// manager's cache.
+	namespaces client.Reader
 	clock      clock.PassiveClock
 	tombstones tombstoneHistory
 	// retentionOf gives a tool the archive's default keyRetention when it
@@ -173,7 +176,11 @@ func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction
 	if kept, err := h.tombstones.earlier(ctx, action, tool); kept != nil || err != nil {
 		return kept, err
 	}
-	rec, err := h.store.Guarding(ctx, action.Namespace, action.Name)
+	ns, err := archive.CurrentNamespace(ctx, h.namespaces, action.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := h.store.Guarding(ctx, ns, action.Name)
 	if rec == nil || err != nil {
 		return nil, err
 	}
@@ -188,7 +195,11 @@ func (h archiveHistory) settled(ctx context.Context, key types.NamespacedName) (
 	if kept, err := h.tombstones.settled(ctx, key); kept != nil || err != nil {
 		return kept, err
 	}
-	rec, err := h.store.Guarding(ctx, key.Namespace, key.Name)
+	ns, err := archive.CurrentNamespace(ctx, h.namespaces, key.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := h.store.Guarding(ctx, ns, key.Name)
 	if rec == nil || err != nil {
 		return nil, err
 	}
@@ -211,7 +222,11 @@ func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, t
 		log.FromContext(ctx).V(1).Info("Not archived: its key's earlier record answered it", "cause", cause)
 		return nil
 	}
-	rec, err := archive.NewRecord(action, tool, cause, deletedBy, deleted.Time)
+	ns, err := archive.CurrentNamespace(ctx, h.namespaces, action.Namespace)
+	if err != nil {
+		return err
+	}
+	rec, err := archive.NewRecord(action, ns.UID, tool, cause, deletedBy, deleted.Time)
 	if err != nil {
 		return err
 	}

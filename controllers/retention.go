@@ -178,10 +178,12 @@ func (s *RetentionSweep) poked() chan struct{} {
 	return s.poke
 }
 
-// sweepTarget is one tool with a retention, as the sweep lists it.
+// sweepTarget is one tool with a retention, as the sweep lists it: spec
+// with the archive's default retentions, and the tool's own keyRetention.
 type sweepTarget struct {
 	kind, namespace, name string
 	spec                  *v1alpha1.ToolSpec
+	ownKeyRetention       *metav1.Duration
 }
 
 // sweep visits only the finished actions and tombstones of tools with a
@@ -200,11 +202,13 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 	var targets []sweepTarget
 	for i := range tools.Items {
 		t := &tools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: r.retentionOf(&t.Spec)})
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: r.retentionOf(&t.Spec),
+			ownKeyRetention: t.Spec.KeyRetention})
 	}
 	for i := range clusterTools.Items {
 		t := &clusterTools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: r.retentionOf(&t.Spec.ToolSpec)})
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: r.retentionOf(&t.Spec.ToolSpec),
+			ownKeyRetention: t.Spec.KeyRetention})
 	}
 	var errs []error
 	// Pruning is a few indexed deletes; it goes first, so that moving a
@@ -292,7 +296,11 @@ func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
 	}
 	every := func(*v1alpha1.Tombstone) bool { return true }
 	err := s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
-		return archiveTombstone(ctx, r.Archive, r.Client, tomb)
+		ns, err := archive.CurrentNamespace(ctx, r.Client, tomb.Namespace)
+		if err != nil {
+			return err
+		}
+		return archiveTombstone(ctx, r.Archive, r.Client, tomb, ns.UID)
 	})
 	if errors.Is(err, archive.ErrDecommissioned) {
 		return nil
@@ -331,8 +339,8 @@ func (s *RetentionSweep) eachOwnedTombstone(ctx context.Context, what string, op
 	}
 }
 
-func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone) error {
-	rec, err := archive.RecordFromTombstone(tomb)
+func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone, namespaceUID types.UID) error {
+	rec, err := archive.RecordFromTombstone(tomb, namespaceUID)
 	if err != nil {
 		return err
 	}
@@ -381,9 +389,12 @@ func durationOf(d *metav1.Duration) *time.Duration {
 
 // pruneArchive deletes the archived records of each tool whose key was
 // freed more than ArchiveHistoryRetention ago, by the tool's keyRetention
-// (or the archive's default) as the key check reads it. Records of a tool
-// that keeps its keys for good stay, and so do those of a tool that no
-// longer exists: created again, it may keep its keys longer than it did.
+// (or the archive's default) as the key check reads it; a record moved from
+// a Tombstone by the tool's own. Records of a tool that keeps its keys for
+// good stay, and so do those of a tool that no longer exists: created
+// again, it may keep its keys longer than it did. The records of a
+// namespace deleted since, whose keys answer nobody, go once the history
+// retention passed since they were archived.
 func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 	r := s.Reconciler
 	now := r.Clock.Now()
@@ -392,12 +403,26 @@ func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget
 		if t.spec.KeyRetention == nil {
 			continue
 		}
-		before := now.Add(-t.spec.KeyRetention.Duration - r.ArchiveHistoryRetention)
-		cutoffs = append(cutoffs, archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: before})
+		c := archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-t.spec.KeyRetention.Duration - r.ArchiveHistoryRetention)}
+		if t.ownKeyRetention != nil {
+			c.TombstonesBefore = now.Add(-t.ownKeyRetention.Duration - r.ArchiveHistoryRetention)
+		}
+		cutoffs = append(cutoffs, c)
 	}
 	pruned, err := r.Archive.Prune(ctx, cutoffs)
-	if pruned > 0 {
-		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned)
+	if err != nil {
+		return err
+	}
+	live := func(name string) (archive.Namespace, bool, error) {
+		ns, err := archive.CurrentNamespace(ctx, r.Client, name)
+		if apierrors.IsNotFound(err) {
+			return ns, false, nil
+		}
+		return ns, err == nil, err
+	}
+	gone, err := r.Archive.PruneNamespaces(ctx, live, now.Add(-r.ArchiveHistoryRetention))
+	if pruned+gone > 0 {
+		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
 	}
 	return err
 }

@@ -96,7 +96,7 @@ type ToolActionReconciler struct {
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions/status,verbs=update
 // +kubebuilder:rbac:groups=toolledger.dev,resources=tools;clustertools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile moves one action a step towards its outcome: the rules decide

@@ -19,8 +19,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -70,13 +72,15 @@ func (s *Store) readIdentity(ctx context.Context) error {
 func (s *Store) Identity() string { return s.identity }
 
 // privileges are what the manager's role needs on the tables: to check
-// keys, keep records on their chain and verify it. Pruning needs EXECUTE on
-// toolledger_prune besides, checked when it runs.
+// keys, keep records on their chain (the schema's trigger moves the head)
+// and verify it. Pruning needs EXECUTE on toolledger_prune_tool and
+// toolledger_prune_namespace besides, checked when it runs.
 var privileges = []struct{ table, privilege string }{
 	{"toolledger_records", "SELECT"}, {"toolledger_records", "INSERT"},
-	{"toolledger_chain_heads", "SELECT"}, {"toolledger_chain_heads", "INSERT"}, {"toolledger_chain_heads", "UPDATE"},
+	{"toolledger_chain_heads", "SELECT"},
 	{"toolledger_chain_pruned", "SELECT"},
 	{"toolledger_archive", "SELECT"},
+	{"toolledger_namespaces", "SELECT"},
 }
 
 // checkPrivileges refuses to start with a role that could not keep a
@@ -127,6 +131,11 @@ func (s *Store) Ping(ctx context.Context) error {
 type Record struct {
 	UID       types.UID
 	Namespace string
+	// NamespaceUID is the uid of the namespace the record was archived
+	// from: a namespace created again under the name has another, and
+	// starts a new history. Empty for a record archived before the archive
+	// told them apart.
+	NamespaceUID types.UID
 	// Key is the action's name: its idempotency key.
 	Key              string
 	Tool             v1alpha1.ToolReference
@@ -152,15 +161,28 @@ type Record struct {
 	// Chain is the record's link in its namespace's chain, once archived;
 	// zero for a record archived before the archive had chains.
 	Chain Link
+	// ArchivedAt is when the record was archived: the time of the
+	// transaction that kept it.
+	ArchivedAt time.Time
 	// FromTombstone is whether the record was moved from a Tombstone
 	// written before the archive: its key keeps the Tombstone's retention,
 	// its Tool's own keyRetention, not the archive's default.
 	FromTombstone bool
 }
 
-// NewRecord is the archive's record of a finished action, which leaves etcd
-// for cause; tool is the action's tool when it could be read.
-func NewRecord(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy string, deleted time.Time) (Record, error) {
+// Namespace is one life of a namespace: its name, the uid the API server
+// gave it, which a namespace created again under the name does not share,
+// and when it was created.
+type Namespace struct {
+	Name    string
+	UID     types.UID
+	Created time.Time
+}
+
+// NewRecord is the archive's record of a finished action of the namespace
+// whose uid is namespaceUID, which leaves etcd for cause; tool is the
+// action's tool when it could be read.
+func NewRecord(a *v1alpha1.ToolAction, namespaceUID types.UID, tool *v1alpha1.Tool, cause, deletedBy string, deleted time.Time) (Record, error) {
 	if a.Status.CompletionTime == nil {
 		return Record{}, fmt.Errorf("ToolAction %s/%s has not finished: it cannot be archived", a.Namespace, a.Name)
 	}
@@ -171,7 +193,7 @@ func NewRecord(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy str
 		return Record{}, fmt.Errorf("cannot encode ToolAction %s/%s: %w", a.Namespace, a.Name, err)
 	}
 	r := Record{
-		UID: a.UID, Namespace: a.Namespace, Key: a.Name,
+		UID: a.UID, Namespace: a.Namespace, NamespaceUID: namespaceUID, Key: a.Name,
 		Tool:          v1alpha1.ToolReference{Kind: a.Spec.ToolRef.KindOrDefault(), Name: a.Spec.ToolRef.Name},
 		RequestDigest: a.Status.RequestDigest, Phase: a.Status.Phase, ExternalRef: a.Status.ExternalRef,
 		Attempts: a.Status.Attempts, GuardsKey: a.Status.Attempts > 0,
@@ -188,9 +210,10 @@ func NewRecord(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy str
 }
 
 // RecordFromTombstone is the archive's record of a key kept by a Tombstone
-// written before the manager had an archive. Its document is the Tombstone,
-// the only record of the action left.
-func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
+// written before the manager had an archive, in the namespace whose uid is
+// namespaceUID. Its document is the Tombstone, the only record of the
+// action left.
+func RecordFromTombstone(tomb *v1alpha1.Tombstone, namespaceUID types.UID) (Record, error) {
 	kept := tomb.DeepCopy()
 	kept.ManagedFields = nil
 	kept.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Tombstone"}
@@ -200,7 +223,7 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone) (Record, error) {
 	}
 	t := tomb.Record
 	return Record{
-		UID: t.ActionUID, Namespace: tomb.Namespace, Key: tomb.Name, IdempotencyClass: t.IdempotencyClass,
+		UID: t.ActionUID, Namespace: tomb.Namespace, NamespaceUID: namespaceUID, Key: tomb.Name, IdempotencyClass: t.IdempotencyClass,
 		Tool:          v1alpha1.ToolReference{Kind: t.ToolRef.KindOrDefault(), Name: t.ToolRef.Name},
 		RequestDigest: t.RequestDigest, Phase: t.Phase, ErrorClass: t.ErrorClass, ErrorReason: t.ErrorReason,
 		ExternalRef: t.ExternalRef, Attempts: t.Attempts, GuardsKey: true, CompletionTime: t.CompletionTime.Time,
@@ -219,10 +242,14 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 	}
 }
 
-// Keep archives r at the end of its namespace's chain. Keeping a record
-// already archived changes nothing, so a replica that crashed after the
-// commit and before the etcd delete may keep it again.
+// Keep archives r at the end of its namespace's chain, at the time of its
+// transaction. Keeping a record already archived changes nothing, so a
+// replica that crashed after the commit and before the etcd delete may keep
+// it again.
 func (s *Store) Keep(ctx context.Context, r Record) error {
+	if r.NamespaceUID == "" {
+		return fmt.Errorf("cannot archive ToolAction %s/%s: its namespace's uid is not known", r.Namespace, r.Key)
+	}
 	// The columns keep microseconds; the chain hashes what they keep.
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -236,10 +263,11 @@ func (s *Store) Keep(ctx context.Context, r Record) error {
 			kept, decommissioned bool
 			actionText           string
 		)
-		// The chain hashes the action as the database keeps it (jsonb's text).
+		// The chain hashes the action as the database keeps it (jsonb's
+		// text), and the time of the transaction, which the append takes.
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolledger_records WHERE uid = $1), $2::jsonb::text,
-	(SELECT decommissioned_at IS NOT NULL FROM toolledger_archive)`,
-			string(r.UID), r.Action).Scan(&kept, &actionText, &decommissioned); err != nil {
+	(SELECT decommissioned_at IS NOT NULL FROM toolledger_archive), now()`,
+			string(r.UID), r.Action).Scan(&kept, &actionText, &decommissioned, &r.ArchivedAt); err != nil {
 			return err
 		}
 		switch {
@@ -256,18 +284,16 @@ func (s *Store) Keep(ctx context.Context, r Record) error {
 		if err != nil {
 			return err
 		}
+		// The database's trigger checks the link and moves the head.
 		_, err = tx.Exec(ctx, `
-INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+INSERT INTO toolledger_records (uid, namespace, namespace_uid, key, tool_kind, tool_name, idempotency_class, request_digest,
 	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by,
-	deletion_time, action, chain_seq, chain_prev, chain_hash)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
-			string(r.UID), r.Namespace, r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
+	deletion_time, action, chain_seq, chain_prev, chain_hash, archived_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
+			string(r.UID), r.Namespace, string(r.NamespaceUID), r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
 			string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
-			r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action, link.Sequence, head.Hash, link.Hash)
-		if err != nil {
-			return err
-		}
-		return moveHead(ctx, tx, r.Namespace, link)
+			r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action, link.Sequence, head.Hash, link.Hash, r.ArchivedAt)
+		return err
 	})
 	if errors.Is(err, ErrDecommissioned) {
 		observe("keep", nil)
@@ -280,35 +306,44 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 	return nil
 }
 
-// Guarding returns the newest archived record that guards the key of
-// namespace, or nil when none does: one indexed query.
-func (s *Store) Guarding(ctx context.Context, namespace, key string) (*Record, error) {
+// Guarding returns the newest record archived from namespace that guards
+// key, or nil when none does: one indexed query.
+func (s *Store) Guarding(ctx context.Context, namespace Namespace, key string) (*Record, error) {
 	r, err := s.newest(ctx, "check", namespace, key, true)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
+		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
 	return r, nil
 }
 
-// Newest returns the newest archived record of the key of namespace,
-// whether it guards the key or not; nil when the archive has none.
-func (s *Store) Newest(ctx context.Context, namespace, key string) (*Record, error) {
+// Newest returns the newest record of key archived from namespace, whether
+// it guards the key or not; nil when the archive has none.
+func (s *Store) Newest(ctx context.Context, namespace Namespace, key string) (*Record, error) {
 	r, err := s.newest(ctx, "read", namespace, key, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cannot read key %s/%s: %w", ErrUnavailable, namespace, key, err)
+		return nil, fmt.Errorf("%w: cannot read key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
 	return r, nil
+}
+
+// ofNamespace is the condition that a row was archived from the namespace
+// whose uid and creation time are the arguments uid and created: by its
+// uid, or, archived before the archive kept uids, by its document's
+// creation time, which follows the namespace's creation and precedes the
+// deletion of any namespace of the name before it.
+func ofNamespace(uid, created string) string {
+	return `(namespace_uid = ` + uid + ` OR (namespace_uid IS NULL AND (action->'metadata'->>'creationTimestamp')::timestamptz >= ` + created + `))`
 }
 
 // newest reads the newest record of a key, only among those that guard it
 // when guarding; nil when there is none. operation names it in the metrics.
-func (s *Store) newest(ctx context.Context, operation, namespace, key string, guarding bool) (*Record, error) {
+func (s *Store) newest(ctx context.Context, operation string, namespace Namespace, key string, guarding bool) (*Record, error) {
 	rows, err := s.pool.Query(ctx, `
 SELECT `+recordColumns+`
 FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND (guards_key OR NOT $3)
+WHERE namespace = $1 AND key = $2 AND (guards_key OR NOT $3) AND `+ofNamespace("$4", "$5")+`
 ORDER BY completion_time DESC
-LIMIT 1`, namespace, key, guarding)
+LIMIT 1`, namespace.Name, key, guarding, string(namespace.UID), namespace.Created)
 	var r Record
 	if err == nil {
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
@@ -324,9 +359,9 @@ LIMIT 1`, namespace, key, guarding)
 	return &r, nil
 }
 
-const recordColumns = `uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest, phase,
+const recordColumns = `uid, namespace, coalesce(namespace_uid, ''), key, tool_kind, tool_name, idempotency_class, request_digest, phase,
 	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
-	coalesce(chain_seq, 0), coalesce(chain_hash, ''), coalesce(action->>'kind', '') = 'Tombstone'`
+	coalesce(chain_seq, 0), coalesce(chain_hash, ''), archived_at, coalesce(action->>'kind', '') = 'Tombstone'`
 
 func scanRecord(row pgx.CollectableRow) (Record, error) {
 	var r Record
@@ -339,21 +374,22 @@ func scanRecord(row pgx.CollectableRow) (Record, error) {
 // recordScan reads recordColumns into record; finish converts what the
 // columns keep as text.
 type recordScan struct {
-	record                        *Record
-	uid, class, phase, errorClass string
+	record                                      *Record
+	uid, namespaceUID, class, phase, errorClass string
 }
 
 func (s *recordScan) dest() []any {
 	r := s.record
-	return []any{&s.uid, &r.Namespace, &r.Key, &r.Tool.Kind, &r.Tool.Name, &s.class, &r.RequestDigest, &s.phase,
+	return []any{&s.uid, &r.Namespace, &s.namespaceUID, &r.Key, &r.Tool.Kind, &r.Tool.Name, &s.class, &r.RequestDigest, &s.phase,
 		&s.errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
-		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash, &r.FromTombstone}
+		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash, &r.ArchivedAt, &r.FromTombstone}
 }
 
 func (s *recordScan) finish() {
 	r := s.record
-	r.UID, r.IdempotencyClass, r.Phase, r.ErrorClass = types.UID(s.uid), v1alpha1.IdempotencyClass(s.class), v1alpha1.Phase(s.phase), v1alpha1.ErrorClass(s.errorClass)
-	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC(), r.DeletionTime.UTC()
+	r.UID, r.NamespaceUID = types.UID(s.uid), types.UID(s.namespaceUID)
+	r.IdempotencyClass, r.Phase, r.ErrorClass = v1alpha1.IdempotencyClass(s.class), v1alpha1.Phase(s.phase), v1alpha1.ErrorClass(s.errorClass)
+	r.CompletionTime, r.DeletionTime, r.ArchivedAt = r.CompletionTime.UTC(), r.DeletionTime.UTC(), r.ArchivedAt.UTC()
 }
 
 // Position is where a page of List starts: after the record it names.
@@ -464,4 +500,15 @@ func scope(namespace string) string {
 		return "every namespace"
 	}
 	return "namespace " + namespace
+}
+
+// CurrentNamespace reads the namespace now under name, as reader has it
+// (the manager's cache of namespaces' metadata).
+func CurrentNamespace(ctx context.Context, reader client.Reader, name string) (Namespace, error) {
+	ns := &metav1.PartialObjectMetadata{}
+	ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := reader.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return Namespace{}, fmt.Errorf("cannot read namespace %s: %w", name, err)
+	}
+	return Namespace{Name: name, UID: ns.UID, Created: ns.CreationTimestamp.UTC()}, nil
 }

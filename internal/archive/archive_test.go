@@ -89,10 +89,16 @@ func finished(uid string, attempts int32, completed time.Time) *v1alpha1.ToolAct
 	}
 }
 
+// namespaceOf is the namespace the tests' records of name are archived
+// from.
+func namespaceOf(name string) archive.Namespace {
+	return archive.Namespace{Name: name, UID: types.UID(name + "-uid"), Created: t0.Add(-24 * time.Hour)}
+}
+
 func record(t testing.TB, a *v1alpha1.ToolAction) archive.Record {
 	t.Helper()
 	tool := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.KeyProtected}}
-	r, err := archive.NewRecord(a, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
+	r, err := archive.NewRecord(a, namespaceOf(a.Namespace).UID, tool, v1alpha1.TombstoneCauseRecordRetention, "toolledger (executor-a)", a.Status.CompletionTime.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,8 +146,8 @@ func TestAManagerRefusesASchemaNewerThanItsOwn(t *testing.T) {
 }
 
 // A role that may read the migrations, read and insert records, read the
-// pruned links and prune through toolledger_prune, and nothing else, runs a
-// manager once the schema is migrated.
+// heads and the pruned links and prune through the pruning functions, and
+// nothing else, runs a manager once the schema is migrated.
 func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	dsn := database(t)
 	open(t, dsn).Close()
@@ -153,9 +159,9 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `CREATE ROLE ledger_writer LOGIN;
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_writer;
 		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer;
-		GRANT SELECT ON toolledger_chain_pruned, toolledger_archive TO ledger_writer;
-		GRANT SELECT, INSERT, UPDATE ON toolledger_chain_heads TO ledger_writer;
-		GRANT EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integer) TO ledger_writer`); err != nil {
+		GRANT SELECT ON toolledger_chain_pruned, toolledger_archive, toolledger_namespaces, toolledger_chain_heads TO ledger_writer;
+		GRANT EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer) TO ledger_writer;
+		GRANT EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer) TO ledger_writer`); err != nil {
 		t.Fatal(err)
 	}
 	writer := strings.Replace(dsn, "toolledger@", "ledger_writer@", 1)
@@ -164,7 +170,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Guarding(ctx, "shop", "order-1"); err != nil || got == nil || got.UID != "u-1" {
+	if got, err := s.Guarding(ctx, namespaceOf("shop"), "order-1"); err != nil || got == nil || got.UID != "u-1" {
 		t.Fatalf("Guarding as the least-privileged role: %v, %v", got, err)
 	}
 	// It may neither change nor delete a record, nor forge a pruned link…
@@ -173,6 +179,8 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 		`DELETE FROM toolledger_records`,
 		`INSERT INTO toolledger_chain_pruned (namespace, first_seq, last_seq, first_prev, last_hash) VALUES ('shop', 2, 2, '', '')`,
 		`SELECT toolledger_chain_note_pruned('shop', 2, '', '')`,
+		`UPDATE toolledger_chain_heads SET started_at = now() - interval '1 year'`,
+		`INSERT INTO toolledger_chain_heads (namespace, seq, hash) VALUES ('other', 1, 'c0ffee')`,
 	} {
 		conn, err := pgx.Connect(ctx, writer)
 		if err != nil {
@@ -195,14 +203,14 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 			error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
 			chain_seq, chain_prev, chain_hash)
 		VALUES ('forged', 'shop', 'k', 'Tool', 'forged', '', '', '', '', '', '', 1, true, '2000-01-01', '', '', '2000-01-01', '{}', 7, '', 'c0ffee');
-		SELECT toolledger_prune('Tool', 'shop', 'forged', now(), 10)`); err != nil {
+		SELECT toolledger_prune_tool('Tool', 'shop', 'forged', now(), now(), 10)`); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.Close(ctx)
 	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_chain_pruned`); n != 0 {
 		t.Fatalf("pruning through the role's temporary table left %d pruned links", n)
 	}
-	// …but prunes by retention, through toolledger_prune, which logs it,
+	// …but prunes by retention, through toolledger_prune_tool, which logs it,
 	// and verifies.
 	if n, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour)}}); err != nil || n != 1 {
 		t.Fatalf("Prune as the least-privileged role: %d, %v; want 1", n, err)
@@ -224,7 +232,7 @@ func TestAManagerRefusesARoleThatCannotKeepRecords(t *testing.T) {
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_old;
 		GRANT SELECT, INSERT, DELETE ON toolledger_records TO ledger_old`)
 	_, err := archive.Open(context.Background(), strings.Replace(dsn, "toolledger@", "ledger_old@", 1))
-	want := "the archive's database role lacks SELECT on toolledger_chain_heads, INSERT on toolledger_chain_heads, UPDATE on toolledger_chain_heads, SELECT on toolledger_chain_pruned, SELECT on toolledger_archive: grant them (docs/audit.md, \"The database's roles\")"
+	want := "the archive's database role lacks SELECT on toolledger_chain_heads, SELECT on toolledger_chain_pruned, SELECT on toolledger_archive, SELECT on toolledger_namespaces: grant them (docs/audit.md, \"The database's roles\")"
 	if err == nil || err.Error() != want {
 		t.Fatalf("Open as a role of the older schema: %v, want %q", err, want)
 	}
@@ -250,7 +258,7 @@ func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records WHERE key = 'order-1'`); n != 1 {
 		t.Fatalf("%d rows after keeping one record 8 times, want 1", n)
 	}
-	got, err := s.Guarding(context.Background(), "shop", "order-1")
+	got, err := s.Guarding(context.Background(), namespaceOf("shop"), "order-1")
 	if err != nil || got == nil {
 		t.Fatalf("Get: %v, %v", got, err)
 	}
@@ -281,14 +289,14 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.Guarding(ctx, "shop", "order-1")
+	got, err := s.Guarding(ctx, namespaceOf("shop"), "order-1")
 	if err != nil || got == nil {
 		t.Fatalf("Guarding: %v, %v", got, err)
 	}
 	if got.UID != "u-new" || got.ExternalRef != "ch_u-new" || !got.GuardsKey {
 		t.Errorf("the key answers from %s (%s), want u-new", got.UID, got.ExternalRef)
 	}
-	if none, err := s.Guarding(ctx, "shop", "order-2"); none != nil || err != nil {
+	if none, err := s.Guarding(ctx, namespaceOf("shop"), "order-2"); none != nil || err != nil {
 		t.Errorf("a key never archived: %v, %v; want nil, nil", none, err)
 	}
 }
@@ -296,7 +304,7 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 func TestAnUnfinishedActionIsNotArchived(t *testing.T) {
 	a := finished("u-1", 1, t0)
 	a.Status.CompletionTime = nil
-	_, err := archive.NewRecord(a, nil, v1alpha1.TombstoneCauseDeleted, "", t0)
+	_, err := archive.NewRecord(a, "shop-uid", nil, v1alpha1.TombstoneCauseDeleted, "", t0)
 	if want := "ToolAction shop/order-1 has not finished: it cannot be archived"; err == nil || err.Error() != want {
 		t.Fatalf("NewRecord of an unfinished action: %v, want %q", err, want)
 	}

@@ -19,9 +19,14 @@ import (
 // namespace's chain holds (the second is the namespace's hash): "tlch".
 const chainLock int32 = 0x746c6368
 
-// chainVersion names the document a link hashes, inside it: a later
-// document would be a new version, told apart by this member.
-const chainVersion = 1
+// The versions of the document a link hashes, named inside it. Version 2
+// adds the namespace's uid and the time the record was archived, which the
+// key check and verification read; a record archived without a namespace
+// uid was linked with version 1.
+const (
+	chainVersion1 = 1
+	chainVersion2 = 2
+)
 
 // Link is a record's place in its namespace's chain: its sequence number
 // (from 1, without gaps) and its hash, which covers the record and the
@@ -46,13 +51,6 @@ func chainHead(ctx context.Context, q interface {
 	return head, err
 }
 
-// moveHead records link as the namespace's newest.
-func moveHead(ctx context.Context, tx pgx.Tx, namespace string, link Link) error {
-	_, err := tx.Exec(ctx, `INSERT INTO toolledger_chain_heads (namespace, seq, hash) VALUES ($1, $2, $3)
-ON CONFLICT (namespace) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = now()`, namespace, link.Sequence, link.Hash)
-	return err
-}
-
 // next is the link of r appended after l; actionText is r.Action as the
 // database keeps it.
 func (l Link) next(r *Record, actionText string) (Link, error) {
@@ -62,8 +60,8 @@ func (l Link) next(r *Record, actionText string) (Link, error) {
 
 // chainDocument is what a link hashes: the chain's version, the record's
 // sequence number, the previous record's hash ("" for the first) and every
-// column of the record but the time it was archived, with the action as
-// the text the database keeps of it.
+// column of the record (version 1: but the namespace's uid and the time it
+// was archived), with the action as the text the database keeps of it.
 type chainDocument struct {
 	Chain    int         `json:"chain"`
 	Sequence int64       `json:"sequence"`
@@ -90,6 +88,9 @@ type chainRecord struct {
 	DeletedBy        string `json:"deletedBy"`
 	DeletionTime     string `json:"deletionTime"`
 	Action           string `json:"action"`
+	// Version 2.
+	NamespaceUID string `json:"namespaceUID,omitempty"`
+	ArchivedAt   string `json:"archivedAt,omitempty"`
 }
 
 // chainTime spells a column's time to the microsecond it keeps.
@@ -100,13 +101,17 @@ func chainTime(t time.Time) string {
 // linkHash is the hex SHA-256 of the RFC 8785 canonical JSON of the
 // record's chainDocument.
 func linkHash(sequence int64, previous string, r *Record, actionText string) (string, error) {
-	doc, err := json.Marshal(chainDocument{Chain: chainVersion, Sequence: sequence, Previous: previous, Record: chainRecord{
+	version, record := chainVersion1, chainRecord{
 		UID: string(r.UID), Namespace: r.Namespace, Key: r.Key, ToolKind: r.Tool.Kind, ToolName: r.Tool.Name,
 		IdempotencyClass: string(r.IdempotencyClass), RequestDigest: r.RequestDigest, Phase: string(r.Phase),
 		ErrorClass: string(r.ErrorClass), ErrorReason: r.ErrorReason, ExternalRef: r.ExternalRef, Attempts: r.Attempts,
 		GuardsKey: r.GuardsKey, CompletionTime: chainTime(r.CompletionTime), Cause: r.Cause, DeletedBy: r.DeletedBy,
 		DeletionTime: chainTime(r.DeletionTime), Action: actionText,
-	}})
+	}
+	if r.NamespaceUID != "" {
+		version, record.NamespaceUID, record.ArchivedAt = chainVersion2, string(r.NamespaceUID), chainTime(r.ArchivedAt)
+	}
+	doc, err := json.Marshal(chainDocument{Chain: version, Sequence: sequence, Previous: previous, Record: record})
 	if err != nil {
 		return "", err
 	}

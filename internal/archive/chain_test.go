@@ -30,15 +30,21 @@ func keepInOrder(t *testing.T, s *archive.Store, namespace string, keys ...strin
 // exec runs sql on dsn outside the Store, as a superuser's psql would.
 func exec(t *testing.T, dsn, sql string) {
 	t.Helper()
+	if err := execErr(dsn, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// execErr runs sql on a connection of its own.
+func execErr(dsn, sql string) error {
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	_, err = conn.Exec(ctx, sql)
+	return err
 }
 
 func verify(t *testing.T, s *archive.Store, namespace string) *archive.Verification {
@@ -69,7 +75,7 @@ func TestAnUntouchedHistoryVerifies(t *testing.T) {
 	if v.Broken != nil || v.Records != 5 || v.Head.Sequence != 5 || v.Unchained != 0 || v.Pruned != 0 {
 		t.Fatalf("verification of an untouched chain: %+v", v)
 	}
-	newest, err := s.Newest(context.Background(), "shop", "k5")
+	newest, err := s.Newest(context.Background(), namespaceOf("shop"), "k5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,28 +213,37 @@ func TestReplicasAppendingAtOnceKeepOneChain(t *testing.T) {
 func TestRecordsArchivedBeforeTheChainAreCounted(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)
-	exec(t, dsn, `INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+	// As a manager older than the chain inserted it, before the append
+	// trigger: a superuser turns triggers off to write it.
+	exec(t, dsn, `SET session_replication_role = replica;
+	INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
 	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action)
-	VALUES ('legacy', 'shop', 'k0', 'Tool', 'charge', 'KeyProtected', 'sha256:0', 'Succeeded', '', '', 'ch_0', 1, true, now(), 'RecordRetention', '', now(), '{}')`)
+	VALUES ('legacy', 'shop', 'k0', 'Tool', 'charge', 'KeyProtected', 'sha256:0', 'Succeeded', '', '', 'ch_0', 1, true, now(), 'RecordRetention', '', now(),
+		'{"metadata": {"creationTimestamp": "2026-12-02T12:00:00Z"}}')`)
 	keepInOrder(t, s, "shop", "k1")
 	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 1 || v.Head.Sequence != 1 {
 		t.Fatalf("%+v, want one chained record and one before the chain", v)
 	}
-	if got, err := s.Guarding(context.Background(), "shop", "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
+	if got, err := s.Guarding(context.Background(), namespaceOf("shop"), "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
 		t.Fatalf("the record before the chain: %+v, %v", got, err)
 	}
 }
 
 // A row inserted without a link after the namespace's chain started is
 // named: the chain counts as "before the chain" only what was archived
-// before it.
+// before it. The append trigger refuses such a row to every role; a
+// superuser that turns triggers off can still write one.
 func TestVerifyNamesARowInsertedOutsideTheChain(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)
 	keepInOrder(t, s, "shop", "k1")
-	exec(t, dsn, `INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
+	forged := `INSERT INTO toolledger_records (uid, namespace, key, tool_kind, tool_name, idempotency_class, request_digest,
 	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action)
-	VALUES ('forged', 'shop', 'k9', 'Tool', 'charge', 'KeyProtected', 'sha256:9', 'Succeeded', '', '', 'ch_9', 1, true, now(), 'RecordRetention', '', now(), '{}')`)
+	VALUES ('forged', 'shop', 'k9', 'Tool', 'charge', 'KeyProtected', 'sha256:9', 'Succeeded', '', '', 'ch_9', 1, true, now(), 'RecordRetention', '', now(), '{}')`
+	if err := execErr(dsn, forged); err == nil || !strings.Contains(err.Error(), "is not a link of its namespace's chain") {
+		t.Fatalf("an unchained row as the schema's owner: %v, want the append trigger's refusal", err)
+	}
+	exec(t, dsn, `SET session_replication_role = replica; `+forged)
 	wantBreak(t, verify(t, s, "shop"), archive.Break{Key: "k9", UID: "forged",
 		Problem: "it was archived after the chain started, outside it: inserted by hand, or by a manager older than the chain"})
 }
@@ -295,7 +310,7 @@ func TestVerifyChecksAHeadCopiedEarlier(t *testing.T) {
 	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
 	linkOf := func(key string) archive.Link {
 		t.Helper()
-		r, err := s.Newest(ctx, "shop", key)
+		r, err := s.Newest(ctx, namespaceOf("shop"), key)
 		if err != nil || r == nil {
 			t.Fatalf("%s: %v, %v", key, r, err)
 		}

@@ -19,16 +19,87 @@ const pruneBatch = 1000
 
 // Cutoff says which records may go: those of one tool (Kind and Name, and
 // Namespace for a Tool; "" for a ClusterTool's, in every namespace) that
-// finished before Before.
+// finished before Before, and, of those moved from Tombstones, which keep
+// the tool's own keyRetention, before TombstonesBefore (the zero time:
+// none).
 type Cutoff struct {
 	Kind, Namespace, Name string
 	Before                time.Time
+	TombstonesBefore      time.Time
 }
 
 // Prune deletes the records each cutoff lets go, in batches, and returns
 // how many it deleted. One replica prunes at a time: when another holds
 // the prune lock, Prune returns 0 at once.
 func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
+	return s.pruning(ctx, func(conn *pgx.Conn) (int64, error) {
+		var pruned int64
+		for _, c := range cutoffs {
+			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_tool($1, $2, $3, $4, $5, $6)`,
+				c.Kind, c.Namespace, c.Name, c.Before, c.TombstonesBefore, pruneBatch)
+			pruned += n
+			observe("prune", err)
+			if err != nil {
+				return pruned, fmt.Errorf("%w: cannot prune the records of %s: %w", ErrUnavailable, c, err)
+			}
+		}
+		return pruned, nil
+	})
+}
+
+// PruneNamespaces deletes the records of namespaces that no longer exist,
+// archived before before: namespaces gone, or created again under their
+// name (live gives each name's namespace now, and reports whether one
+// exists, or fails). Their keys answer nobody: a namespace of the same
+// name starts a new history. It returns how many it deleted; one replica
+// prunes at a time.
+func (s *Store) PruneNamespaces(ctx context.Context, live func(name string) (Namespace, bool, error), before time.Time) (int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT namespace, namespace_uid FROM toolledger_namespaces ORDER BY namespace, namespace_uid`)
+	var known [][2]string
+	if err == nil {
+		known, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+			var ns [2]string
+			return ns, row.Scan(&ns[0], &ns[1])
+		})
+	}
+	if err != nil {
+		observe("prune", err)
+		return 0, fmt.Errorf("%w: cannot list the archive's namespaces: %w", ErrUnavailable, err)
+	}
+	return s.pruning(ctx, func(conn *pgx.Conn) (int64, error) {
+		var pruned int64
+		for _, ns := range known {
+			name, uid := ns[0], ns[1]
+			current, exists, err := live(name)
+			if err != nil {
+				return pruned, err
+			}
+			// The records of before the archive kept uids that are the
+			// current namespace's are those created since it was.
+			createdBefore := infinity
+			if exists {
+				createdBefore = current.Created
+			}
+			if uid != "" && exists && string(current.UID) == uid {
+				continue
+			}
+			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_namespace($1, $2, $3, $4, $5)`, name, uid, createdBefore, before, pruneBatch)
+			pruned += n
+			observe("prune", err)
+			if err != nil {
+				return pruned, fmt.Errorf("%w: cannot prune the records of deleted namespace %s (uid %q): %w", ErrUnavailable, name, uid, err)
+			}
+		}
+		return pruned, nil
+	})
+}
+
+// infinity is a time after every record's.
+var infinity = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// pruning runs prune on a connection that holds the prune lock, unless
+// another replica holds it, and counts what it deleted.
+func (s *Store) pruning(ctx context.Context, prune func(*pgx.Conn) (int64, error)) (int64, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		observe("prune", err)
@@ -44,27 +115,19 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 		return 0, nil
 	}
 	defer unlock(ctx, conn)
-	var pruned int64
-	for _, c := range cutoffs {
-		n, err := pruneCutoff(ctx, conn.Conn(), c)
-		pruned += n
-		observe("prune", err)
-		if err != nil {
-			return pruned, fmt.Errorf("%w: cannot prune the records of %s: %w", ErrUnavailable, c, err)
-		}
-	}
+	pruned, err := prune(conn.Conn())
 	recordsPruned.Add(float64(pruned))
-	return pruned, nil
+	return pruned, err
 }
 
-// pruneCutoff deletes c's records a batch at a time, through
-// toolledger_prune: it runs as the schema's owner, so that the manager's
-// role needs no DELETE, and leaves each pruned record's link in the chain.
-func pruneCutoff(ctx context.Context, conn *pgx.Conn, c Cutoff) (int64, error) {
+// pruneBatches calls a pruning function, which runs as the schema's owner
+// (so that the manager's role needs no DELETE) and leaves each pruned
+// record's link in the chain, a batch at a time until a batch is short.
+func pruneBatches(ctx context.Context, conn *pgx.Conn, call string, args ...any) (int64, error) {
 	var pruned int64
 	for {
 		var n int64
-		if err := conn.QueryRow(ctx, `SELECT toolledger_prune($1, $2, $3, $4, $5)`, c.Kind, c.Namespace, c.Name, c.Before, pruneBatch).Scan(&n); err != nil {
+		if err := conn.QueryRow(ctx, call, args...).Scan(&n); err != nil {
 			return pruned, err
 		}
 		pruned += n

@@ -146,6 +146,108 @@ REVOKE EXECUTE ON FUNCTION toolledger_prune(text, text, text, timestamptz, integ
 	decommissioned_at timestamptz
 );
 INSERT INTO toolledger_archive DEFAULT VALUES;`,
+	// 6: a namespace's records bound to its uid, so that a namespace
+	// created again under the name starts a new history
+	// (toolledger_namespaces lists each namespace of a name the archive
+	// holds records of; '' stands for the records archived before), and an
+	// append guarded by the database itself: a trigger, as the schema's
+	// owner, takes only the next link of the namespace's chain, archived at
+	// the transaction's time with the namespace's uid, and moves the head,
+	// so that the manager's role may insert links and nothing else. Rows
+	// moved from Tombstones are pruned by their Tool's own keyRetention
+	// (toolledger_prune_tool); those of a namespace deleted since, by the
+	// history retention alone (toolledger_prune_namespace).
+	`ALTER TABLE toolledger_records ADD COLUMN namespace_uid text;
+CREATE TABLE toolledger_namespaces (
+	namespace text NOT NULL,
+	namespace_uid text NOT NULL,
+	first_archived_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (namespace, namespace_uid)
+);
+INSERT INTO toolledger_namespaces (namespace, namespace_uid) SELECT DISTINCT namespace, '' FROM toolledger_records;
+SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
+CREATE FUNCTION toolledger_records_append() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	head toolledger_chain_heads%ROWTYPE;
+BEGIN
+	IF NEW.chain_seq IS NULL OR NEW.chain_hash IS NULL OR coalesce(NEW.namespace_uid, '') = '' THEN
+		RAISE EXCEPTION 'record % of namespace % is not a link of its namespace''s chain with its namespace''s uid', NEW.key, NEW.namespace
+			USING ERRCODE = 'check_violation';
+	END IF;
+	IF NEW.archived_at IS DISTINCT FROM now() THEN
+		RAISE EXCEPTION 'record % of namespace % is archived at %, not at the time of its transaction', NEW.key, NEW.namespace, NEW.archived_at
+			USING ERRCODE = 'check_violation';
+	END IF;
+	SELECT * INTO head FROM toolledger_chain_heads WHERE namespace = NEW.namespace FOR UPDATE;
+	IF NEW.chain_seq <> coalesce(head.seq, 0) + 1 OR coalesce(NEW.chain_prev, '') <> coalesce(head.hash, '') THEN
+		RAISE EXCEPTION 'record % of namespace % does not follow its chain''s head, record %', NEW.key, NEW.namespace, coalesce(head.seq, 0)
+			USING ERRCODE = 'check_violation';
+	END IF;
+	INSERT INTO toolledger_chain_heads (namespace, seq, hash) VALUES (NEW.namespace, NEW.chain_seq, NEW.chain_hash)
+	ON CONFLICT (namespace) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, updated_at = now();
+	INSERT INTO toolledger_namespaces (namespace, namespace_uid) VALUES (NEW.namespace, NEW.namespace_uid) ON CONFLICT DO NOTHING;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER toolledger_records_append BEFORE INSERT ON toolledger_records FOR EACH ROW EXECUTE FUNCTION toolledger_records_append();
+CREATE FUNCTION toolledger_prune_tool(p_kind text, p_namespace text, p_name text, p_before timestamptz, p_tombstones_before timestamptz,
+	p_limit integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	r record;
+	pruned bigint := 0;
+BEGIN
+	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
+		SELECT uid FROM toolledger_records
+		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace)
+			AND completion_time < CASE WHEN coalesce(action->>'kind', '') = 'Tombstone' THEN p_tombstones_before ELSE p_before END
+		LIMIT p_limit)
+	RETURNING namespace, chain_seq, chain_prev, chain_hash
+	LOOP
+		pruned := pruned + 1;
+		IF r.chain_seq IS NOT NULL THEN
+			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
+		END IF;
+	END LOOP;
+	IF pruned > 0 THEN
+		INSERT INTO toolledger_prune_log (pruned_by, tool_kind, namespace, tool_name, completed_before, records)
+		VALUES (session_user, p_kind, p_namespace, p_name, p_before, pruned);
+	END IF;
+	RETURN pruned;
+END $$;
+CREATE FUNCTION toolledger_prune_namespace(p_namespace text, p_namespace_uid text, p_created_before timestamptz, p_before timestamptz,
+	p_limit integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	r record;
+	pruned bigint := 0;
+BEGIN
+	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
+		SELECT uid FROM toolledger_records
+		WHERE namespace = p_namespace AND archived_at < p_before AND CASE WHEN p_namespace_uid = ''
+			THEN namespace_uid IS NULL AND (action->'metadata'->>'creationTimestamp')::timestamptz < p_created_before
+			ELSE namespace_uid = p_namespace_uid END
+		LIMIT p_limit)
+	RETURNING namespace, chain_seq, chain_prev, chain_hash
+	LOOP
+		pruned := pruned + 1;
+		IF r.chain_seq IS NOT NULL THEN
+			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
+		END IF;
+	END LOOP;
+	IF pruned > 0 THEN
+		INSERT INTO toolledger_prune_log (pruned_by, tool_kind, namespace, tool_name, completed_before, records)
+		VALUES (session_user, 'Namespace', p_namespace, p_namespace_uid, p_before, pruned);
+	END IF;
+	IF pruned < p_limit AND NOT EXISTS (SELECT 1 FROM toolledger_records WHERE namespace = p_namespace AND CASE WHEN p_namespace_uid = ''
+			THEN namespace_uid IS NULL ELSE namespace_uid = p_namespace_uid END) THEN
+		DELETE FROM toolledger_namespaces WHERE namespace = p_namespace AND namespace_uid = p_namespace_uid;
+	END IF;
+	RETURN pruned;
+END $$;
+REVOKE EXECUTE ON FUNCTION toolledger_records_append() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer) FROM PUBLIC;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.

@@ -45,8 +45,8 @@ const MaxUnpaged = 10000
 
 // Records is the archive as the API reads it.
 type Records interface {
-	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
-	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
+	Guarding(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
+	Newest(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
 	Verify(ctx context.Context, namespace string, copied *archive.Link) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
@@ -196,10 +196,21 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 		writeStatus(w, apierrors.NewNotFound(groupResource, name))
 		return
 	}
+	// Of the namespace now under the name: one created again under it
+	// starts a new history.
+	ns, err := archive.CurrentNamespace(r.Context(), h.kube, namespace)
+	if apierrors.IsNotFound(err) {
+		writeStatus(w, apierrors.NewNotFound(groupResource, name))
+		return
+	}
+	if err != nil {
+		writeStatus(w, apierrors.NewInternalError(err))
+		return
+	}
 	// The record the key check answers from, else the newest.
-	record, err := h.records.Guarding(r.Context(), namespace, name)
+	record, err := h.records.Guarding(r.Context(), ns, name)
 	if err == nil && record == nil {
-		record, err = h.records.Newest(r.Context(), namespace, name)
+		record, err = h.records.Newest(r.Context(), ns, name)
 	}
 	switch {
 	case err != nil:

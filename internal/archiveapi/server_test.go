@@ -63,12 +63,12 @@ func (f *records) Namespaces(context.Context) ([]string, error) {
 	return namespaces, f.err
 }
 
-func (f *records) Guarding(_ context.Context, namespace, key string) (*archive.Record, error) {
-	return f.find(namespace, key, true)
+func (f *records) Guarding(_ context.Context, namespace archive.Namespace, key string) (*archive.Record, error) {
+	return f.find(namespace.Name, key, true)
 }
 
-func (f *records) Newest(_ context.Context, namespace, key string) (*archive.Record, error) {
-	return f.find(namespace, key, false)
+func (f *records) Newest(_ context.Context, namespace archive.Namespace, key string) (*archive.Record, error) {
+	return f.find(namespace.Name, key, false)
 }
 
 func (f *records) find(namespace, key string, guarding bool) (*archive.Record, error) {
@@ -158,9 +158,14 @@ func handler(t *testing.T, p proxy, f *records, allowed func(*authorizationv1.Su
 }
 
 // fakeKube is an API server that holds the front-proxy configuration
-// trusting p's CA, and answers each SubjectAccessReview as allowed says.
+// trusting p's CA and the namespaces shop and other, and answers each
+// SubjectAccessReview as allowed says.
 func fakeKube(p proxy, allowed func(*authorizationv1.SubjectAccessReview) bool) client.WithWatch {
-	return fake.NewClientBuilder().WithObjects(frontProxyConfig(p.ca)).WithInterceptorFuncs(interceptor.Funcs{
+	namespaces := []client.Object{}
+	for _, name := range []string{"shop", "other"} {
+		namespaces = append(namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}})
+	}
+	return fake.NewClientBuilder().WithObjects(append(namespaces, frontProxyConfig(p.ca))...).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
 			review := obj.(*authorizationv1.SubjectAccessReview)
 			review.Status.Allowed = allowed(review)

@@ -137,11 +137,11 @@ func archiveRollback(s *suite, sc *run) error {
 		return err
 	}
 	pool[0] = m
-	trials := make([]*trial, 0, len(all))
+	firsts := map[*trial]map[string]*v1alpha1.ToolAction{}
 	for _, t := range all {
-		trials = append(trials, t.tr)
+		firsts[t.tr] = t.first
 	}
-	settledPaired, waitingPaired, err := s.waitPairSplit(ctx, trials)
+	settledPaired, waitingPaired, err := s.waitPairSplit(ctx, firsts)
 	if err != nil {
 		return err
 	}
@@ -263,20 +263,22 @@ func refusedForTheArchive(a *v1alpha1.ToolAction) bool {
 }
 
 // waitPairSplit waits until the manager with the archive has settled its
-// share of the waiting actions and the member Leases have stood still for
-// a while, then counts the settled and the still refused.
-func (s *suite) waitPairSplit(ctx context.Context, trials []*trial) (settled, waiting int, err error) {
+// share of the trials' new actions (those not among their first records)
+// and the member Leases have stood still for a while, then counts the
+// settled and the still refused.
+func (s *suite) waitPairSplit(ctx context.Context, firsts map[*trial]map[string]*v1alpha1.ToolAction) (settled, waiting int, err error) {
 	deadline := time.Now().Add(settleTimeout)
 	last, still := -1, time.Now()
 	for {
 		settled, waiting = 0, 0
-		for _, tr := range trials {
-			var list v1alpha1.ToolActionList
-			if err := s.cluster.client.List(ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		for tr, first := range firsts {
+			all, err := s.records(ctx, tr)
+			if err != nil {
 				return 0, 0, err
 			}
-			for _, a := range list.Items {
+			for _, a := range all {
 				switch {
+				case first[a.Name] != nil && first[a.Name].UID == a.UID:
 				case a.Status.Phase.IsSettled():
 					settled++
 				case refusedForTheArchive(&a):

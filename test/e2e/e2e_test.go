@@ -23,10 +23,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -85,6 +87,11 @@ type trial struct {
 	// archive, when set, keeps the trial's records that left etcd: its
 	// ledger is both.
 	archive *archiveDB
+	// watched are, with an archive, the trial's actions as a watch last
+	// saw them, by uid: an action its key's archived record answered
+	// leaves etcd without a row of its own (its row would repeat the
+	// original's), and the watch is where the checks find it.
+	watched map[types.UID]*v1alpha1.ToolAction
 }
 
 func (tr *trial) add(key string, amount int64) string {
@@ -141,10 +148,49 @@ func (s *suite) newTrial(sc *run, d *downstream, opts toolOptions) (*trial, erro
 		return nil, err
 	}
 	tr := &trial{ns: ns, d: d, archive: sc.archive}
+	if tr.archive != nil {
+		if err := s.watchActions(tr); err != nil {
+			return nil, err
+		}
+	}
 	s.mu.Lock()
 	sc.trials = append(sc.trials, tr)
 	s.mu.Unlock()
 	return tr, nil
+}
+
+// watchActions keeps, until the suite ends, the last version of each of
+// the trial's actions in tr.watched; a watch that ends is started again
+// from the last version it gave.
+func (s *suite) watchActions(tr *trial) error {
+	watcher, err := client.NewWithWatch(s.cluster.cfg, client.Options{Scheme: app.Scheme()})
+	if err != nil {
+		return err
+	}
+	tr.watched = map[types.UID]*v1alpha1.ToolAction{}
+	var list v1alpha1.ToolActionList
+	if err := s.cluster.client.List(s.ctx, &list, client.InNamespace(tr.ns)); err != nil {
+		return err
+	}
+	go func() {
+		version := list.ResourceVersion
+		for s.ctx.Err() == nil {
+			w, err := watcher.Watch(s.ctx, &v1alpha1.ToolActionList{}, client.InNamespace(tr.ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: version}})
+			if err != nil {
+				_ = testenv.Sleep(s.ctx, 200*time.Millisecond)
+				continue
+			}
+			for e := range w.ResultChan() {
+				if a, ok := e.Object.(*v1alpha1.ToolAction); ok {
+					tr.mu.Lock()
+					tr.watched[a.UID] = a
+					tr.mu.Unlock()
+					version = a.ResourceVersion
+				}
+			}
+		}
+	}()
+	return nil
 }
 
 // request is the intent to charge amount under key in the trial's tenant.
@@ -304,14 +350,22 @@ func (s *suite) records(ctx context.Context, tr *trial) ([]v1alpha1.ToolAction, 
 	if err != nil {
 		return nil, err
 	}
-	inEtcd := map[types.UID]bool{}
+	kept := map[types.UID]bool{}
 	for _, a := range list.Items {
-		inEtcd[a.UID] = true
+		kept[a.UID] = true
 	}
 	all := list.Items
 	for _, r := range archived {
-		if !inEtcd[r.action.UID] {
+		if !kept[r.action.UID] {
+			kept[r.action.UID] = true
 			all = append(all, r.action)
+		}
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for uid, a := range tr.watched {
+		if !kept[uid] && a.Status.Phase.IsSettled() {
+			all = append(all, *a)
 		}
 	}
 	return all, nil

@@ -104,9 +104,16 @@ var _ = Describe("The archive binding", func() {
 		Expect(cm.Finalizers).To(ContainElement(archivebinding.Finalizer))
 
 		By("the ledger started again without the archive, as after a rollback")
-		start("without-archive", "")
+		stopBare := start("without-archive", "")
 		Expect(k8s.Create(ctx, chargeAction(ns, "order-5001-charge", 1200))).To(Succeed())
 		waitsRefused("order-5001-charge", "keeps its keys in archive "+cm.Data["archive"], "runs without an archive")
+
+		By("rolled forward with the archive: the waiting key is answered from it")
+		stopBare()
+		start("with-archive-again", server.DSN)
+		settled := env.WaitForPhase(ns, "order-5001-charge", v1alpha1.PhaseSucceeded)
+		Expect(settled.Status.History[len(settled.Status.History)-1].Reason).To(Equal(v1alpha1.ReasonSettledByArchive))
+		Expect(downstream.Requests(key("order-5001-charge"))).To(Equal(1))
 	})
 
 	It("holds it as well when the ledger runs with another database", func() {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -210,6 +211,29 @@ var _ = Describe("The archive", func() {
 		Expect(refused.Status.Error.Reason).To(Equal(v1alpha1.ReasonArchiveConflict))
 		Expect(refused.Status.Error.Message).To(ContainSubstring("sha256:before-the-archive"))
 		Expect(downstream.Requests(key)).To(BeZero())
+	})
+
+	It("answers no key of the tenant from the records of an earlier namespace of the same name", func() {
+		key := ns + "/order-1201-charge"
+		By("the archive holds a record of a namespace this name had before, archived with that namespace's uid")
+		store, err := archive.Open(ctx, dsn)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(store.Close)
+		earlier := chargeAction(ns, "order-1201-charge", 1200)
+		earlier.UID, earlier.CreationTimestamp = "0ld0ld00-0000-4000-8000-000000001201", metav1.NewTime(clock.Now().Add(-30*24*time.Hour))
+		completed := metav1.NewTime(clock.Now().Add(-29 * 24 * time.Hour))
+		earlier.Status = v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseSucceeded, Attempts: 1, ExternalRef: "ch_earlier_tenant",
+			RequestDigest: "sha256:earlier", CompletionTime: &completed}
+		rec, err := archive.NewRecord(earlier, "an-earlier-namespace-uid", nil, v1alpha1.TombstoneCauseDeleted, "", completed.Time)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(store.Keep(ctx, rec)).To(Succeed())
+
+		By("the tenant's own action under the key is a new intent: dispatched once, never answered with the earlier tenant's reference")
+		Expect(k8s.Create(ctx, charge("order-1201-charge", 1200))).To(Succeed())
+		fresh := env.WaitForPhase(ns, "order-1201-charge", v1alpha1.PhaseSucceeded)
+		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
+		Expect(fresh.Status.ExternalRef).NotTo(Equal("ch_earlier_tenant"))
+		Expect(downstream.Requests(key)).To(Equal(1))
 	})
 
 	It("does not archive a record again that its archived key answered, however often it is applied again", func() {
