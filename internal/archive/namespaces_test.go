@@ -109,7 +109,7 @@ func TestTheManagersRoleCanOnlyAppendTheNextLinkNow(t *testing.T) {
 	row := `'forged', 'shop', 'shop-uid', 'order-9', 'Tool', 'charge', '', 'sha256:9', 'Succeeded', '', '', 'ch_forged', 1, true,
 		'2026-11-01T00:00:00Z', 'Deleted', '', '2026-11-01T00:00:00Z', '{}'`
 	for name, sql := range map[string]string{
-		"a backdated row outside the chain": `INSERT INTO toolledger_records (` + columns + `, archived_at) VALUES (` + row + `, '2026-11-01T00:00:00Z')`,
+		"a backdated row outside the chain":     `INSERT INTO toolledger_records (` + columns + `, archived_at) VALUES (` + row + `, '2026-11-01T00:00:00Z')`,
 		"a row outside the chain, archived now": `INSERT INTO toolledger_records (` + columns + `) VALUES (` + row + `)`,
 		"the next link, backdated": `INSERT INTO toolledger_records (` + columns + `, chain_seq, chain_prev, chain_hash, archived_at) VALUES (` + row +
 			`, 2, '` + head.Hash + `', 'c0ffee', '2026-11-01T00:00:00Z')`,
