@@ -3,14 +3,20 @@
 // configures: the events an action owes are recorded in its status with the
 // transition itself (Owe), and each is sent until every sink acknowledged
 // it (Sender), so that a delivery is at least once and a repeated one has
-// the same id.
+// the same id. Send tells a sink's failure from its refusal of one event,
+// and Encode finds an event no request can carry, so that the one event
+// can be given up without holding up the sink's others.
 package notify
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -18,7 +24,9 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"golang.org/x/net/http/httpguts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -188,7 +196,8 @@ func Source(namespace string) string {
 
 // Event is the CloudEvent of notification n of action: its facts as the
 // transition left them, and the action's message while it is still in
-// the transition's phase.
+// the transition's phase. An error wraps ErrMalformed: the same record
+// gives the same error, whatever sink it is meant for.
 func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Event, error) {
 	ev := cloudevents.NewEvent()
 	ev.SetID(n.ID)
@@ -209,9 +218,12 @@ func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Ev
 		data.Message = e.Message
 	}
 	if err := ev.SetData(cloudevents.ApplicationJSON, data); err != nil {
-		return ev, err
+		return ev, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	return ev, ev.Validate()
+	if err := ev.Validate(); err != nil {
+		return ev, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return ev, nil
 }
 
 func phaseOf(eventType string) v1alpha1.Phase {
@@ -223,26 +235,97 @@ func phaseOf(eventType string) v1alpha1.Phase {
 	return ""
 }
 
-// Sender delivers events over HTTP in binary mode: the attributes in ce-
-// headers, the data as the body.
+// ErrMalformed marks an event that no HTTP request can carry: no sink can
+// be sent it, and no retry changes that.
+var ErrMalformed = errors.New("no request can carry the event")
+
+// ErrRefused marks a sink's refusal of one event (see refuses): the sink
+// works, and it is the event it will not take.
+var ErrRefused = errors.New("the sink refused the event")
+
+// Delivery is an event as every sink is sent it, in HTTP binary mode: its
+// attributes as ce- headers, its data as the body.
+type Delivery struct {
+	ID     string
+	Header http.Header
+	Body   []byte
+}
+
+// Encode is ev's delivery. An event one of whose values no header may
+// hold (a control character) is malformed: net/http would refuse the
+// request before it left, for every sink alike.
+func Encode(ev cloudevents.Event) (Delivery, error) {
+	req := &http.Request{Header: http.Header{}}
+	if err := cehttp.WriteRequest(context.Background(), binding.ToMessage(&ev), req); err != nil {
+		return Delivery{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	for name, values := range req.Header {
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return Delivery{}, fmt.Errorf("%w: its %s header would hold a character HTTP does not allow", ErrMalformed, name)
+			}
+		}
+	}
+	d := Delivery{ID: ev.ID(), Header: req.Header}
+	if req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return Delivery{}, fmt.Errorf("cannot encode event %s: %w", ev.ID(), err)
+		}
+		d.Body = body
+	}
+	return d, nil
+}
+
+// refuses reports whether a sink's answer refuses the one event it was
+// sent rather than tells of the sink: a request it cannot read (400), too
+// large (413, 431), of a type it does not take (415), or that it will not
+// process (422). Every other answer but a 2xx tells of the sink: down or
+// overloaded (5xx, 408, 429), or configured wrongly (401, 403, 404),
+// which every event would meet alike.
+func refuses(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
+		http.StatusUnprocessableEntity, http.StatusRequestHeaderFieldsTooLarge:
+		return true
+	}
+	return false
+}
+
+// Sender delivers events over HTTP.
 type Sender struct {
-	client cloudevents.Client
+	client *http.Client
 }
 
 // NewSender sends each event within timeout.
-func NewSender(timeout time.Duration) (*Sender, error) {
-	c, err := cloudevents.NewClientHTTP(cehttp.WithClient(http.Client{Timeout: timeout}))
-	if err != nil {
-		return nil, fmt.Errorf("cannot create the CloudEvents client: %w", err)
-	}
-	return &Sender{client: c}, nil
+func NewSender(timeout time.Duration) *Sender {
+	return &Sender{client: &http.Client{Timeout: timeout}}
 }
 
-// Send delivers ev to sink once; nil means the sink acknowledged it (a 2xx).
-func (s *Sender) Send(ctx context.Context, sink Sink, ev cloudevents.Event) error {
-	result := s.client.Send(cloudevents.ContextWithTarget(ctx, sink.URL), ev)
-	if !cloudevents.IsACK(result) {
-		return fmt.Errorf("sink %s did not acknowledge event %s: %w", sink.Name, ev.ID(), result)
+// Send delivers d to sink once; nil means the sink acknowledged it (a
+// 2xx). An error wrapping ErrRefused is the sink's refusal of this event
+// alone; any other is the sink's failure.
+func (s *Sender) Send(ctx context.Context, sink Sink, d Delivery) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sink.URL, bytes.NewReader(d.Body))
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", sink.Name, err)
 	}
-	return nil
+	maps.Copy(req.Header, d.Header)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("sink %s did not acknowledge event %s: %w", sink.Name, d.ID, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	// Read so that the connection is reused, within bounds.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+	switch status := resp.StatusCode; {
+	case status >= 200 && status < 300:
+		return nil
+	case refuses(status):
+		return fmt.Errorf("sink %s refused event %s: %s: %w", sink.Name, d.ID, resp.Status, ErrRefused)
+	}
+	return fmt.Errorf("sink %s did not acknowledge event %s: %s", sink.Name, d.ID, resp.Status)
 }
+
+// maxAnswer bounds what is read of a sink's answer.
+const maxAnswer = 64 << 10

@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -167,11 +168,12 @@ func TestSendBinaryMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, err := notify.NewSender(5 * time.Second)
+	delivery, err := notify.Encode(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sender.Send(context.Background(), notify.Sink{Name: "audit", URL: receiver.URL}, ev); err != nil {
+	sender := notify.NewSender(5 * time.Second)
+	if err := sender.Send(context.Background(), notify.Sink{Name: "audit", URL: receiver.URL}, delivery); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	got := receiver.Received()
@@ -218,9 +220,82 @@ func TestSendBinaryMode(t *testing.T) {
 
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
 	defer failing.Close()
-	err = sender.Send(context.Background(), notify.Sink{Name: "broker", URL: failing.URL}, ev)
-	if err == nil || !strings.Contains(err.Error(), "sink broker did not acknowledge event "+owed.ID) || !strings.Contains(err.Error(), "503") {
-		t.Errorf("Send to a sink answering 503: %v", err)
+	err = sender.Send(context.Background(), notify.Sink{Name: "broker", URL: failing.URL}, delivery)
+	if want := "sink broker did not acknowledge event " + owed.ID + ": 503 Service Unavailable"; err == nil || err.Error() != want {
+		t.Errorf("Send to a sink answering 503: %v, want %q", err, want)
+	}
+}
+
+// A sink's answer tells either of the sink (down, overloaded, configured
+// wrongly: every event would meet it) or of the one event it was sent (a
+// refusal, while the sink works); only a 2xx acknowledges.
+func TestSendTellsTheEventFromTheSink(t *testing.T) {
+	a := action(v1alpha1.PhaseSucceeded)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	ev, err := notify.Event(a, a.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivery, err := notify.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answering := func(status int) string {
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(status)
+		}))
+		t.Cleanup(sink.Close)
+		return sink.URL
+	}
+	const (
+		acknowledged = iota
+		refused
+		sinkFailed
+	)
+	for status, want := range map[int]int{
+		http.StatusOK: acknowledged, http.StatusAccepted: acknowledged, http.StatusNoContent: acknowledged,
+		http.StatusBadRequest: refused, http.StatusRequestEntityTooLarge: refused, http.StatusUnsupportedMediaType: refused,
+		http.StatusUnprocessableEntity: refused, http.StatusRequestHeaderFieldsTooLarge: refused,
+		http.StatusUnauthorized: sinkFailed, http.StatusForbidden: sinkFailed, http.StatusNotFound: sinkFailed, http.StatusMethodNotAllowed: sinkFailed,
+		http.StatusRequestTimeout: sinkFailed, http.StatusTooManyRequests: sinkFailed,
+		http.StatusInternalServerError: sinkFailed, http.StatusBadGateway: sinkFailed, http.StatusServiceUnavailable: sinkFailed,
+	} {
+		err := notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: answering(status)}, delivery)
+		got := map[bool]int{true: refused, false: sinkFailed}[errors.Is(err, notify.ErrRefused)]
+		if err == nil {
+			got = acknowledged
+		}
+		if got != want {
+			t.Errorf("a sink answering %d: %v; want %s", status, err, []string{"an acknowledgement", "a refusal of the event", "a failure of the sink"}[want])
+		}
+	}
+
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	if err := notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: down.URL}, delivery); err == nil || errors.Is(err, notify.ErrRefused) {
+		t.Errorf("a sink that refuses connections: %v, want a failure of the sink", err)
+	}
+
+	err = notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: answering(http.StatusUnprocessableEntity)}, delivery)
+	if want := "sink audit refused event " + ev.ID() + ": 422 Unprocessable Entity: the sink refused the event"; err == nil || err.Error() != want {
+		t.Errorf("a refusal: %v, want %q", err, want)
+	}
+}
+
+// An event that carries a value no HTTP header may hold (a traceparent
+// with a line break, as an older manager stored it) is malformed: no
+// request is built from it, for any sink.
+func TestEncodeMalformed(t *testing.T) {
+	a := action(v1alpha1.PhaseSucceeded)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	a.Status.Notifications[0].Traceparent = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a\nb"
+	ev, err := notify.Event(a, a.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = notify.Encode(ev)
+	if want := "no request can carry the event: its Ce-Traceparent header would hold a character HTTP does not allow"; !errors.Is(err, notify.ErrMalformed) || err.Error() != want {
+		t.Errorf("Encode = %v, want %q", err, want)
 	}
 }
 

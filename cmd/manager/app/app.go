@@ -401,12 +401,8 @@ func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolAct
 	if len(opts.NotificationSinks) == 0 {
 		return nil
 	}
-	sender, err := notify.NewSender(notificationTimeout)
-	if err != nil {
-		return err
-	}
 	reconciler.Notifier = &controllers.Notifier{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: sender,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: notify.NewSender(notificationTimeout),
 		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4, Revisit: reconciler.Queue.Revisit,
 	}
 	if err := mgr.Add(reconciler.Notifier); err != nil {
