@@ -150,19 +150,30 @@ func (n *Notifier) Start(ctx context.Context) error {
 			}
 		})
 	}
+	deferred := false
 	for {
-		// While every sink backs off, listing what they are owed is no use.
-		if n.sinks().wait(time.Now()) > 0 {
-			logger.V(1).Info("Every sink backs off; the sweep waits", "after", n.Every)
-		} else if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
+		next := n.Every
+		// While every sink backs off, listing what they are owed is no use;
+		// the sweep is owed, and runs once a sink may be tried again, so
+		// that what it would have found (the keys of a replica that
+		// stopped) is not left to the next period.
+		if wait := n.sinks().wait(time.Now()); wait > 0 {
+			if !deferred {
+				logger.V(1).Info("Every sink backs off; the sweep waits until one may be tried", "after", wait)
+			}
+			deferred, next = true, min(wait, n.Every)
+		} else {
+			deferred = false
+			if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			queue.ShutDown()
 			wg.Wait()
 			return nil
-		case <-time.After(n.Every):
+		case <-time.After(next):
 		case <-n.poke:
 		}
 	}

@@ -322,6 +322,69 @@ var _ = Describe("Notifications: one event that cannot be delivered", func() {
 	})
 })
 
+// Notifications a replica owed when it stopped: another replica finds
+// them on the change of members, and, should every sink back off then, as
+// soon as a sink is back, not at its next periodic sweep.
+var _ = Describe("Notifications owed by a replica that stopped", func() {
+	It("are delivered within seconds of the sink's return, though the sweep comes every minute", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		env.CreateTool(ns, "charge", testenv.WithTimeout(10*time.Second), testenv.WithKeyLookup())
+		receiver, err := testenv.StartCloudEventsReceiver()
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(receiver.Close)
+		Expect(receiver.Down()).To(Succeed())
+		replica := func(executor string) app.Options {
+			return app.Options{ExecutorID: executor, LeaseGrace: time.Second, MemberLeaseDuration: 3 * time.Second,
+				NotificationSinks: []notify.Sink{{Name: "audit", URL: receiver.URL}}, NotificationSweep: time.Minute}
+		}
+		stopA := startManagerWith(replica("notifier-a"), nil)
+		startManagerWith(replica("notifier-b"), nil)
+		waitForMembers(2, 3*time.Second)
+
+		names := make([]string, 10)
+		for i := range names {
+			names[i] = fmt.Sprintf("order-%03d", i)
+			Expect(k8s.Create(ctx, action(ns, names[i], 100+i))).To(Succeed())
+		}
+		ids := map[string]bool{}
+		Eventually(func(g Gomega) {
+			for _, name := range names {
+				a := env.Get(ns, name)
+				g.Expect(a.Status.Notifications).To(HaveLen(1), "action %s", name)
+				ids[a.Status.Notifications[0].ID] = true
+			}
+		}).Should(Succeed())
+		// A stops owing its share; B takes the share over while every sink
+		// backs off for it, B's own events having failed for seconds.
+		stopA()
+		waitForMembers(1, 3*time.Second)
+		time.Sleep(3 * time.Second)
+
+		Expect(receiver.Up()).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := receiver.ByID()
+			for id := range ids {
+				g.Expect(got).To(HaveKey(id))
+			}
+		}, 30*time.Second).Should(Succeed(), "every event delivered well before B's next periodic sweep")
+		var first, last time.Time
+		for _, rec := range receiver.Received() {
+			if !ids[rec.Event.ID()] {
+				continue
+			}
+			if first.IsZero() || rec.At.Before(first) {
+				first = rec.At
+			}
+			if rec.At.After(last) {
+				last = rec.At
+			}
+		}
+		Expect(last.Sub(first)).To(BeNumerically("<", 5*time.Second),
+			"the sink's first acknowledgement after its return (the backoff's end) at %s, the last event at %s", first.Format(time.RFC3339Nano), last.Format(time.RFC3339Nano))
+	})
+})
+
 // auditNotifications reads toolledger_notifications_total of the sink
 // audit, which every spec's manager names, and a result, from the process's
 // metrics registry, which every in-process manager shares.
