@@ -113,7 +113,8 @@ type Options struct {
 	RetentionSweep time.Duration
 	// NotificationSinks receive a CloudEvent for each transition to
 	// AwaitingApproval, Escalated, Succeeded or Failed (docs/operations.md,
-	// "Notifications"); none when empty.
+	// "Notifications"), signed for those with a signing key; none when
+	// empty.
 	NotificationSinks []notify.Sink
 	// NotificationSweep is how often the records that still owe a sink an
 	// event are listed; a minute when zero.
@@ -400,6 +401,9 @@ const notificationTimeout = 5 * time.Second
 func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler) error {
 	if len(opts.NotificationSinks) == 0 {
 		return nil
+	}
+	for _, sink := range opts.NotificationSinks {
+		ctrl.Log.WithName("notifier").Info("Notification sink", "sink", sink.Name, "signed", len(sink.SigningKey) > 0)
 	}
 	reconciler.Notifier = &controllers.Notifier{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: notify.NewSender(notificationTimeout),
