@@ -59,8 +59,12 @@ type Provenance struct {
 	ParentTaskID string `json:"parentTaskID,omitempty"`
 
 	// traceID is the distributed trace the intent belongs to (W3C trace id or traceparent).
+	// It is passed downstream in an HTTP header, so it holds no control
+	// character; only a valid W3C traceparent names a span the manager's
+	// calls relate to.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="traceID must not hold a control character: it is passed downstream in an HTTP header"
 	TraceID string `json:"traceID,omitempty"`
 
 	// principals is the chain of principals on whose behalf the action runs,
