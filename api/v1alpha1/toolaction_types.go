@@ -441,8 +441,10 @@ type Notification struct {
 	// +kubebuilder:validation:MaxLength=128
 	ErrorReason string `json:"errorReason,omitempty"`
 
-	// traceparent is the W3C traceparent the action's calls continued at
-	// the transition, sent as the event's distributed tracing extension.
+	// traceparent is the W3C traceparent of the action's caller at the
+	// transition, where the manager trusts its callers' trace context
+	// (--trust-caller-trace-context), sent as the event's distributed
+	// tracing extension; empty otherwise.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Traceparent string `json:"traceparent,omitempty"`

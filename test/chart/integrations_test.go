@@ -11,7 +11,8 @@ import (
 )
 
 // TestTracingValues: without tracing.endpoint neither the manager nor the
-// MCP gateway gets an OTEL_ variable or an egress to a collector; with it,
+// MCP gateway gets an OTEL_ variable or an egress to a collector, and the
+// manager trusts no caller's trace context unless told to; with it,
 // both get the endpoint and protocol, and their NetworkPolicies (not the
 // console's) admit the collector's peers, and no one else, on its port;
 // with a NetworkPolicy and no peers named the chart refuses to render,
@@ -43,6 +44,8 @@ func TestTracingValues(t *testing.T) {
 			t.Errorf("by default %s gets %v", name, env)
 		}
 	}
+	wantArgs(t, managerArgs(t, objects), []string{"--trust-caller-trace-context=false"}, nil)
+	wantArgs(t, managerArgs(t, decodeObjects(t, helmTemplate(t, "--set", "tracing.trustCallerContext=true"))), []string{"--trust-caller-trace-context=true"}, nil)
 	tracing := []string{"--set", "tracing.endpoint=http://collector.observability:4317", "--set", "tracing.protocol=grpc", "--set", "tracing.networkPolicy.port=4317"}
 	objects = decodeObjects(t, helmTemplate(t, append(append(base, tracing...),
 		"--set", "tracing.networkPolicy.to[0].namespaceSelector.matchLabels.team=observability")...))

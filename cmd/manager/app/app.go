@@ -116,6 +116,11 @@ type Options struct {
 	// "Notifications"), signed for those with a signing key; none when
 	// empty.
 	NotificationSinks []notify.Sink
+	// TrustCallerTraceContext has the spans of an action's calls continue
+	// the trace its caller supplied, and its events carry it; by default
+	// the spans start traces of their own linked to it, and the events carry
+	// none (docs/operations.md, "Traces").
+	TrustCallerTraceContext bool
 	// NotificationSweep is how often the records that still owe a sink an
 	// event are listed; a minute when zero.
 	NotificationSweep time.Duration
@@ -495,6 +500,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
 		ArchiveKeyRetention:     max(opts.ArchiveKeyRetention, 0),
 		ArchiveHistoryRetention: opts.ArchiveHistoryRetention,
+		TrustCallerTraceContext: opts.TrustCallerTraceContext,
 	}
 	if opts.ArchiveDSN != "" {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
