@@ -163,7 +163,7 @@ func (r *ToolActionReconciler) dispatch(ctx context.Context, d *claimedAttempt) 
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	sendCtx, span := startCallSpan(sendCtx, d.claimed, operationAttempt, &d.request)
+	sendCtx, span := startCallSpan(sendCtx, d.claimed, operationAttempt, &d.request, r.TrustCallerTraceContext)
 	start := time.Now()
 	outcome, err := d.conn.Execute(sendCtx, d.request)
 	d.slot.Release()

@@ -73,6 +73,8 @@ type Ledger struct {
 	handBack func(types.NamespacedName)
 	// notifier delivers the events a transition owes; nil without sinks.
 	notifier *Notifier
+	// trustCallerTrace has the events carry the caller's trace context.
+	trustCallerTrace bool
 }
 
 // Decisions is what the controllers of people's decisions about an action
@@ -92,7 +94,8 @@ type Decisions struct {
 // Ledger is this reconciler's writer, for the controllers beside it.
 func (r *ToolActionReconciler) Ledger() *Ledger {
 	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, routine: r.RoutineEvents,
-		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit, notifier: r.Notifier}
+		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit, notifier: r.Notifier,
+		trustCallerTrace: r.TrustCallerTraceContext}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -169,8 +172,18 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 func (l *Ledger) applied(base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
 	next := base.DeepCopy()
 	t.apply(next)
-	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now(), callerTraceparent(next))
+	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now(), l.eventTraceparent(next))
 	return next
+}
+
+// eventTraceparent is the trace context the events of action carry: the
+// caller's where the platform trusts it, none otherwise, so that no
+// consumer continues a trace a tenant named.
+func (l *Ledger) eventTraceparent(action *v1alpha1.ToolAction) string {
+	if !l.trustCallerTrace {
+		return ""
+	}
+	return callerTraceparent(action)
 }
 
 // write stores next. A transition with reapplyWhile survives changes made

@@ -68,7 +68,7 @@ func (r *ToolActionReconciler) lookUpKey(ctx context.Context, action *v1alpha1.T
 		return adapter.Outcome{}, err
 	}
 	req := requestOf(action, parameters)
-	ctx, span := startCallSpan(ctx, action, operationLookup, &req)
+	ctx, span := startCallSpan(ctx, action, operationLookup, &req, r.TrustCallerTraceContext)
 	start := time.Now()
 	outcome, err := conn.Lookup(ctx, req)
 	result := "found"

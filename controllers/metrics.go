@@ -108,7 +108,7 @@ func Metrics() []prometheus.Collector {
 	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
-		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges,
+		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges, notificationsDelivered, notificationDelay,
 	})
 }
 

@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/notify"
@@ -59,6 +58,10 @@ type Notifier struct {
 	// byName the sinks by name.
 	names  []string
 	byName map[string]notify.Sink
+	// refusals count, by action, the refusals in a row of each of its
+	// events by each sink (keyed id/sink).
+	refusalsMu sync.Mutex
+	refusals   map[types.NamespacedName]map[string]int
 }
 
 // The backoff of a delivery that a sink did not acknowledge.
@@ -76,6 +79,7 @@ func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedN
 			n.byName[s.Name] = s
 		}
 		n.backoff = newSinkBackoff(n.names)
+		n.refusals = map[types.NamespacedName]map[string]int{}
 		n.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](notifyRetryMin, notifyRetryMax),
 			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "notifier"})
@@ -146,19 +150,30 @@ func (n *Notifier) Start(ctx context.Context) error {
 			}
 		})
 	}
+	deferred := false
 	for {
-		// While every sink backs off, listing what they are owed is no use.
-		if n.sinks().wait(time.Now()) > 0 {
-			logger.V(1).Info("Every sink backs off; the sweep waits", "after", n.Every)
-		} else if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
+		next := n.Every
+		// While every sink backs off, listing what they are owed is no use;
+		// the sweep is owed, and runs once a sink may be tried again, so
+		// that what it would have found (the keys of a replica that
+		// stopped) is not left to the next period.
+		if wait := n.sinks().wait(time.Now()); wait > 0 {
+			if !deferred {
+				logger.V(1).Info("Every sink backs off; the sweep waits until one may be tried", "after", wait)
+			}
+			deferred, next = true, min(wait, n.Every)
+		} else {
+			deferred = false
+			if err := n.sweep(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			queue.ShutDown()
 			wg.Wait()
 			return nil
-		case <-time.After(n.Every):
+		case <-time.After(next):
 		case <-n.poke:
 		}
 	}
@@ -277,74 +292,177 @@ func (n *Notifier) sinks() *sinkBackoff {
 	return n.backoff
 }
 
+// maxRefusals is how many times a sink may refuse an event (while it
+// works) before the event is given up for it: a refusal may be passing (a
+// sink that validates against something a deploy fixes), a repeated one is
+// not.
+const maxRefusals = 5
+
+// settled is what one pass over an action's owed events settled, by event
+// id: the sinks owed it no more (acknowledged, or no longer configured),
+// and those it was given up for.
+type settled struct {
+	done map[string][]string
+	dead map[string][]v1alpha1.NotificationDeadLetter
+}
+
+func (s *settled) any() bool { return len(s.done) > 0 || len(s.dead) > 0 }
+
+func (s *settled) giveUp(id, sink string, reason v1alpha1.DeadLetterReason, err error, at metav1.Time) {
+	s.dead[id] = append(s.dead[id], v1alpha1.NotificationDeadLetter{Sink: sink, Reason: reason, Message: truncate(err.Error(), maxDeadLetterMessage), Time: at})
+}
+
+// maxDeadLetterMessage is the longest message a dead letter keeps, as the
+// CRD bounds it.
+const maxDeadLetterMessage = 512
+
 // deliver sends every event the action owes to each sink that has not
-// acknowledged it, and records the acknowledgements. An error means
-// something is left to deliver (or to record), and the action is retried.
+// acknowledged it, and records the acknowledgements and the events given
+// up. An error means something is left to deliver (or to record), and the
+// action is retried.
+//
+// A sink's failure (no answer, a 5xx, 408, 429, or an answer that says the
+// sink is configured wrongly) backs the sink off, holding every event owed
+// to it; a failure of the event alone never does: an event no request can
+// carry is given up at once, one the sink refuses after maxRefusals tries,
+// spaced by the action's own backoff.
 func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error {
 	var action v1alpha1.ToolAction
 	if err := n.Reader.Get(ctx, key, &action); err != nil {
+		if apierrors.IsNotFound(err) {
+			n.forgetRefusals(key)
+		}
 		return client.IgnoreNotFound(err)
 	}
 	if !notify.Pending(&action.Status) {
+		n.forgetRefusals(key)
 		return nil
 	}
-	// done lists, by event id, the sinks owed it no more.
-	done := map[string][]string{}
+	logger := log.FromContext(ctx).WithValues("namespace", key.Namespace, "key", key.Name)
+	now := metav1.NewTime(n.Clock.Now())
+	out := settled{done: map[string][]string{}, dead: map[string][]v1alpha1.NotificationDeadLetter{}}
 	var errs []error
 	for _, owed := range action.Status.Notifications {
 		if len(owed.Pending) == 0 {
 			continue
 		}
-		ev, err := notify.Event(&action, owed)
+		delivery, err := encode(&action, owed)
 		if err != nil {
-			return fmt.Errorf("cannot build event %s: %w", owed.ID, err)
+			for _, name := range owed.Pending {
+				logger.Error(err, "Notification dead-lettered: no request can carry it", "sink", name, "id", owed.ID)
+				notificationsDelivered.WithLabelValues(name, "dead_lettered").Inc()
+				out.giveUp(owed.ID, name, v1alpha1.DeadLetterMalformed, err, now)
+			}
+			continue
 		}
 		for _, name := range owed.Pending {
 			sink, configured := n.byName[name]
 			if !configured {
 				// A sink removed from the configuration is owed nothing.
-				log.FromContext(ctx).Info("Notification dropped: its sink is no longer configured", "sink", name, "id", owed.ID)
+				logger.Info("Notification dropped: its sink is no longer configured", "sink", name, "id", owed.ID)
 				notificationsDelivered.WithLabelValues(name, "dropped").Inc()
-				done[owed.ID] = append(done[owed.ID], name)
+				out.done[owed.ID] = append(out.done[owed.ID], name)
 				continue
 			}
 			if !n.sinks().take(name, time.Now()) {
 				errs = append(errs, fmt.Errorf("sink %s backs off after failing to acknowledge", name))
 				continue
 			}
-			if err := n.Sender.Send(ctx, sink, ev); err != nil {
+			err := n.Sender.Send(ctx, sink, delivery)
+			switch {
+			case err == nil:
+				n.sinks().succeeded(name)
+				n.forgetRefusal(key, owed.ID, name)
+				notificationsDelivered.WithLabelValues(name, "delivered").Inc()
+				notificationDelay.WithLabelValues(name).Observe(n.Clock.Since(owed.Time.Time).Seconds())
+				out.done[owed.ID] = append(out.done[owed.ID], name)
+			case errors.Is(err, notify.ErrRefused):
+				// The sink answered: it works, whatever it thinks of this event.
+				n.sinks().succeeded(name)
+				if n.refusedAgain(key, owed.ID, name) < maxRefusals {
+					notificationsDelivered.WithLabelValues(name, "refused").Inc()
+					errs = append(errs, err)
+					continue
+				}
+				n.forgetRefusal(key, owed.ID, name)
+				logger.Error(err, "Notification dead-lettered: the sink refused it every time", "sink", name, "id", owed.ID, "tries", maxRefusals)
+				notificationsDelivered.WithLabelValues(name, "dead_lettered").Inc()
+				out.giveUp(owed.ID, name, v1alpha1.DeadLetterRefused, err, now)
+			default:
 				n.sinks().failed(name, time.Now())
-				errs = append(errs, err)
 				notificationsDelivered.WithLabelValues(name, "failed").Inc()
-				continue
+				errs = append(errs, err)
 			}
-			n.sinks().succeeded(name)
-			notificationsDelivered.WithLabelValues(name, "delivered").Inc()
-			notificationDelay.WithLabelValues(name).Observe(n.Clock.Since(owed.Time.Time).Seconds())
-			done[owed.ID] = append(done[owed.ID], name)
 		}
 	}
-	if len(done) > 0 {
-		errs = append(errs, n.record(ctx, &action, done))
+	if out.any() {
+		errs = append(errs, n.record(ctx, &action, out))
 	}
 	return errors.Join(errs...)
 }
 
-// record removes the sinks that acknowledged an event from its pending
-// list. A transition recorded meanwhile is read and the acknowledgements
-// applied to it, so that they are not delivered again.
-func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, done map[string][]string) error {
+// encode is the delivery of notification owed of action; an error means
+// no request can carry it, for any sink.
+func encode(action *v1alpha1.ToolAction, owed v1alpha1.Notification) (notify.Delivery, error) {
+	ev, err := notify.Event(action, owed)
+	if err != nil {
+		return notify.Delivery{}, err
+	}
+	return notify.Encode(ev)
+}
+
+// refusedAgain counts one more refusal of event id by sink, and returns
+// how many there were in a row. The counts live in this notifier: a
+// replica that takes the key over counts afresh.
+func (n *Notifier) refusedAgain(key types.NamespacedName, id, sink string) int {
+	n.refusalsMu.Lock()
+	defer n.refusalsMu.Unlock()
+	if n.refusals[key] == nil {
+		n.refusals[key] = map[string]int{}
+	}
+	n.refusals[key][id+"/"+sink]++
+	return n.refusals[key][id+"/"+sink]
+}
+
+func (n *Notifier) forgetRefusal(key types.NamespacedName, id, sink string) {
+	n.refusalsMu.Lock()
+	defer n.refusalsMu.Unlock()
+	delete(n.refusals[key], id+"/"+sink)
+	if len(n.refusals[key]) == 0 {
+		delete(n.refusals, key)
+	}
+}
+
+// forgetRefusals forgets the counts of an action that owes nothing more.
+func (n *Notifier) forgetRefusals(key types.NamespacedName) {
+	n.refusalsMu.Lock()
+	defer n.refusalsMu.Unlock()
+	delete(n.refusals, key)
+}
+
+// record removes from their pending lists the sinks that acknowledged an
+// event, or that it was given up for, and keeps the latter's dead letters.
+// A transition recorded meanwhile is read and the same applied to it, so
+// that nothing is delivered again.
+func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, out settled) error {
 	current := action
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		next := current.DeepCopy()
 		now := metav1.NewTime(n.Clock.Now())
 		for i := range next.Status.Notifications {
 			owed := &next.Status.Notifications[i]
-			if acked := done[owed.ID]; len(owed.Pending) > 0 && len(acked) > 0 {
-				owed.Pending = slices.DeleteFunc(owed.Pending, func(name string) bool { return slices.Contains(acked, name) })
-				if len(owed.Pending) == 0 {
-					owed.DeliveredTime = &now
-				}
+			acked, dead := out.done[owed.ID], out.dead[owed.ID]
+			if len(owed.Pending) == 0 || len(acked)+len(dead) == 0 {
+				continue
+			}
+			owed.Pending = slices.DeleteFunc(owed.Pending, func(name string) bool {
+				return slices.Contains(acked, name) || slices.ContainsFunc(dead, func(d v1alpha1.NotificationDeadLetter) bool { return d.Sink == name })
+			})
+			for _, d := range dead {
+				owed.DeadLetters = append(slices.DeleteFunc(owed.DeadLetters, func(old v1alpha1.NotificationDeadLetter) bool { return old.Sink == d.Sink }), d)
+			}
+			if len(owed.Pending) == 0 && len(acked) > 0 {
+				owed.DeliveredTime = &now
 			}
 		}
 		next.Status.NotificationsPending = notify.Pending(&next.Status)
@@ -373,7 +491,7 @@ func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, done
 var (
 	notificationsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_notifications_total",
-		Help: "CloudEvents sent to notification sinks, by sink and result: delivered (acknowledged), failed (to be retried), dropped (the sink is no longer configured).",
+		Help: "CloudEvents sent to notification sinks, by sink and result: delivered (acknowledged), failed (the sink failed: retried once its backoff ends), refused (the sink refused this event alone: retried), dead_lettered (given up: no request can carry it, or the sink refused it every time), dropped (the sink is no longer configured).",
 	}, []string{"sink", "result"})
 	notificationDelay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "toolledger_notification_delay_seconds",
@@ -381,7 +499,3 @@ var (
 		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 	}, []string{"sink"})
 )
-
-func init() {
-	metrics.Registry.MustRegister(notificationsDelivered, notificationDelay)
-}

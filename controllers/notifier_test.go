@@ -48,8 +48,9 @@ func TestSinkBackoff(t *testing.T) {
 	}
 }
 
-// The span an action's calls continue is the last invocation's, from its
-// annotation, unless that is no W3C traceparent; then the provenance's.
+// The trace context an action's caller supplied is the last invocation's,
+// from its annotation, unless that is no W3C traceparent; then the
+// provenance's.
 func TestCallerTraceparent(t *testing.T) {
 	const (
 		invocation = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"

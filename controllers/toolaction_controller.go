@@ -69,6 +69,12 @@ type ToolActionReconciler struct {
 	// Notifier delivers the CloudEvents the transitions owe; nil when no
 	// notification sink is configured.
 	Notifier *Notifier
+	// TrustCallerTraceContext has the spans of an action's calls continue
+	// the trace its caller supplied (the traceparent annotation, the
+	// provenance), and its events carry that context. Otherwise, as a
+	// tenant may name any trace, the spans start traces of their own that
+	// link to it, and the events carry none.
+	TrustCallerTraceContext bool
 	// Shards says which active actions this manager handles; nil handles
 	// every one.
 	Shards *shard.Members

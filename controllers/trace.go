@@ -15,13 +15,18 @@ import (
 
 // startCallSpan starts the span of one downstream call of action (an
 // attempt or a lookup) and gives req its traceparent, so that the
-// downstream continues the trace. The span's parent is the caller's: the
-// span of the invocation that applied the action (its traceparent
-// annotation), or else spec.provenance.traceID when that is a traceparent;
-// with neither it starts a trace. Without a tracer provider nothing is
-// recorded and the parent's traceparent goes downstream unchanged.
-func startCallSpan(ctx context.Context, action *v1alpha1.ToolAction, operation string, req *adapter.Request) (context.Context, trace.Span) {
-	ctx = tracing.ContextWithTraceparent(ctx, callerTraceparent(action), "")
+// downstream continues the trace. The caller's trace context is the span
+// of the invocation that applied the action (its traceparent annotation),
+// or else spec.provenance.traceID when that is a traceparent.
+//
+// A tenant writes that context, and may name any trace, another tenant's
+// too; so, as OpenTelemetry advises for context from an untrusted caller,
+// the span starts a trace of its own and links to the caller's, marked as
+// caller-supplied (tracing.CallerSupplied). Where the platform trusts its
+// tenants (trustCaller), the caller's span is the parent instead. Without
+// a tracer provider nothing is recorded: a trusted caller's traceparent
+// goes downstream unchanged, an untrusted one's not at all.
+func startCallSpan(ctx context.Context, action *v1alpha1.ToolAction, operation string, req *adapter.Request, trustCaller bool) (context.Context, trace.Span) {
 	name, attrs := "lookup "+action.Spec.ToolRef.Name, []attribute.KeyValue{
 		tracing.Operation.String(operation),
 		tracing.GenAIToolName.String(action.Spec.ToolRef.Name),
@@ -35,7 +40,17 @@ func startCallSpan(ctx context.Context, action *v1alpha1.ToolAction, operation s
 		name = tracing.OperationExecuteTool + " " + action.Spec.ToolRef.Name
 		attrs = append(attrs, tracing.GenAIOperationName.String(tracing.OperationExecuteTool), tracing.GenAIToolType.String(tracing.ToolTypeExtension))
 	}
-	ctx, span := tracing.Tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
+	if caller := callerTraceparent(action); trustCaller {
+		ctx = tracing.ContextWithTraceparent(ctx, caller, "")
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+		if caller != "" {
+			opts = append(opts, trace.WithLinks(trace.Link{
+				SpanContext: tracing.SpanContext(caller), Attributes: []attribute.KeyValue{tracing.CallerSupplied.Bool(true)}}))
+		}
+	}
+	ctx, span := tracing.Tracer().Start(ctx, name, opts...)
 	req.Traceparent = tracing.Traceparent(ctx)
 	return ctx, span
 }
@@ -57,9 +72,9 @@ func endCallSpan(span trace.Span, result string, outcome adapter.Outcome, err er
 	span.End()
 }
 
-// callerTraceparent is the traceparent of the span the action's calls
-// continue: the last invocation's, else the provenance's; one that is not
-// a valid W3C traceparent is passed over.
+// callerTraceparent is the trace context the action's caller supplied:
+// the last invocation's traceparent, else the provenance's; one that is
+// not a valid W3C traceparent is passed over.
 func callerTraceparent(action *v1alpha1.ToolAction) string {
 	if tp := adapter.ValidTraceparent(action.Annotations[v1alpha1.TraceparentAnnotation]); tp != "" {
 		return tp

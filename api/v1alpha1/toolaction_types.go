@@ -59,8 +59,12 @@ type Provenance struct {
 	ParentTaskID string `json:"parentTaskID,omitempty"`
 
 	// traceID is the distributed trace the intent belongs to (W3C trace id or traceparent).
+	// It is passed downstream in an HTTP header, so it holds no control
+	// character; only a valid W3C traceparent names a span the manager's
+	// calls relate to.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[[:cntrl:]]')",message="traceID must not hold a control character: it is passed downstream in an HTTP header"
 	TraceID string `json:"traceID,omitempty"`
 
 	// principals is the chain of principals on whose behalf the action runs,
@@ -386,7 +390,8 @@ type ToolActionStatus struct {
 	// +kubebuilder:validation:MaxItems=16
 	Notifications []Notification `json:"notifications,omitempty"`
 
-	// notificationsPending is true while a notification waits for a sink:
+	// notificationsPending is true while a notification waits for a sink
+	// (one given up for a sink, in its deadLetters, waits no more for it):
 	// a selectable field, so that a manager finds them after a restart
 	// without reading every record.
 	// +optional
@@ -436,22 +441,73 @@ type Notification struct {
 	// +kubebuilder:validation:MaxLength=128
 	ErrorReason string `json:"errorReason,omitempty"`
 
-	// traceparent is the W3C traceparent the action's calls continued at
-	// the transition, sent as the event's distributed tracing extension.
+	// traceparent is the W3C traceparent of the action's caller at the
+	// transition, where the manager trusts its callers' trace context
+	// (--trust-caller-trace-context), sent as the event's distributed
+	// tracing extension; empty otherwise.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Traceparent string `json:"traceparent,omitempty"`
 
-	// pending lists the sinks that have not acknowledged the event yet.
+	// pending lists the sinks that have not acknowledged the event yet
+	// and that it was not given up for (deadLetters).
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
 	Pending []string `json:"pending,omitempty"`
 
-	// deliveredTime is when the last pending sink acknowledged the event.
+	// deadLetters are the sinks the event was given up for, and why: it
+	// cannot be sent at all, or the sink kept refusing it while it took
+	// other events. It is not sent to them again, and no longer holds the
+	// record back from its retention.
+	// +optional
+	// +listType=map
+	// +listMapKey=sink
+	// +kubebuilder:validation:MaxItems=16
+	DeadLetters []NotificationDeadLetter `json:"deadLetters,omitempty"`
+
+	// deliveredTime is when the last pending sink acknowledged the event;
+	// unset when the last one was given up instead (deadLetters).
 	// +optional
 	DeliveredTime *metav1.Time `json:"deliveredTime,omitempty"`
+}
+
+// DeadLetterReason says why an event was given up for a sink.
+// +kubebuilder:validation:Enum=Malformed;Refused
+type DeadLetterReason string
+
+const (
+	// DeadLetterMalformed: no HTTP request can carry the event (such as a
+	// value no header may hold), so no sink can be sent it; it is given up
+	// at once, for every sink, and no sink is contacted.
+	DeadLetterMalformed DeadLetterReason = "Malformed"
+	// DeadLetterRefused: the sink answered every try with a refusal of
+	// this event alone (400, 413, 415, 422 or 431), while it works.
+	DeadLetterRefused DeadLetterReason = "Refused"
+)
+
+// NotificationDeadLetter is a sink an event was given up for.
+type NotificationDeadLetter struct {
+	// sink names the sink, as pending did.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Sink string `json:"sink"`
+
+	// reason is Malformed when no HTTP request can carry the event, so
+	// that it was given up at once; Refused when the sink refused it (400,
+	// 413, 415, 422 or 431) each of the times it was tried.
+	// +required
+	Reason DeadLetterReason `json:"reason"`
+
+	// message is the last failure to send the event to the sink.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+
+	// time is when the event was given up.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // TargetRecord is what an action's tool named when the action was accepted.

@@ -31,9 +31,11 @@ const (
 
 // TraceparentAnnotation carries the W3C traceparent of the invocation that
 // last applied a ToolAction (the SDK's span, or the MCP gateway's), so that
-// the manager's attempt and lookup spans continue the caller's trace. It is
+// the manager's attempt and lookup spans relate to the caller's trace: they
+// link to it, or continue it where the manager trusts its callers. It is
 // metadata, not spec: a retry from another span is the same intent. Without
-// it, spec.provenance.traceID names the parent when it is a traceparent.
+// it, spec.provenance.traceID names the caller's span when it is a
+// traceparent.
 const TraceparentAnnotation = "toolledger.dev/traceparent"
 
 // ApprovalDecision is what an approver decided about one request.

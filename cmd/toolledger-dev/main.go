@@ -52,6 +52,7 @@ type options struct {
 	guardPolicy       string
 	identityPolicy    string
 	parametersPolicy  string
+	traceContext      string
 	sampleTool        string
 	namespace         string
 	existingCluster   bool
@@ -72,6 +73,7 @@ func main() {
 	flag.StringVar(&opts.admissionPolicy, "admission-policy", filepath.Join("config", "admission", "outcome_finalizer_policy.yaml"), "MutatingAdmissionPolicy that sets the outcome finalizer at creation (manifests then cost 3 writes, not 4); empty installs none.")
 	flag.StringVar(&opts.guardPolicy, "guard-policy", filepath.Join("config", "admission", "tombstone_guard_policy.yaml"), "ValidatingAdmissionPolicies that refuse to anyone but the operator and the group "+testenv.BreakGlassGroup+" the removal of a dispatched action's finalizer, owners on actions, and tombstone writes (docs/admission.md); empty installs none.")
 	flag.StringVar(&opts.parametersPolicy, "parameters-policy", filepath.Join("config", "admission", "parameters_policy.yaml"), "ValidatingAdmissionPolicy that refuses a ToolAction whose parameters hold more than 10000 values or nest deeper than 8 levels, before the API server stores it (docs/admission.md); empty installs none.")
+	flag.StringVar(&opts.traceContext, "trace-context-policy", filepath.Join("config", "admission", "trace_context_policy.yaml"), "ValidatingAdmissionPolicy that refuses a ToolAction whose toolledger.dev/traceparent annotation, set or changed, is not a W3C traceparent (docs/admission.md); empty installs none.")
 	flag.StringVar(&opts.identityPolicy, "identity-policy", filepath.Join("config", "admission", "identity_policy.yaml"), "Admission policies that stamp the creating user on ToolActions, ToolApprovals and ToolResolutions and refuse it set by hand (docs/approvals.md); empty installs none, and then no approval can be applied.")
 	flag.StringVar(&opts.sampleTool, "sample-tool", filepath.Join("config", "samples", "toolledger_v1alpha1_tool.yaml"), "Tool manifest to apply; empty applies none.")
 	flag.StringVar(&opts.namespace, "namespace", "default", "Namespace (tenant) of the sample Tool.")
@@ -116,6 +118,7 @@ func run(opts options) error {
 	applyPolicy(ctx, cfg, opts.admissionPolicy, "admission policy", "")
 	guarded := applyPolicy(ctx, cfg, opts.guardPolicy, "guard policy", "")
 	applyPolicy(ctx, cfg, opts.parametersPolicy, "parameters policy", "")
+	applyPolicy(ctx, cfg, opts.traceContext, "trace context policy", "")
 	stamped := applyPolicy(ctx, cfg, opts.identityPolicy, "identity policy", " (no approval can be applied)")
 	if err := applySampleTool(ctx, cfg, opts); err != nil {
 		return err

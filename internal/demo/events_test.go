@@ -28,11 +28,11 @@ func TestEventsSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, err := notify.NewSender(5 * time.Second)
+	delivery, err := notify.Encode(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sender.Send(context.Background(), notify.Sink{Name: "demo", URL: ts.url + "/events"}, ev); err != nil {
+	if err := notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "demo", URL: ts.url + "/events"}, delivery); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	listed := ts.do(t, http.MethodGet, "/_admin/events", "", nil)

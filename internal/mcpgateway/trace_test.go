@@ -20,10 +20,13 @@ import (
 
 // The gateway binary and the suite's manager (in this process) export their
 // spans over OTLP, as OTEL_EXPORTER_OTLP_ENDPOINT configures each, to one
-// receiver: a call whose _meta names the agent's traceparent is one trace
-// from the agent's span to the downstream request.
+// receiver: a call whose _meta names the agent's traceparent continues the
+// agent's trace through the gateway's call and invocation; the manager's
+// attempt, which trusts no tenant's trace context by default, starts a trace
+// of its own linked to the invocation, and the downstream request continues
+// the attempt.
 var _ = Describe("The MCP gateway's trace", func() {
-	It("continues the traceparent of params._meta through the invocation and the attempt to the downstream", func() {
+	It("continues the traceparent of params._meta through the invocation, to which the attempt and the downstream link", func() {
 		receiver := testenv.StartOTLPReceiver()
 		DeferCleanup(receiver.Close)
 		Expect(os.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)).To(Succeed())
@@ -60,10 +63,11 @@ var _ = Describe("The MCP gateway's trace", func() {
 			}
 			g.Expect(spans).To(HaveKey("tools/call pay"))
 			g.Expect(spans).To(HaveKey("invoke pay"))
-			g.Expect(spans).To(HaveKey("execute_tool pay"))
+			g.Expect(receiver.Named("execute_tool pay", o.Key)).To(HaveLen(1))
 		}).Should(Succeed())
-		Expect(spans).To(HaveLen(3))
-		call, invoke, attempt := spans["tools/call pay"], spans["invoke pay"], spans["execute_tool pay"]
+		Expect(spans).To(HaveLen(2), "the attempt is in a trace of its own")
+		call, invoke, attempt := spans["tools/call pay"], spans["invoke pay"], receiver.Named("execute_tool pay", o.Key)[0]
+		spans[attempt.Name] = attempt
 		Expect(call.ParentSpanID).To(Equal(agentSpan))
 		Expect(call.Service).To(Equal("toolledger-mcp"))
 		Expect(call.Kind).To(BeEquivalentTo(2), "server")
@@ -74,7 +78,10 @@ var _ = Describe("The MCP gateway's trace", func() {
 		Expect(call.Attributes).To(HaveKeyWithValue("toolledger.phase", "Succeeded"))
 		Expect(invoke.ParentSpanID).To(Equal(call.SpanID))
 		Expect(invoke.Service).To(Equal("toolledger-mcp"))
-		Expect(attempt.ParentSpanID).To(Equal(invoke.SpanID))
+		Expect(attempt.TraceID).NotTo(Equal(traceID))
+		Expect(attempt.ParentSpanID).To(BeEmpty())
+		Expect(attempt.Links).To(HaveExactElements(testenv.Link{TraceID: traceID, SpanID: invoke.SpanID,
+			Attributes: map[string]any{"toolledger.caller_supplied": true}}))
 		Expect(attempt.Service).To(Equal("toolledger-manager"))
 		Expect(attempt.Attributes).To(HaveKeyWithValue("toolledger.result", "succeeded"))
 		for _, s := range spans {
@@ -84,7 +91,7 @@ var _ = Describe("The MCP gateway's trace", func() {
 				}
 			}
 		}
-		Expect(downstream.ProvenanceHeaders(ns + "/" + o.Key).Get("Traceparent")).To(Equal("00-" + traceID + "-" + attempt.SpanID + "-01"))
+		Expect(downstream.ProvenanceHeaders(ns + "/" + o.Key).Get("Traceparent")).To(Equal("00-" + attempt.TraceID + "-" + attempt.SpanID + "-01"))
 	})
 })
 

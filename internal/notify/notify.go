@@ -3,22 +3,36 @@
 // configures: the events an action owes are recorded in its status with the
 // transition itself (Owe), and each is sent until every sink acknowledged
 // it (Sender), so that a delivery is at least once and a repeated one has
-// the same id.
+// the same id. Send tells a sink's failure from its refusal of one event,
+// and Encode finds an event no request can carry, so that the one event
+// can be given up without holding up the sink's others.
 package notify
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"golang.org/x/net/http/httpguts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -55,6 +69,9 @@ type Sink struct {
 	// Name identifies the sink in the actions' status.notifications.
 	Name string
 	URL  string
+	// SigningKey signs every delivery to the sink (Standard Webhooks); none
+	// when empty.
+	SigningKey []byte
 }
 
 // ParseSink reads NAME=URL, the manager's --notification-sink.
@@ -63,14 +80,53 @@ func ParseSink(spec string) (Sink, error) {
 	if !ok {
 		return Sink{}, fmt.Errorf("notification sink %q: want NAME=URL", spec)
 	}
-	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-		return Sink{}, fmt.Errorf("notification sink %q: the name is not a DNS label: %s", spec, strings.Join(errs, "; "))
+	if err := checkName(name); err != nil {
+		return Sink{}, fmt.Errorf("notification sink %q: %w", spec, err)
 	}
-	u, err := url.Parse(target)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !isHTTPURL(target) {
 		return Sink{}, fmt.Errorf("notification sink %s: %q is not an http or https URL", name, target)
 	}
 	return Sink{Name: name, URL: target}, nil
+}
+
+// LoadSink reads the sink name from dir, as a Secret mounted there holds
+// it: the URL in the file url, and the signing key, when there is one, in
+// signing-key. An error never shows the URL, which may carry a token.
+func LoadSink(name, dir string) (Sink, error) {
+	if err := checkName(name); err != nil {
+		return Sink{}, fmt.Errorf("notification sink %q: %w", name, err)
+	}
+	target, err := os.ReadFile(filepath.Join(dir, "url"))
+	if err != nil {
+		return Sink{}, fmt.Errorf("notification sink %s: cannot read its URL: %w", name, err)
+	}
+	sink := Sink{Name: name, URL: strings.TrimSpace(string(target))}
+	if !isHTTPURL(sink.URL) {
+		return Sink{}, fmt.Errorf("notification sink %s: %s does not hold an http or https URL", name, filepath.Join(dir, "url"))
+	}
+	key, err := os.ReadFile(filepath.Join(dir, "signing-key"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return sink, nil
+	case err != nil:
+		return Sink{}, fmt.Errorf("notification sink %s: cannot read its signing key: %w", name, err)
+	}
+	if sink.SigningKey, err = ParseSigningKey(strings.TrimSpace(string(key))); err != nil {
+		return Sink{}, fmt.Errorf("notification sink %s: %s: %w", name, filepath.Join(dir, "signing-key"), err)
+	}
+	return sink, nil
+}
+
+func checkName(name string) error {
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+		return fmt.Errorf("the name is not a DNS label: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func isHTTPURL(target string) bool {
+	u, err := url.Parse(target)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 // SinkFlag parses a repeatable NAME=URL flag into *sinks, refusing a
@@ -81,12 +137,53 @@ func SinkFlag(sinks *[]Sink) func(string) error {
 		if err != nil {
 			return err
 		}
-		if slices.ContainsFunc(*sinks, func(s Sink) bool { return s.Name == sink.Name }) {
-			return fmt.Errorf("notification sink %s is named twice", sink.Name)
-		}
-		*sinks = append(*sinks, sink)
-		return nil
+		return add(sinks, sink)
 	}
+}
+
+// SinkDirFlag parses a repeatable NAME=DIR flag into *sinks, each read
+// with LoadSink, refusing a name given twice, by either flag.
+func SinkDirFlag(sinks *[]Sink) func(string) error {
+	return func(spec string) error {
+		name, dir, ok := strings.Cut(spec, "=")
+		if !ok {
+			return fmt.Errorf("notification sink directory %q: want NAME=DIR", spec)
+		}
+		sink, err := LoadSink(name, dir)
+		if err != nil {
+			return err
+		}
+		return add(sinks, sink)
+	}
+}
+
+func add(sinks *[]Sink, sink Sink) error {
+	if slices.ContainsFunc(*sinks, func(s Sink) bool { return s.Name == sink.Name }) {
+		return fmt.Errorf("notification sink %s is named twice", sink.Name)
+	}
+	*sinks = append(*sinks, sink)
+	return nil
+}
+
+// signingKeyPrefix starts a Standard Webhooks signing key, whose rest is
+// the key in base64.
+const signingKeyPrefix = "whsec_"
+
+// ParseSigningKey reads a Standard Webhooks signing key, whsec_ and the
+// key's 24 to 64 bytes in base64.
+func ParseSigningKey(text string) ([]byte, error) {
+	encoded, ok := strings.CutPrefix(text, signingKeyPrefix)
+	if !ok {
+		return nil, fmt.Errorf("a signing key is %s followed by the key in base64", signingKeyPrefix)
+	}
+	key, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return nil, fmt.Errorf("the signing key after %s is not base64: %w", signingKeyPrefix, err)
+	}
+	if len(key) < 24 || len(key) > 64 {
+		return nil, fmt.Errorf("the signing key holds %d bytes, and Standard Webhooks keys hold 24 to 64", len(key))
+	}
+	return key, nil
 }
 
 // Names are the sinks' names, sorted, as an action's pending list holds them.
@@ -188,7 +285,8 @@ func Source(namespace string) string {
 
 // Event is the CloudEvent of notification n of action: its facts as the
 // transition left them, and the action's message while it is still in
-// the transition's phase.
+// the transition's phase. An error wraps ErrMalformed: the same record
+// gives the same error, whatever sink it is meant for.
 func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Event, error) {
 	ev := cloudevents.NewEvent()
 	ev.SetID(n.ID)
@@ -209,9 +307,12 @@ func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Ev
 		data.Message = e.Message
 	}
 	if err := ev.SetData(cloudevents.ApplicationJSON, data); err != nil {
-		return ev, err
+		return ev, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	return ev, ev.Validate()
+	if err := ev.Validate(); err != nil {
+		return ev, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return ev, nil
 }
 
 func phaseOf(eventType string) v1alpha1.Phase {
@@ -223,26 +324,136 @@ func phaseOf(eventType string) v1alpha1.Phase {
 	return ""
 }
 
-// Sender delivers events over HTTP in binary mode: the attributes in ce-
-// headers, the data as the body.
+// ErrMalformed marks an event that no HTTP request can carry: no sink can
+// be sent it, and no retry changes that.
+var ErrMalformed = errors.New("no request can carry the event")
+
+// ErrRefused marks a sink's refusal of one event (see refuses): the sink
+// works, and it is the event it will not take.
+var ErrRefused = errors.New("the sink refused the event")
+
+// Delivery is an event as every sink is sent it, in HTTP binary mode: its
+// attributes as ce- headers, its data as the body.
+type Delivery struct {
+	ID     string
+	Header http.Header
+	Body   []byte
+}
+
+// Encode is ev's delivery. An event one of whose values no header may
+// hold (a control character) is malformed: net/http would refuse the
+// request before it left, for every sink alike.
+func Encode(ev cloudevents.Event) (Delivery, error) {
+	req := &http.Request{Header: http.Header{}}
+	if err := cehttp.WriteRequest(context.Background(), binding.ToMessage(&ev), req); err != nil {
+		return Delivery{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	for name, values := range req.Header {
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return Delivery{}, fmt.Errorf("%w: its %s header would hold a character HTTP does not allow", ErrMalformed, name)
+			}
+		}
+	}
+	d := Delivery{ID: ev.ID(), Header: req.Header}
+	if req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return Delivery{}, fmt.Errorf("cannot encode event %s: %w", ev.ID(), err)
+		}
+		d.Body = body
+	}
+	return d, nil
+}
+
+// refuses reports whether a sink's answer refuses the one event it was
+// sent rather than tells of the sink: a request it cannot read (400), too
+// large (413, 431), of a type it does not take (415), or that it will not
+// process (422). Every other answer but a 2xx tells of the sink: down or
+// overloaded (5xx, 408, 429), or configured wrongly (401, 403, 404, a
+// redirect), which every event would meet alike.
+func refuses(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
+		http.StatusUnprocessableEntity, http.StatusRequestHeaderFieldsTooLarge:
+		return true
+	}
+	return false
+}
+
+// The headers of a signed delivery (Standard Webhooks,
+// https://www.standardwebhooks.com).
+const (
+	HeaderWebhookID        = "webhook-id"
+	HeaderWebhookTimestamp = "webhook-timestamp"
+	HeaderWebhookSignature = "webhook-signature"
+)
+
+// sign sets on h the Standard Webhooks signature of a delivery of event id
+// with body, made at: the id, the time in unix seconds, and v1, the
+// HMAC-SHA256 under key of id.timestamp.body, in base64. The receiver
+// checks it with the same key and refuses a timestamp far from its clock,
+// so that a delivery captured on its way cannot be replayed later.
+func sign(h http.Header, key []byte, id string, at time.Time, body []byte) {
+	timestamp := strconv.FormatInt(at.Unix(), 10)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + timestamp + "."))
+	mac.Write(body)
+	h.Set(HeaderWebhookID, id)
+	h.Set(HeaderWebhookTimestamp, timestamp)
+	h.Set(HeaderWebhookSignature, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+}
+
+// Sender delivers events over HTTP.
 type Sender struct {
-	client cloudevents.Client
+	client *http.Client
 }
 
-// NewSender sends each event within timeout.
-func NewSender(timeout time.Duration) (*Sender, error) {
-	c, err := cloudevents.NewClientHTTP(cehttp.WithClient(http.Client{Timeout: timeout}))
+// NewSender sends each event within timeout. It follows no redirect: an
+// event goes only where the sink's URL says, and a redirect is not an
+// acknowledgement.
+func NewSender(timeout time.Duration) *Sender {
+	return &Sender{client: &http.Client{Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// Send delivers d to sink once, signed when the sink has a signing key;
+// nil means the sink acknowledged it (a 2xx). An error wrapping ErrRefused
+// is the sink's refusal of this event alone; any other is the sink's
+// failure. No error shows the sink's URL, which may carry a token.
+func (s *Sender) Send(ctx context.Context, sink Sink, d Delivery) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sink.URL, bytes.NewReader(d.Body))
 	if err != nil {
-		return nil, fmt.Errorf("cannot create the CloudEvents client: %w", err)
+		return fmt.Errorf("sink %s: cannot make a request of its URL", sink.Name)
 	}
-	return &Sender{client: c}, nil
+	maps.Copy(req.Header, d.Header)
+	if len(sink.SigningKey) > 0 {
+		// The receiver's clock judges the timestamp: the real time, not the
+		// manager's clock.
+		sign(req.Header, sink.SigningKey, d.ID, time.Now(), d.Body)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return fmt.Errorf("sink %s did not acknowledge event %s: %w", sink.Name, d.ID, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	// Read so that the connection is reused, within bounds.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+	switch status := resp.StatusCode; {
+	case status >= 200 && status < 300:
+		return nil
+	case refuses(status):
+		return fmt.Errorf("sink %s refused event %s: %s: %w", sink.Name, d.ID, resp.Status, ErrRefused)
+	case status >= 300 && status < 400:
+		return fmt.Errorf("sink %s did not acknowledge event %s: %s: a redirect is not followed; configure the sink with the URL it redirects to",
+			sink.Name, d.ID, resp.Status)
+	}
+	return fmt.Errorf("sink %s did not acknowledge event %s: %s", sink.Name, d.ID, resp.Status)
 }
 
-// Send delivers ev to sink once; nil means the sink acknowledged it (a 2xx).
-func (s *Sender) Send(ctx context.Context, sink Sink, ev cloudevents.Event) error {
-	result := s.client.Send(cloudevents.ContextWithTarget(ctx, sink.URL), ev)
-	if !cloudevents.IsACK(result) {
-		return fmt.Errorf("sink %s did not acknowledge event %s: %w", sink.Name, ev.ID(), result)
-	}
-	return nil
-}
+// maxAnswer bounds what is read of a sink's answer.
+const maxAnswer = 64 << 10

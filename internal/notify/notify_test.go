@@ -2,10 +2,20 @@ package notify_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,11 +177,12 @@ func TestSendBinaryMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sender, err := notify.NewSender(5 * time.Second)
+	delivery, err := notify.Encode(ev)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sender.Send(context.Background(), notify.Sink{Name: "audit", URL: receiver.URL}, ev); err != nil {
+	sender := notify.NewSender(5 * time.Second)
+	if err := sender.Send(context.Background(), notify.Sink{Name: "audit", URL: receiver.URL}, delivery); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
 	got := receiver.Received()
@@ -218,9 +229,100 @@ func TestSendBinaryMode(t *testing.T) {
 
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
 	defer failing.Close()
-	err = sender.Send(context.Background(), notify.Sink{Name: "broker", URL: failing.URL}, ev)
-	if err == nil || !strings.Contains(err.Error(), "sink broker did not acknowledge event "+owed.ID) || !strings.Contains(err.Error(), "503") {
-		t.Errorf("Send to a sink answering 503: %v", err)
+	err = sender.Send(context.Background(), notify.Sink{Name: "broker", URL: failing.URL}, delivery)
+	if want := "sink broker did not acknowledge event " + owed.ID + ": 503 Service Unavailable"; err == nil || err.Error() != want {
+		t.Errorf("Send to a sink answering 503: %v, want %q", err, want)
+	}
+}
+
+// A sink's answer tells either of the sink (down, overloaded, configured
+// wrongly: every event would meet it) or of the one event it was sent (a
+// refusal, while the sink works); only a 2xx acknowledges, and a redirect
+// is neither followed nor an acknowledgement.
+func TestSendTellsTheEventFromTheSink(t *testing.T) {
+	a := action(v1alpha1.PhaseSucceeded)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	ev, err := notify.Event(a, a.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivery, err := notify.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var redirected atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		redirected.Add(1)
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer elsewhere.Close()
+	answering := func(status int) string {
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			if status >= 300 && status < 400 {
+				w.Header().Set("Location", elsewhere.URL+"/events")
+			}
+			w.WriteHeader(status)
+		}))
+		t.Cleanup(sink.Close)
+		return sink.URL
+	}
+	const (
+		acknowledged = iota
+		refused
+		sinkFailed
+	)
+	for status, want := range map[int]int{
+		http.StatusOK: acknowledged, http.StatusAccepted: acknowledged, http.StatusNoContent: acknowledged,
+		http.StatusBadRequest: refused, http.StatusRequestEntityTooLarge: refused, http.StatusUnsupportedMediaType: refused,
+		http.StatusUnprocessableEntity: refused, http.StatusRequestHeaderFieldsTooLarge: refused,
+		http.StatusMovedPermanently: sinkFailed, http.StatusFound: sinkFailed, http.StatusTemporaryRedirect: sinkFailed, http.StatusPermanentRedirect: sinkFailed,
+		http.StatusUnauthorized: sinkFailed, http.StatusForbidden: sinkFailed, http.StatusNotFound: sinkFailed, http.StatusMethodNotAllowed: sinkFailed,
+		http.StatusRequestTimeout: sinkFailed, http.StatusTooManyRequests: sinkFailed,
+		http.StatusInternalServerError: sinkFailed, http.StatusBadGateway: sinkFailed, http.StatusServiceUnavailable: sinkFailed,
+	} {
+		err := notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: answering(status)}, delivery)
+		got := map[bool]int{true: refused, false: sinkFailed}[errors.Is(err, notify.ErrRefused)]
+		if err == nil {
+			got = acknowledged
+		}
+		if got != want {
+			t.Errorf("a sink answering %d: %v; want %s", status, err, []string{"an acknowledgement", "a refusal of the event", "a failure of the sink"}[want])
+		}
+	}
+	if n := redirected.Load(); n != 0 {
+		t.Errorf("the redirects' target got %d requests, want none", n)
+	}
+
+	down := httptest.NewServer(http.NotFoundHandler())
+	down.Close()
+	if err := notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: down.URL}, delivery); err == nil || errors.Is(err, notify.ErrRefused) {
+		t.Errorf("a sink that refuses connections: %v, want a failure of the sink", err)
+	}
+
+	err = notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: answering(http.StatusUnprocessableEntity)}, delivery)
+	if want := "sink audit refused event " + ev.ID() + ": 422 Unprocessable Entity: the sink refused the event"; err == nil || err.Error() != want {
+		t.Errorf("a refusal: %v, want %q", err, want)
+	}
+	err = notify.NewSender(5*time.Second).Send(context.Background(), notify.Sink{Name: "audit", URL: answering(http.StatusTemporaryRedirect)}, delivery)
+	if want := "sink audit did not acknowledge event " + ev.ID() + ": 307 Temporary Redirect: a redirect is not followed; configure the sink with the URL it redirects to"; err == nil || err.Error() != want {
+		t.Errorf("a redirect: %v, want %q", err, want)
+	}
+}
+
+// An event that carries a value no HTTP header may hold (a traceparent
+// with a line break, as an older manager stored it) is malformed: no
+// request is built from it, for any sink.
+func TestEncodeMalformed(t *testing.T) {
+	a := action(v1alpha1.PhaseSucceeded)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	a.Status.Notifications[0].Traceparent = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a\nb"
+	ev, err := notify.Event(a, a.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = notify.Encode(ev)
+	if want := "no request can carry the event: its Ce-Traceparent header would hold a character HTTP does not allow"; !errors.Is(err, notify.ErrMalformed) || err.Error() != want {
+		t.Errorf("Encode = %v, want %q", err, want)
 	}
 }
 
@@ -240,5 +342,155 @@ func TestSinkFlag(t *testing.T) {
 	}
 	if len(sinks) != 1 || sinks[0].URL != "http://127.0.0.1:8089/events" {
 		t.Errorf("sinks = %+v, want the first alone", sinks)
+	}
+}
+
+// verifyStandardWebhook checks a request's signature as the Standard
+// Webhooks specification has a receiver do, apart from the sender's code:
+// the key is what follows whsec_, in base64; the signed content the id,
+// the timestamp and the body joined by dots; webhook-signature a
+// space-separated list of version,base64 signatures, one of which must be
+// v1's HMAC-SHA256; and the timestamp within five minutes of now.
+func verifyStandardWebhook(secret string, h http.Header, body []byte) error {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if err != nil {
+		return err
+	}
+	id, timestamp := h.Get("webhook-id"), h.Get("webhook-timestamp")
+	seconds, err := strconv.ParseInt(timestamp, 10, 64)
+	if err != nil {
+		return fmt.Errorf("webhook-timestamp %q: %w", timestamp, err)
+	}
+	if skew := time.Since(time.Unix(seconds, 0)); skew > 5*time.Minute || skew < -5*time.Minute {
+		return fmt.Errorf("webhook-timestamp %s is %s away", timestamp, skew)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(id + "." + timestamp + "." + string(body)))
+	expected := mac.Sum(nil)
+	for _, versioned := range strings.Fields(h.Get("webhook-signature")) {
+		version, signature, _ := strings.Cut(versioned, ",")
+		decoded, err := base64.StdEncoding.DecodeString(signature)
+		if version == "v1" && err == nil && hmac.Equal(decoded, expected) {
+			return nil
+		}
+	}
+	return errors.New("no v1 signature matches")
+}
+
+// A sink read from its directory (as a mounted Secret holds it) is sent
+// deliveries signed with its key: a receiver that verifies them as the
+// standard says acknowledges them, and one holding another key refuses
+// them, which is the sink's failure (a 401 says its configuration is
+// wrong), not the event's.
+func TestSendSigned(t *testing.T) {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	var verified, unverified atomic.Int32
+	receiver := func(secret string) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if err := verifyStandardWebhook(secret, r.Header, body); err != nil {
+				unverified.Add(1)
+				http.Error(w, err.Error(), http.StatusUnauthorized)
+				return
+			}
+			if r.Header.Get("webhook-id") != r.Header.Get("Ce-Id") {
+				http.Error(w, "webhook-id is not the event's id", http.StatusBadRequest)
+				return
+			}
+			verified.Add(1)
+			w.WriteHeader(http.StatusNoContent)
+		}))
+	}
+	good, other := receiver(secret), receiver("whsec_"+base64.StdEncoding.EncodeToString([]byte("another key of twenty-four bytes")))
+	defer good.Close()
+	defer other.Close()
+	sinkIn := func(url string) notify.Sink {
+		dir := t.TempDir()
+		for file, content := range map[string]string{"url": url + "\n", "signing-key": secret + "\n"} {
+			if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sink, err := notify.LoadSink("audit", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sink
+	}
+	a := action(v1alpha1.PhaseSucceeded)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), traceparent)
+	ev, err := notify.Event(a, a.Status.Notifications[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivery, err := notify.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender := notify.NewSender(5 * time.Second)
+	if err := sender.Send(context.Background(), sinkIn(good.URL), delivery); err != nil {
+		t.Errorf("a receiver holding the key: %v", err)
+	}
+	err = sender.Send(context.Background(), sinkIn(other.URL), delivery)
+	if want := "sink audit did not acknowledge event " + ev.ID() + ": 401 Unauthorized"; err == nil || err.Error() != want || errors.Is(err, notify.ErrRefused) {
+		t.Errorf("a receiver holding another key: %v, want %q, a failure of the sink", err, want)
+	}
+	if verified.Load() != 1 || unverified.Load() != 1 {
+		t.Errorf("%d deliveries verified and %d not, want one each", verified.Load(), unverified.Load())
+	}
+}
+
+// A sink's directory holds its URL and, optionally, its signing key; what
+// is wrong is named without showing the URL, which may carry a token, and
+// a name is taken once, by either flag.
+func TestLoadSink(t *testing.T) {
+	const token = "https://hooks.example.com/services/T0/B0/secret-token"
+	dir := func(files map[string]string) string {
+		d := t.TempDir()
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(d, name), []byte(content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	unsigned, err := notify.LoadSink("relay", dir(map[string]string{"url": token + "\n"}))
+	if err != nil || unsigned.URL != token || unsigned.SigningKey != nil {
+		t.Errorf("a directory with a url alone: %+v, %v; want the URL, unsigned", unsigned, err)
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"no url", map[string]string{}, "notification sink relay: cannot read its URL: open DIR/url: no such file or directory"},
+		{"not a URL", map[string]string{"url": "ftp" + token[5:]}, "notification sink relay: DIR/url does not hold an http or https URL"},
+		{"a key without its prefix", map[string]string{"url": token, "signing-key": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+			"notification sink relay: DIR/signing-key: a signing key is whsec_ followed by the key in base64"},
+		{"a key not in base64", map[string]string{"url": token, "signing-key": "whsec_not base64!"},
+			"notification sink relay: DIR/signing-key: the signing key after whsec_ is not base64: illegal base64 data at input byte 3"},
+		{"a short key", map[string]string{"url": token, "signing-key": "whsec_" + base64.StdEncoding.EncodeToString([]byte("short"))},
+			"notification sink relay: DIR/signing-key: the signing key holds 5 bytes, and Standard Webhooks keys hold 24 to 64"},
+	} {
+		d := dir(tc.files)
+		_, err := notify.LoadSink("relay", d)
+		if err == nil || strings.ReplaceAll(err.Error(), d, "DIR") != tc.want || strings.Contains(err.Error(), "secret-token") {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+
+	var sinks []notify.Sink
+	byDir, byURL := notify.SinkDirFlag(&sinks), notify.SinkFlag(&sinks)
+	if err := byDir("relay=" + dir(map[string]string{"url": token, "signing-key": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := byURL("relay=http://127.0.0.1:8089/events"); err == nil || err.Error() != "notification sink relay is named twice" {
+		t.Errorf("a name given by both flags: %v", err)
+	}
+	if err := byDir("relay"); err == nil || err.Error() != `notification sink directory "relay": want NAME=DIR` {
+		t.Errorf("a directory flag without a directory: %v", err)
+	}
+	if len(sinks) != 1 || len(sinks[0].SigningKey) != 24 {
+		t.Errorf("sinks = %+v, want the signed relay alone", sinks)
 	}
 }

@@ -23,7 +23,8 @@ type Received struct {
 
 // CloudEventsReceiver is a notification sink on 127.0.0.1 that keeps
 // every event it acknowledges (202). It can go down (its port closed) and
-// come back on the same port, and hold requests unanswered, then drop them.
+// come back on the same port, hold requests unanswered, then drop them,
+// and refuse chosen events while it acknowledges the others.
 type CloudEventsReceiver struct {
 	// URL is where it listens, http://127.0.0.1:PORT.
 	URL string
@@ -33,12 +34,15 @@ type CloudEventsReceiver struct {
 	server   *http.Server
 	received []Received
 	requests int
-	held     chan struct{}
+	// byID counts the requests of each event id, acknowledged or not.
+	byID   map[string]int
+	held   chan struct{}
+	refuse func(cloudevents.Event) int
 }
 
 // StartCloudEventsReceiver listens on a free loopback port.
 func StartCloudEventsReceiver() (*CloudEventsReceiver, error) {
-	r := &CloudEventsReceiver{}
+	r := &CloudEventsReceiver{byID: map[string]int{}}
 	if err := r.listen("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
@@ -93,6 +97,14 @@ func (r *CloudEventsReceiver) Drop() {
 	}
 }
 
+// Refuse answers each event from now on with the status refuse returns
+// for it, keeping it from Received; 0 acknowledges it.
+func (r *CloudEventsReceiver) Refuse(refuse func(cloudevents.Event) int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refuse = refuse
+}
+
 // Close stops it.
 func (r *CloudEventsReceiver) Close() error {
 	r.Drop()
@@ -113,6 +125,14 @@ func (r *CloudEventsReceiver) Requests() int {
 	return r.requests
 }
 
+// RequestsFor counts the requests that carried event id, acknowledged or
+// not.
+func (r *CloudEventsReceiver) RequestsFor(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byID[id]
+}
+
 // ByID counts the acknowledged deliveries of each event id.
 func (r *CloudEventsReceiver) ByID() map[string]int {
 	ids := map[string]int{}
@@ -125,7 +145,8 @@ func (r *CloudEventsReceiver) ByID() map[string]int {
 func (r *CloudEventsReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.requests++
-	held := r.held
+	r.byID[req.Header.Get("Ce-Id")]++
+	held, refuse := r.held, r.refuse
 	r.mu.Unlock()
 	if held != nil {
 		select {
@@ -143,6 +164,12 @@ func (r *CloudEventsReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	if err := ev.Validate(); err != nil {
 		http.Error(w, errors.Join(errors.New("invalid event"), err).Error(), http.StatusBadRequest)
 		return
+	}
+	if refuse != nil {
+		if status := refuse(*ev); status != 0 {
+			http.Error(w, "refused", status)
+			return
+		}
 	}
 	r.mu.Lock()
 	r.received = append(r.received, Received{Event: *ev, Binary: req.Header.Get("Ce-Id") != "", At: time.Now()})

@@ -27,6 +27,14 @@ type Span struct {
 	Attributes map[string]any
 	// Error says the span's status is Error.
 	Error bool
+	// Links are the spans it links to.
+	Links []Link
+}
+
+// Link is a span's link to another span, ids in hex.
+type Link struct {
+	TraceID, SpanID string
+	Attributes      map[string]any
 }
 
 // OTLPReceiver is an OTLP/HTTP trace receiver (POST /v1/traces, protobuf)
@@ -59,6 +67,18 @@ func (r *OTLPReceiver) Spans() []Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Span(nil), r.spans...)
+}
+
+// Named returns the spans received so far with the name and the
+// attribute toolledger.key, of whatever trace.
+func (r *OTLPReceiver) Named(name, key string) []Span {
+	var spans []Span
+	for _, s := range r.Spans() {
+		if s.Name == name && s.Attributes["toolledger.key"] == key {
+			spans = append(spans, s)
+		}
+	}
+	return spans
 }
 
 // Trace returns the spans received so far of one trace.
@@ -101,10 +121,16 @@ func (r *OTLPReceiver) export(w http.ResponseWriter, req *http.Request) {
 		service, _ := attributes(rs.GetResource().GetAttributes())["service.name"].(string)
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
+				var links []Link
+				for _, l := range s.GetLinks() {
+					links = append(links, Link{TraceID: hex.EncodeToString(l.GetTraceId()), SpanID: hex.EncodeToString(l.GetSpanId()),
+						Attributes: attributes(l.GetAttributes())})
+				}
 				spans = append(spans, Span{
 					TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
 					ParentSpanID: hex.EncodeToString(s.GetParentSpanId()), Name: s.GetName(), Kind: int32(s.GetKind()),
 					Service: service, Attributes: attributes(s.GetAttributes()), Error: s.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR,
+					Links: links,
 				})
 			}
 		}

@@ -14,7 +14,11 @@ func TestTraceparent(t *testing.T) {
 	}{
 		{"a traceparent is forwarded", valid, valid},
 		{"surrounding spaces are dropped", " " + valid + " ", valid},
-		{"a later version may carry more fields", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"},
+		{"a later version keeps its four known fields", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"a later version's unknown fields never pass, whatever they hold", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a\nb", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"a later version's flags end the value or meet a dash", "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", ""},
+		{"a control character inside a field is invalid", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0\n", ""},
+		{"a control character at the end of version 00 is invalid", valid + "\r\nX-Injected: 1", ""},
 		{"a bare trace id names no parent", "4bf92f3577b34da6a3ce929d0e0e4736", ""},
 		{"version 00 has exactly four fields", valid + "-extra", ""},
 		{"version ff is invalid", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""},

@@ -17,11 +17,13 @@ import (
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
-// One trace from the agent to the effect: the agent's span, the SDK's
-// invocation, the manager's attempt (and lookup), and the downstream
-// request, exported over OTLP as the OTEL_* variables configure it, to a
-// receiver in this process. The suite's manager runs in this process too,
-// so it exports through the same provider.
+// The agent's span and the SDK's invocation in the agent's trace; the
+// manager's attempt (and lookup), and the downstream request, in a trace of
+// the manager's own that links to the invocation, as the manager trusts no
+// tenant's trace context by default. Exported over OTLP as the OTEL_*
+// variables configure it, to a receiver in this process. The suite's
+// manager runs in this process too, so it exports through the same
+// provider.
 var _ = Describe("Tracing", Ordered, func() {
 	var (
 		receiver *testenv.OTLPReceiver
@@ -81,14 +83,37 @@ var _ = Describe("Tracing", Ordered, func() {
 		return outcome, byName, traceID
 	}
 
-	It("joins the agent's span, the invocation, the attempt and the downstream request in one trace", func() {
+	// managerSpan is the one span the manager exported under name for key,
+	// in whatever trace.
+	managerSpan := func(name, key string) testenv.Span {
+		GinkgoHelper()
+		var spans []testenv.Span
+		Eventually(func(g Gomega) {
+			Expect(tracing.ForceFlush(context.Background())).To(Succeed())
+			spans = receiver.Named(name, key)
+			g.Expect(spans).To(HaveLen(1))
+		}).Should(Succeed())
+		return spans[0]
+	}
+
+	// expectLinkedTo: span starts a trace of the manager's own, linked to
+	// the caller's span and marked as caller-supplied, not its child.
+	expectLinkedTo := func(span, caller testenv.Span) {
+		GinkgoHelper()
+		Expect(span.TraceID).NotTo(Equal(caller.TraceID), "a trace of the manager's own")
+		Expect(span.ParentSpanID).To(BeEmpty())
+		Expect(span.Links).To(HaveExactElements(testenv.Link{TraceID: caller.TraceID, SpanID: caller.SpanID,
+			Attributes: map[string]any{"toolledger.caller_supplied": true}}))
+	}
+
+	It("links the manager's attempt and the downstream request to the agent's invocation, in a trace of their own", func() {
 		ctx, ns := newSpec()
 		req := sdk.Request{Namespace: ns, Key: "order-2001-charge", Tool: "charge", Parameters: map[string]any{"amount": 1000, "currency": "EUR"}}
-		outcome, spans, traceID := agentInvoke(ctx, req, "agent step", "invoke charge", "execute_tool charge")
+		outcome, spans, _ := agentInvoke(ctx, req, "agent step", "invoke charge")
 		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(spans).To(HaveLen(3), "no lookup: the attempt's answer settled it")
+		Expect(spans).To(HaveLen(2), "the agent's trace holds the agent's and the SDK's spans only")
 
-		invoke, attempt := spans["invoke charge"], spans["execute_tool charge"]
+		invoke, attempt := spans["invoke charge"], managerSpan("execute_tool charge", req.Key)
 		Expect(invoke.ParentSpanID).To(Equal(spans["agent step"].SpanID))
 		Expect(invoke.Kind).To(BeEquivalentTo(3), "client")
 		Expect(invoke.Service).To(Equal("sdk-suite"))
@@ -98,7 +123,7 @@ var _ = Describe("Tracing", Ordered, func() {
 		Expect(invoke.Attributes).To(HaveKeyWithValue("toolledger.deduplicated", false))
 		Expect(invoke.Attributes).To(HaveKeyWithValue("toolledger.external_ref", outcome.ExternalRef))
 
-		Expect(attempt.ParentSpanID).To(Equal(invoke.SpanID), "the attempt continues the invocation")
+		expectLinkedTo(attempt, invoke)
 		Expect(attempt.Attributes).To(HaveKeyWithValue("gen_ai.operation.name", "execute_tool"))
 		Expect(attempt.Attributes).To(HaveKeyWithValue("gen_ai.tool.name", "charge"))
 		Expect(attempt.Attributes).To(HaveKeyWithValue("toolledger.key", req.Key))
@@ -108,7 +133,7 @@ var _ = Describe("Tracing", Ordered, func() {
 		Expect(attempt.Attributes).To(HaveKeyWithValue("toolledger.request_digest", outcome.RequestDigest))
 		Expect(attempt.Error).To(BeFalse())
 
-		Expect(downstream.ProvenanceHeaders(ns+"/"+req.Key).Get("Traceparent")).To(Equal("00-"+traceID+"-"+attempt.SpanID+"-01"),
+		Expect(downstream.ProvenanceHeaders(ns+"/"+req.Key).Get("Traceparent")).To(Equal("00-"+attempt.TraceID+"-"+attempt.SpanID+"-01"),
 			"the downstream request continues the attempt's span")
 
 		By("a repeated invocation from another span finds the outcome and sends nothing")
@@ -135,15 +160,17 @@ var _ = Describe("Tracing", Ordered, func() {
 		ctx, ns := newSpec()
 		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit})
 		req := sdk.Request{Namespace: ns, Key: "order-2002-charge", Tool: "charge", Parameters: map[string]any{"amount": 1000, "currency": "EUR"}}
-		outcome, spans, _ := agentInvoke(ctx, req, "agent step", "invoke charge", "execute_tool charge", "lookup charge")
+		outcome, spans, _ := agentInvoke(ctx, req, "agent step", "invoke charge")
 		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(outcome.SettledBy).To(Equal(v1alpha1.ReasonFoundByLookup))
 		Expect(downstream.Effects(ns + "/" + req.Key)).To(Equal(1))
 
-		invoke, attempt, lookup := spans["invoke charge"], spans["execute_tool charge"], spans["lookup charge"]
+		invoke, attempt, lookup := spans["invoke charge"], managerSpan("execute_tool charge", req.Key), managerSpan("lookup charge", req.Key)
 		Expect(attempt.Attributes).To(HaveKeyWithValue("toolledger.result", "unknown"))
 		Expect(attempt.Error).To(BeTrue())
-		Expect(lookup.ParentSpanID).To(Equal(invoke.SpanID))
+		expectLinkedTo(attempt, invoke)
+		expectLinkedTo(lookup, invoke)
+		Expect(lookup.TraceID).NotTo(Equal(attempt.TraceID), "each call of the manager is a trace of its own")
 		Expect(lookup.Attributes).To(HaveKeyWithValue("toolledger.operation", "lookup"))
 		Expect(lookup.Attributes).To(HaveKeyWithValue("toolledger.result", "found"))
 		Expect(lookup.Attributes).To(HaveKeyWithValue("toolledger.attempt", int64(1)))

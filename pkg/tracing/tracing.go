@@ -71,6 +71,11 @@ const (
 	SettledBy = attribute.Key("toolledger.settled_by")
 	// ErrorClass is the class of the action's error, when it has one.
 	ErrorClass = attribute.Key("toolledger.error_class")
+	// CallerSupplied marks a span link to a trace context the caller
+	// supplied (the action's traceparent annotation or provenance), which
+	// the manager related its span to without taking it as the parent: a
+	// caller may name any trace, another tenant's too.
+	CallerSupplied = attribute.Key("toolledger.caller_supplied")
 )
 
 // The values of Operation.
@@ -99,6 +104,12 @@ func ContextWithTraceparent(ctx context.Context, traceparent, tracestate string)
 		carrier["tracestate"] = tracestate
 	}
 	return w3c.Extract(ctx, carrier)
+}
+
+// SpanContext is the remote span a W3C traceparent names; invalid when
+// traceparent is not a valid one.
+func SpanContext(traceparent string) trace.SpanContext {
+	return trace.SpanContextFromContext(ContextWithTraceparent(context.Background(), traceparent, ""))
 }
 
 // Traceparent is the W3C traceparent of ctx's span, recording or remote;

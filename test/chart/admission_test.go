@@ -44,6 +44,25 @@ func TestParametersPolicy(t *testing.T) {
 	}
 }
 
+// TestTraceContextPolicy: the chart installs config/admission's trace
+// context policy as it is where the cluster serves
+// ValidatingAdmissionPolicy, and a value turns it off.
+func TestTraceContextPolicy(t *testing.T) {
+	want := configAdmission(t, "trace_context_policy.yaml")
+	if len(want) != 2 {
+		t.Fatalf("config/admission/trace_context_policy.yaml has %d objects, want the policy and its binding", len(want))
+	}
+	checkRenderedAsConfig(t, decodeObjects(t, helmTemplate(t, servesPolicies...)), want, "where policies are served", nil)
+	for when, args := range map[string][]string{
+		"traceContextPolicy.enabled=false": append(slices.Clone(servesPolicies), "--set", "traceContextPolicy.enabled=false"),
+		"a cluster without policies":       nil,
+	} {
+		if find(decodeObjects(t, helmTemplate(t, args...)), "ValidatingAdmissionPolicy", want[0].GetName()) != nil {
+			t.Errorf("with %s the chart renders the policy", when)
+		}
+	}
+}
+
 // servesMutatingPolicies makes helm template render what a cluster serving
 // MutatingAdmissionPolicy installs.
 var servesMutatingPolicies = []string{"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}

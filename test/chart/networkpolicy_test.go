@@ -97,7 +97,8 @@ func TestFrontEndNetworkPolicies(t *testing.T) {
 }
 
 // TestFrontEndNetworkPoliciesAcceptedByAPIServer: both policies, in both
-// shapes, pass the API server's validation (a dry run).
+// shapes, and the manager's with the notification sinks' and the
+// collector's peers, pass the API server's validation (a dry run).
 func TestFrontEndNetworkPoliciesAcceptedByAPIServer(t *testing.T) {
 	cfg, warnings := startAPIServer(t)
 	dyn, err := dynamic.NewForConfig(cfg)
@@ -106,7 +107,11 @@ func TestFrontEndNetworkPoliciesAcceptedByAPIServer(t *testing.T) {
 	}
 	createNamespace(t, dyn, releaseNamespace)
 	policies := dyn.Resource(schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}).Namespace(releaseNamespace)
-	for _, args := range [][]string{frontEnds, append(slices.Clone(frontEnds), "--set", "networkPolicy.apiServerCIDRs={10.0.0.1/32}")} {
+	peers := `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"observability"}}},{"ipBlock":{"cidr":"203.0.113.0/24"}}]`
+	withPeers := append(slices.Clone(frontEnds), "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.1/32}",
+		"--set-json", `notifications.sinks=[{"name":"broker","secretName":"sink-broker"}]`, "--set-json", "notifications.networkPolicy.to="+peers,
+		"--set", "tracing.endpoint=http://collector.observability:4318", "--set-json", "tracing.networkPolicy.to="+peers)
+	for _, args := range [][]string{frontEnds, append(slices.Clone(frontEnds), "--set", "networkPolicy.apiServerCIDRs={10.0.0.1/32}"), withPeers} {
 		for _, obj := range decodeObjects(t, helmTemplate(t, args...)) {
 			if obj.GetKind() != "NetworkPolicy" {
 				continue

@@ -148,3 +148,20 @@ The archive API's Service, and the name its serving certificate carries.
 {{- define "toolledger.archiveAPI" -}}
 {{- if and .Values.archive.dsnSecret.name .Values.archive.api.enabled }}true{{ end }}
 {{- end }}
+
+{{/*
+Where the Secret of the notification sink named . is mounted.
+*/}}
+{{- define "toolledger.notificationSinkDir" -}}
+/var/run/toolledger/notification-sinks/{{ . }}
+{{- end }}
+
+{{/*
+Refuses tracing.endpoint without the collector's peers where a NetworkPolicy
+would admit it.
+*/}}
+{{- define "toolledger.requireCollectorPeers" -}}
+{{- if and .Values.tracing.endpoint (not .Values.tracing.networkPolicy.to) }}
+{{- fail "tracing.networkPolicy.to must name where the collector is (NetworkPolicy peers), or the NetworkPolicies would open its port to every address" }}
+{{- end }}
+{{- end }}

@@ -116,8 +116,14 @@ type Options struct {
 	RetentionSweep time.Duration
 	// NotificationSinks receive a CloudEvent for each transition to
 	// AwaitingApproval, Escalated, Succeeded or Failed (docs/operations.md,
-	// "Notifications"); none when empty.
+	// "Notifications"), signed for those with a signing key; none when
+	// empty.
 	NotificationSinks []notify.Sink
+	// TrustCallerTraceContext has the spans of an action's calls continue
+	// the trace its caller supplied, and its events carry it; by default
+	// the spans start traces of their own linked to it, and the events carry
+	// none (docs/operations.md, "Traces").
+	TrustCallerTraceContext bool
 	// NotificationSweep is how often the records that still owe a sink an
 	// event are listed; a minute when zero.
 	NotificationSweep time.Duration
@@ -419,12 +425,11 @@ func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolAct
 	if len(opts.NotificationSinks) == 0 {
 		return nil
 	}
-	sender, err := notify.NewSender(notificationTimeout)
-	if err != nil {
-		return err
+	for _, sink := range opts.NotificationSinks {
+		ctrl.Log.WithName("notifier").Info("Notification sink", "sink", sink.Name, "signed", len(sink.SigningKey) > 0)
 	}
 	reconciler.Notifier = &controllers.Notifier{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: sender,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: notify.NewSender(notificationTimeout),
 		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4, Revisit: reconciler.Queue.Revisit,
 	}
 	if err := mgr.Add(reconciler.Notifier); err != nil {
@@ -513,6 +518,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
 		ArchiveKeyRetention:     max(opts.ArchiveKeyRetention, 0),
 		ArchiveHistoryRetention: opts.ArchiveHistoryRetention,
+		TrustCallerTraceContext: opts.TrustCallerTraceContext,
 	}
 	if opts.ArchiveDSN != "" {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
