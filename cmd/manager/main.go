@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
@@ -34,8 +35,10 @@ func prefixes(into *[]netip.Prefix) func(string) error {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == decommissionCommand {
-		os.Exit(decommissionArchive(os.Args[2:]))
+	if len(os.Args) > 1 {
+		if run, ok := map[string]func([]string) int{migrateCommand: migrateArchive, decommissionCommand: decommissionArchive}[os.Args[1]]; ok {
+			os.Exit(run(os.Args[2:]))
+		}
 	}
 	var opts app.Options
 	flag.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint; 0 disables it.")
@@ -159,5 +162,51 @@ $KUBECONFIG's. Interrupted, run it again.
 		return 1
 	}
 	fmt.Println("The archive is decommissioned: managers without it may run; it still answers reads.")
+	return 0
+}
+
+// migrateCommand migrates the archive's schema as its owner, apart from
+// the managers, which then run as a role that can only append and read.
+const migrateCommand = "migrate-archive"
+
+// migrateArchive migrates the archive's schema and grants the manager's
+// role what it needs; it returns the exit status.
+func migrateArchive(args []string) int {
+	flags := flag.NewFlagSet(migrateCommand, flag.ContinueOnError)
+	dsn := flags.String("archive-dsn", "", "The archive's database, as the schema's owner; $TOOLLEDGER_ARCHIVE_DSN when unset.")
+	grantTo := flags.String("grant-to", "", "The managers' database role, granted what a manager needs (read the schema, insert and read records, prune through the owner's functions) and nothing more; none when empty.")
+	flags.Usage = func() {
+		fmt.Fprintf(flags.Output(), `Usage: manager %s [flags]
+
+Migrates the archive's schema to this manager's version as the schema's
+owner, and grants the managers' own role what they need, so that they run as
+a role that can append records and read them, and neither change nor delete
+one (docs/audit.md, "The database's roles"). The chart runs it as a Job
+before each install and upgrade.
+
+`, migrateCommand)
+		flags.PrintDefaults()
+	}
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	if *dsn == "" {
+		*dsn = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	}
+	if *dsn == "" {
+		fmt.Fprintln(os.Stderr, "--archive-dsn (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to migrate")
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := archive.Migrate(ctx, *dsn, *grantTo); err != nil {
+		fmt.Fprintln(os.Stderr, "The archive is not migrated:", err)
+		return 1
+	}
+	fmt.Printf("The archive's schema is at version %d", archive.SchemaVersion())
+	if *grantTo != "" {
+		fmt.Printf("; role %s may append and read records", *grantTo)
+	}
+	fmt.Println(".")
 	return 0
 }

@@ -32,6 +32,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	// identity names the database's archive, as the cluster records it.
 	identity string
+	// ownsSchema is whether the store's role owns the schema, as it does
+	// when the manager migrates the schema itself.
+	ownsSchema bool
 }
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
@@ -46,9 +49,16 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
 	s := &Store{pool: pool}
-	err = errors.Join(s.migrate(ctx), s.checkPrivileges(ctx))
+	err = s.migrate(ctx)
+	if err == nil {
+		err = s.checkPrivileges(ctx)
+	}
 	if err == nil {
 		err = s.readIdentity(ctx)
+	}
+	if err == nil {
+		err = s.pool.QueryRow(ctx, `SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables
+WHERE schemaname = current_schema() AND tablename = 'toolledger_records'`).Scan(&s.ownsSchema)
 	}
 	if err != nil {
 		pool.Close()
@@ -70,6 +80,11 @@ func (s *Store) readIdentity(ctx context.Context) error {
 // Identity names this archive: the same for every replica and every
 // connection to its database, another for another database.
 func (s *Store) Identity() string { return s.identity }
+
+// OwnsSchema reports whether the store's role owns the archive's schema,
+// and so could drop its trigger and rewrite records: the chain's evidence
+// against such a role rests on the cluster's checkpoints alone.
+func (s *Store) OwnsSchema() bool { return s.ownsSchema }
 
 // privileges are what the manager's role needs on the tables: to check
 // keys, keep records on their chain (the schema's trigger moves the head)

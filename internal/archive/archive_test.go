@@ -309,3 +309,39 @@ func TestAnUnfinishedActionIsNotArchived(t *testing.T) {
 		t.Fatalf("NewRecord of an unfinished action: %v, want %q", err, want)
 	}
 }
+
+// The schema's owner migrates and grants the managers' own role what it
+// needs; that role then runs a manager, and could not have migrated the
+// schema itself.
+func TestMigrateGrantsTheManagersRoleWhatItNeeds(t *testing.T) {
+	ctx := context.Background()
+	dsn := database(t)
+	exec(t, dsn, `CREATE ROLE ledger_runtime LOGIN`)
+	runtime := strings.Replace(dsn, "toolledger@", "ledger_runtime@", 1)
+	_, err := archive.Open(ctx, runtime)
+	want := fmt.Sprintf("the archive's schema is at version 0 and this manager needs %d, which its database role cannot migrate: "+
+		"run `manager migrate-archive` with the schema owner's DSN first (the chart's archive migration Job does; docs/audit.md, \"The database's roles\")",
+		archive.SchemaVersion())
+	if err == nil || err.Error() != want {
+		t.Fatalf("Open as a role that cannot migrate: %v, want %q", err, want)
+	}
+	if err := archive.Migrate(ctx, dsn, "ledger_runtime"); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, runtime)
+	if s.OwnsSchema() {
+		t.Error("the managers' role owns the schema")
+	}
+	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0}}); err != nil {
+		t.Fatalf("Prune as the managers' role: %v", err)
+	}
+	if err := execErr(runtime, `UPDATE toolledger_records SET external_ref = 'ch_forged'`); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("UPDATE as the managers' role: %v, want permission denied", err)
+	}
+	if owner := open(t, dsn); !owner.OwnsSchema() {
+		t.Error("the owner's store does not own the schema")
+	}
+}

@@ -270,6 +270,17 @@ func (s *Store) migrate(ctx context.Context) error {
 	case current > len(migrations):
 		return newerSchema(current)
 	}
+	var owner bool
+	if err := s.pool.QueryRow(ctx, `SELECT CASE WHEN to_regclass('toolledger_records') IS NULL
+	THEN has_schema_privilege(current_schema(), 'CREATE')
+	ELSE pg_has_role(current_user, (SELECT tableowner FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'toolledger_records'), 'MEMBER') END`).Scan(&owner); err != nil {
+		return fmt.Errorf("cannot read whether the archive's role may migrate its schema: %w", err)
+	}
+	if !owner {
+		return fmt.Errorf("the archive's schema is at version %d and this manager needs %d, which its database role cannot migrate: "+
+			"run `manager migrate-archive` with the schema owner's DSN first (the chart's archive migration Job does; docs/audit.md, \"The database's roles\")",
+			current, len(migrations))
+	}
 	for {
 		done, err := s.migrateOnce(ctx)
 		if done || err != nil {
@@ -333,4 +344,47 @@ func (s *Store) version(ctx context.Context) (int, error) {
 
 func newerSchema(current int) error {
 	return fmt.Errorf("the archive's schema is at version %d, newer than this manager's %d: upgrade the manager", current, len(migrations))
+}
+
+// runtimeFunctions are the functions the manager's role calls: pruning, as
+// the schema's owner.
+var runtimeFunctions = []string{
+	"toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer)",
+	"toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer)",
+}
+
+// Migrate brings the schema of the archive at dsn, whose role owns it, to
+// this build's version, and grants role (when not empty) what a manager
+// needs and nothing more: to read the schema, insert records and read
+// them, and prune through the functions that run as the owner.
+func Migrate(ctx context.Context, dsn, role string) error {
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if role == "" {
+		return nil
+	}
+	var schema string
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fmt.Errorf("cannot read the archive's schema: %w", err)
+	}
+	grantee := pgx.Identifier{role}.Sanitize()
+	grants := []string{`GRANT USAGE ON SCHEMA ` + pgx.Identifier{schema}.Sanitize() + ` TO ` + grantee,
+		`GRANT SELECT ON toolledger_schema_migrations TO ` + grantee}
+	for _, p := range privileges {
+		grants = append(grants, `GRANT `+p.privilege+` ON `+p.table+` TO `+grantee)
+	}
+	for _, f := range runtimeFunctions {
+		grants = append(grants, `GRANT EXECUTE ON FUNCTION `+f+` TO `+grantee)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, grant := range grants {
+			if _, err := tx.Exec(ctx, grant); err != nil {
+				return fmt.Errorf("cannot grant the manager's role %s what it needs (%s): %w", role, grant, err)
+			}
+		}
+		return nil
+	})
 }

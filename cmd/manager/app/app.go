@@ -599,6 +599,11 @@ func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if store.OwnsSchema() {
+		ctrl.Log.WithName("archive").Info("The manager's database role owns the archive's schema: against a rewrite by that role, " +
+			"the hash chain's evidence rests on the cluster's checkpoints alone; run the managers as a role of their own " +
+			"(manager migrate-archive --grant-to, docs/audit.md#the-databases-roles)")
+	}
 	watch := &archiveWatch{store: store}
 	if err := mgr.Add(watch); err != nil {
 		store.Close()
