@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +28,28 @@ import (
 
 // Store is the archive in one PostgreSQL database, shared by every replica.
 type Store struct {
-	pool *pgxpool.Pool
+	// keys checks keys and keeps and prunes records: what every tenant's
+	// new and finished actions wait for. reads serves people's reads (the
+	// archive API's gets and lists, verifications), so that a flood of
+	// them never takes the key check's connections.
+	keys, reads *pgxpool.Pool
 }
+
+const (
+	// ReadConnections bounds the connections people's reads take, beside
+	// the key check's pool (the DSN's pool_max_conns, else pgxpool's
+	// default: 4, or the CPUs when more).
+	ReadConnections = 4
+	// KeyStatementTimeout bounds each statement of the key check, a keep
+	// or a prune: a statement held longer (a lock, a stalled server) fails,
+	// and its action is retried, ArchiveUnavailable. Migrations have none.
+	KeyStatementTimeout = 10 * time.Second
+	// ReadStatementTimeout bounds each statement of a person's read.
+	ReadStatementTimeout = 30 * time.Second
+	// KeyCheckTimeout bounds a whole key check, the wait for a connection
+	// included, so that a worker is never held by the archive.
+	KeyCheckTimeout = 5 * time.Second
+)
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
 // string) and migrates its schema to this version's.
@@ -37,18 +58,33 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid archive DSN: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	keys, err := pgxpool.NewWithConfig(ctx, withStatementTimeout(cfg, KeyStatementTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
-	s := &Store{pool: pool}
+	readConfig := withStatementTimeout(cfg, ReadStatementTimeout)
+	readConfig.MaxConns, readConfig.MinConns = ReadConnections, 0
+	reads, err := pgxpool.NewWithConfig(ctx, readConfig)
+	if err != nil {
+		keys.Close()
+		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
+	}
+	s := &Store{keys: keys, reads: reads}
 	if err := errors.Join(s.migrate(ctx), s.checkPrivileges(ctx)); err != nil {
-		pool.Close()
+		s.Close()
 		observe("ping", err)
 		return nil, err
 	}
 	observe("ping", nil)
 	return s, nil
+}
+
+// withStatementTimeout is a copy of cfg whose sessions cancel a statement
+// that runs longer than timeout.
+func withStatementTimeout(cfg *pgxpool.Config, timeout time.Duration) *pgxpool.Config {
+	c := cfg.Copy()
+	c.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
+	return c
 }
 
 // privileges are what the manager's role needs on the tables: to check
@@ -67,7 +103,7 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 	var missing []string
 	for _, p := range privileges {
 		var held bool
-		if err := s.pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2)`, p.table, p.privilege).Scan(&held); err != nil {
+		if err := s.keys.QueryRow(ctx, `SELECT has_table_privilege($1, $2)`, p.table, p.privilege).Scan(&held); err != nil {
 			return fmt.Errorf("cannot read the archive role's privileges: %w", err)
 		}
 		if !held {
@@ -81,7 +117,10 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 }
 
 // Close closes the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.keys.Close()
+	s.reads.Close()
+}
 
 // ErrUnavailable wraps every failure to use the archive: the database
 // cannot be reached, or refused the statement.
@@ -89,7 +128,7 @@ var ErrUnavailable = errors.New("the archive cannot be used")
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	err := s.pool.Ping(ctx)
+	err := s.keys.Ping(ctx)
 	observe("ping", err)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -198,7 +237,7 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 func (s *Store) Keep(ctx context.Context, r Record) error {
 	// The columns keep microseconds; the chain hashes what they keep.
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.keys, func(tx pgx.Tx) error {
 		// One append at a time in a namespace, whichever replica appends.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, chainLock, r.Namespace); err != nil {
 			return err
@@ -244,34 +283,33 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 }
 
 // Guarding returns the newest archived record that guards the key of
-// namespace, or nil when none does: one indexed query.
+// namespace, or nil when none does: one indexed query, on the key check's
+// own connections, given up after KeyCheckTimeout.
 func (s *Store) Guarding(ctx context.Context, namespace, key string) (*Record, error) {
-	r, err := s.newest(ctx, "check", namespace, key, true)
+	ctx, cancel := context.WithTimeout(ctx, KeyCheckTimeout)
+	defer cancel()
+	r, err := newest(ctx, s.keys, "check", namespace, key, "WHERE namespace = $1 AND key = $2 AND guards_key ORDER BY completion_time DESC")
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace, key, err)
 	}
 	return r, nil
 }
 
-// Newest returns the newest archived record of the key of namespace,
-// whether it guards the key or not; nil when the archive has none.
-func (s *Store) Newest(ctx context.Context, namespace, key string) (*Record, error) {
-	r, err := s.newest(ctx, "read", namespace, key, false)
+// Read returns the archived record of the key of namespace that a person
+// reading the key sees: the one the key check answers from (the newest
+// that guards the key), else the newest; nil when the archive has none.
+func (s *Store) Read(ctx context.Context, namespace, key string) (*Record, error) {
+	r, err := newest(ctx, s.reads, "read", namespace, key, "WHERE namespace = $1 AND key = $2 ORDER BY guards_key DESC, completion_time DESC")
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot read key %s/%s: %w", ErrUnavailable, namespace, key, err)
 	}
 	return r, nil
 }
 
-// newest reads the newest record of a key, only among those that guard it
-// when guarding; nil when there is none. operation names it in the metrics.
-func (s *Store) newest(ctx context.Context, operation, namespace, key string, guarding bool) (*Record, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT `+recordColumns+`
-FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND (guards_key OR NOT $3)
-ORDER BY completion_time DESC
-LIMIT 1`, namespace, key, guarding)
+// newest reads the first record of a key in the order where says; nil
+// when there is none. operation names it in the metrics.
+func newest(ctx context.Context, pool *pgxpool.Pool, operation, namespace, key, where string) (*Record, error) {
+	rows, err := pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records `+where+` LIMIT 1`, namespace, key)
 	var r Record
 	if err == nil {
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
@@ -400,7 +438,7 @@ func (s *Store) List(ctx context.Context, namespace string, filter Filter, from 
 	}
 	args := []any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit + 1}
 	filtered, args := filter.where(args)
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.reads.Query(ctx, `
 SELECT `+recordColumns+`
 FROM toolledger_records
 `+where+filtered+`

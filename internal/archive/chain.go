@@ -190,7 +190,7 @@ func (s *Store) verify(ctx context.Context, namespace string, copied *Link) (*Ve
 	var v *Verification
 	// One snapshot: an append or a prune commits its records with their
 	// head or links, so that a chain being written verifies as it stood.
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		v, err = verifyIn(ctx, tx, namespace, copied)
 		return err
@@ -393,7 +393,7 @@ WHERE namespace = $1 ORDER BY first_seq`, namespace)
 // Namespaces lists the namespaces that have a chain or archived records,
 // in order.
 func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
+	rows, err := s.reads.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
 	var namespaces []string
 	if err == nil {
 		namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string])

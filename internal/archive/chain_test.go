@@ -69,7 +69,7 @@ func TestAnUntouchedHistoryVerifies(t *testing.T) {
 	if v.Broken != nil || v.Records != 5 || v.Head.Sequence != 5 || v.Unchained != 0 || v.Pruned != 0 {
 		t.Fatalf("verification of an untouched chain: %+v", v)
 	}
-	newest, err := s.Newest(context.Background(), "shop", "k5")
+	newest, err := s.Read(context.Background(), "shop", "k5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestVerifyChecksAHeadCopiedEarlier(t *testing.T) {
 	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
 	linkOf := func(key string) archive.Link {
 		t.Helper()
-		r, err := s.Newest(ctx, "shop", key)
+		r, err := s.Read(ctx, "shop", key)
 		if err != nil || r == nil {
 			t.Fatalf("%s: %v, %v", key, r, err)
 		}

@@ -29,7 +29,7 @@ type Cutoff struct {
 // how many it deleted. One replica prunes at a time: when another holds
 // the prune lock, Prune returns 0 at once.
 func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.keys.Acquire(ctx)
 	if err != nil {
 		observe("prune", err)
 		return 0, fmt.Errorf("%w: cannot prune: %w", ErrUnavailable, err)

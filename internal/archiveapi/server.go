@@ -45,8 +45,7 @@ const MaxUnpaged = 10000
 
 // Records is the archive as the API reads it.
 type Records interface {
-	Guarding(ctx context.Context, namespace, key string) (*archive.Record, error)
-	Newest(ctx context.Context, namespace, key string) (*archive.Record, error)
+	Read(ctx context.Context, namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
 	Verify(ctx context.Context, namespace string, copied *archive.Link) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
@@ -196,11 +195,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 		writeStatus(w, apierrors.NewNotFound(groupResource, name))
 		return
 	}
-	// The record the key check answers from, else the newest.
-	record, err := h.records.Guarding(r.Context(), namespace, name)
-	if err == nil && record == nil {
-		record, err = h.records.Newest(r.Context(), namespace, name)
-	}
+	record, err := h.records.Read(r.Context(), namespace, name)
 	switch {
 	case err != nil:
 		writeStatus(w, h.unavailable(err))

@@ -63,11 +63,11 @@ func (f *records) Namespaces(context.Context) ([]string, error) {
 	return namespaces, f.err
 }
 
-func (f *records) Guarding(_ context.Context, namespace, key string) (*archive.Record, error) {
-	return f.find(namespace, key, true)
-}
-
-func (f *records) Newest(_ context.Context, namespace, key string) (*archive.Record, error) {
+// Read answers with the newest record that guards the key, else the newest.
+func (f *records) Read(_ context.Context, namespace, key string) (*archive.Record, error) {
+	if r, err := f.find(namespace, key, true); r != nil || err != nil {
+		return r, err
+	}
 	return f.find(namespace, key, false)
 }
 
