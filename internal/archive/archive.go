@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -168,7 +169,19 @@ type Record struct {
 	// Chain is the record's link in its namespace's chain, once archived;
 	// zero for a record archived before the archive had chains.
 	Chain Link
+	// Omitted names what Action leaves out (OmittedParameters,
+	// OmittedLastApplied): a list's records leave them out; Read serves them.
+	Omitted []string
 }
+
+// What a list's records leave out of their action, in the database, so
+// that a list of large records ships and holds only their summaries: the
+// parameters, which may be one string of any size, and kubectl's copy of
+// them in the last-applied-configuration annotation.
+const (
+	OmittedParameters  = "spec.parameters"
+	OmittedLastApplied = "metadata.annotations." + corev1.LastAppliedConfigAnnotation
+)
 
 // NewRecord is the archive's record of a finished action, which leaves etcd
 // for cause; tool is the action's tool when it could be read.
@@ -425,39 +438,96 @@ func (f Filter) where(args []any) (string, []any) {
 	return " AND " + strings.Join(conds, " AND "), args
 }
 
-// List returns at most limit records of namespace ("" for every
-// namespace) that match filter, after from, ordered by namespace, key,
-// completion time and uid, and the position of the next page, or nil when
-// there is no more. Each page is one query on the primary ordering,
-// however deep it starts.
-func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int) ([]Record, *Position, error) {
+// listColumns are recordColumns with the action's parameters and its
+// last-applied configuration left out, and whether it had them.
+var listColumns = strings.Replace(recordColumns, "action,", `action #- '{spec,parameters}' #- '{metadata,annotations,`+corev1.LastAppliedConfigAnnotation+`}',`, 1) +
+	`, coalesce(action->'spec' ? 'parameters', false), coalesce(action->'metadata'->'annotations' ? '` + corev1.LastAppliedConfigAnnotation + `', false)`
+
+func scanListed(row pgx.CollectableRow) (Record, error) {
+	var (
+		r                 Record
+		parameters, apply bool
+	)
+	raw := recordScan{record: &r}
+	err := row.Scan(append(raw.dest(), &parameters, &apply)...)
+	raw.finish()
+	if parameters {
+		r.Omitted = append(r.Omitted, OmittedParameters)
+	}
+	if apply {
+		r.Omitted = append(r.Omitted, OmittedLastApplied)
+	}
+	return r, err
+}
+
+// listQuery is the condition and the arguments of the records of namespace
+// ("" for every namespace) that match filter, after from; $6 is left for
+// the limit.
+func listQuery(namespace string, filter Filter, from Position, limit int) (string, []any) {
 	// Two statements, so that each keeps an index plan for its own shape.
 	where := `WHERE namespace = $1 AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	if namespace == "" {
 		where = `WHERE $1 = '' AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	}
-	args := []any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit + 1}
-	filtered, args := filter.where(args)
+	filtered, args := filter.where([]any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit})
+	return where + filtered, args
+}
+
+// List calls each with the records of namespace ("" for every namespace)
+// that match filter, after from, ordered by namespace, key, completion
+// time and uid, at most limit, one at a time as the database sends them,
+// until each returns false. Their actions leave out what Omitted names.
+// Each call is one query on the primary ordering, however deep it starts.
+func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int, each func(*Record) bool) error {
+	where, args := listQuery(namespace, filter, from, limit)
 	rows, err := s.reads.Query(ctx, `
-SELECT `+recordColumns+`
+SELECT `+listColumns+`
 FROM toolledger_records
-`+where+filtered+`
+`+where+`
 ORDER BY namespace, key, completion_time, uid
 LIMIT $6`, args...)
-	var records []Record
 	if err == nil {
-		records, err = pgx.CollectRows(rows, scanRecord)
+		err = forEach(rows, each)
 	}
 	observe("list", err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
+		return fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
 	}
-	if len(records) <= limit {
-		return records, nil, nil
+	return nil
+}
+
+// forEach hands each of rows to each, one at a time, until it returns false.
+func forEach(rows pgx.Rows, each func(*Record) bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanListed(rows)
+		if err != nil {
+			return err
+		}
+		if !each(&r) {
+			break
+		}
 	}
-	records = records[:limit]
-	last := records[limit-1]
-	return records, &Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, nil
+	return rows.Err()
+}
+
+// Count counts the records a List of namespace and filter from the start
+// would return, up to atMost: so that a list that must not be cut short
+// can be refused before it starts, at a cost bounded however many match.
+func (s *Store) Count(ctx context.Context, namespace string, filter Filter, atMost int) (int, error) {
+	where, args := listQuery(namespace, filter, Position{}, atMost)
+	var n int
+	err := s.reads.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM toolledger_records `+where+` LIMIT $6) matched`, args...).Scan(&n)
+	observe("list", err)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cannot count the records of %s: %w", ErrUnavailable, scope(namespace), err)
+	}
+	return n, nil
+}
+
+// Position is where a list after r starts.
+func (r *Record) Position() Position {
+	return Position{Namespace: r.Namespace, Key: r.Key, CompletionTime: r.CompletionTime, UID: r.UID}
 }
 
 func scope(namespace string) string {

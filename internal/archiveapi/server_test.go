@@ -43,6 +43,8 @@ type records struct {
 	// filter is the last list's; copied the last verification's.
 	filter archive.Filter
 	copied *archive.Link
+	// block, when set, holds every list until it is closed: a slow reader.
+	block chan struct{}
 }
 
 func (f *records) Verify(_ context.Context, namespace string, copied *archive.Link) (*archive.Verification, error) {
@@ -82,19 +84,32 @@ func (f *records) find(namespace, key string, guarding bool) (*archive.Record, e
 	return found, f.err
 }
 
-func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error) {
+func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error {
 	f.filter = filter
+	if f.block != nil {
+		<-f.block
+	}
+	for _, r := range f.matching(namespace, from) {
+		if limit == 0 || !each(&r) {
+			break
+		}
+		limit--
+	}
+	return f.err
+}
+
+func (f *records) Count(_ context.Context, namespace string, _ archive.Filter, atMost int) (int, error) {
+	return min(len(f.matching(namespace, archive.Position{})), atMost), f.err
+}
+
+func (f *records) matching(namespace string, from archive.Position) []archive.Record {
 	var out []archive.Record
 	for _, r := range f.rows {
 		if (namespace == "" || r.Namespace == namespace) && (from.Key == "" || r.Key > from.Key) {
 			out = append(out, r)
 		}
 	}
-	if len(out) <= limit {
-		return out, nil, f.err
-	}
-	last := out[limit-1]
-	return out[:limit], &archive.Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, f.err
+	return out
 }
 
 func row(key string, attempts int32, completed time.Time) archive.Record {
@@ -365,5 +380,34 @@ func TestAListSelectsByFieldsAndRanges(t *testing.T) {
 	f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	if f.filter != want {
 		t.Errorf("filter %+v, want %+v", f.filter, want)
+	}
+}
+
+// Reads beyond what the manager's memory is set aside for wait a few
+// seconds, then are asked to come back (429, Retry-After), rather than
+// piling up in memory: every replica would be killed in turn.
+func TestReadsBeyondTheirMemoryAreAskedToRetry(t *testing.T) {
+	p := newProxy(t)
+	f := &records{rows: []archive.Record{row("order-1", 1, time.Now())}, block: make(chan struct{})}
+	h := handler(t, p, f, allowAll)
+	const readers = 64
+	answers := make(chan *httptest.ResponseRecorder, readers)
+	for range readers {
+		go func() {
+			rec, _ := get(h, &p, "alice", shop)
+			answers <- rec
+		}()
+	}
+	select {
+	case rec := <-answers:
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("a list while %d others read: %d (Retry-After %q), want 429 with a Retry-After", readers-1, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("%d lists at once all held for 15s: nothing bounds the reads", readers)
+	}
+	close(f.block)
+	for range readers - 1 {
+		<-answers
 	}
 }

@@ -102,6 +102,7 @@ func allScenarios() []scenario {
 		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},
 		{"archive-prune-resync", "archive: kubectl apply --prune prunes, then re-syncs (NonRepeatable, 2 managers)",
 			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
+		{"archive-read-memory", "archive: 50 records of 1 MiB read by kubectl (paged and whole) and the console's History page, through the archive API", archiveReadMemory},
 	}
 }
 

@@ -48,6 +48,11 @@ type ArchiveInfo struct {
 	// Chain is the record's link in its namespace's hash chain; absent for
 	// a record archived before the archive had chains.
 	Chain *ChainLink `json:"chain,omitempty"`
+	// Omitted names the fields a list's item leaves out, which a get of the
+	// record serves: spec.parameters, and
+	// metadata.annotations.kubectl.kubernetes.io/last-applied-configuration
+	// (kubectl's copy of them), whatever their size. Absent on a get.
+	Omitted []string `json:"omitted,omitempty"`
 }
 
 // ChainLink is a place in a namespace's hash chain: a sequence number, from
