@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -541,4 +542,61 @@ var _ = Describe("The archive API", Ordered, func() {
 			Expect(strings.Count(stdout, "\n")).To(Equal(12), stdout)
 		}
 	})
+	It("runs a bounded number of history searches at once, and asks the others to come back", func() {
+		By("the API server answers the console's lists of ToolActions only once released: slow searches")
+		released := make(chan struct{})
+		var once sync.Once
+		release := func() { once.Do(func() { close(released) }) }
+		slow := rest.CopyConfig(env.Config)
+		slow.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		slow.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+			return roundTripper(func(req *http.Request) (*http.Response, error) {
+				if strings.HasSuffix(req.URL.Path, "/toolactions") {
+					select {
+					case <-released:
+					case <-req.Context().Done():
+						return nil, req.Context().Err()
+					}
+				}
+				return next.RoundTrip(req)
+			})
+		}
+		console, err := webconsole.New(ctx, webconsole.Options{Config: slow, Namespace: ns, Logger: logf.Log.WithName("slow-console")})
+		Expect(err).NotTo(HaveOccurred())
+		server := httptest.NewServer(console)
+		DeferCleanup(server.Close)
+		// Before the server closes, which waits for the searches.
+		DeferCleanup(release)
+		const searches = 16
+		answers := make(chan int, searches)
+		for range searches {
+			go func() {
+				defer GinkgoRecover()
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+"/history?namespace="+ns, nil)
+				Expect(err).NotTo(HaveOccurred())
+				resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+				Expect(err).NotTo(HaveOccurred())
+				_ = resp.Body.Close()
+				answers <- resp.StatusCode
+			}()
+		}
+		select {
+		case code := <-answers:
+			Expect(code).To(Equal(http.StatusTooManyRequests))
+		case <-time.After(15 * time.Second):
+			Fail(fmt.Sprintf("%d searches at once all ran for 15s: nothing bounds them", searches))
+		}
+		release()
+		codes := map[int]int{http.StatusTooManyRequests: 1}
+		for range searches - 1 {
+			codes[<-answers]++
+		}
+		Expect(codes[http.StatusOK]).To(BeNumerically(">", 0), "%v", codes)
+		Expect(codes[http.StatusOK] + codes[http.StatusTooManyRequests]).To(Equal(searches), "%v", codes)
+	})
 })
+
+// roundTripper is a function as an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
