@@ -136,8 +136,21 @@ func compareUTF16(a, b string) int {
 	return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
 }
 
+// StringWriter is where WriteString writes: a bytes.Buffer or a
+// bufio.Writer in front of a hash.
+type StringWriter interface {
+	WriteByte(c byte) error
+	WriteString(s string) (int, error)
+	WriteRune(r rune) (int, error)
+}
+
+// WriteString writes s as a string of RFC 8785 canonical JSON, as
+// Canonicalize spells it, without copying it first: so that a large
+// document is hashed as it is written.
+func WriteString(w StringWriter, s string) { writeString(w, s) }
+
 // writeString escapes only '"', '\\' and control characters (RFC 8785 §3.2.2.2).
-func writeString(buf *bytes.Buffer, s string) {
+func writeString(buf StringWriter, s string) {
 	const hex = "0123456789abcdef"
 	buf.WriteByte('"')
 	for _, r := range s {

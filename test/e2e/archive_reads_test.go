@@ -38,7 +38,8 @@ const (
 
 // archiveReadMemory keeps 50 records of a 1 MiB document in the archive,
 // then lists them with kubectl, three times in pages (as kubectl asks) and
-// three times whole (--chunk-size=0), all at once, and opens the console's
+// three times whole (--chunk-size=0), and verifies their chain, all at
+// once, and opens the console's
 // History page of the tenant three times at once. The manager serving the
 // archive API and the console must each stay within readPeakBudget of
 // their peak resident memory before the reads, and the manager must not
@@ -109,6 +110,13 @@ func archiveReadMemory(s *suite, sc *run) error {
 			}
 		})
 	}
+	// Beside them, the tenant's chain verified, every record read again.
+	wg.Go(func() {
+		out, err := s.kubectl(ctx, "get", "archivechains", "ledger", "-n", ns.Name, "--no-headers")
+		if err != nil || !strings.HasPrefix(out, "ledger   true ") {
+			fail(fmt.Errorf("kubectl get archivechains ledger: %v: %s", err, tail(out)))
+		}
+	})
 	wg.Wait()
 	for range 3 {
 		wg.Go(func() {
@@ -140,7 +148,7 @@ func archiveReadMemory(s *suite, sc *run) error {
 	}
 	sc.row.Notes = append(sc.row.Notes, fmt.Sprintf(
 		"%d archived records of a %d MiB string parameter (and kubectl's last-applied copy of it), kept with archive.Store.Keep of archive.NewRecord; "+
-			"3 paged and 3 unpaged kubectl lists at once, then 3 History pages of the console at once; peak RSS (VmHWM) of the manager %s → %s, of the console %s → %s (budget: +%s each); the manager did not restart",
+			"3 paged and 3 unpaged kubectl lists and a verification of the chain at once, then 3 History pages of the console at once; peak RSS (VmHWM) of the manager %s → %s, of the console %s → %s (budget: +%s each)",
 		kept, bulkySize>>20, mibs(managerBefore), mibs(managerAfter), mibs(consoleBefore), mibs(consoleAfter), mibs(readPeakBudget)))
 	s.logf("%s: %s", sc.name, sc.row.Notes[len(sc.row.Notes)-1])
 	return errors.Join(errs...)
