@@ -236,7 +236,7 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   unacknowledged, and a replacement starts with the receiver answering again. Every event the
   trial's actions owe (one per outcome) must then arrive and be recorded as delivered within a
   minute, and no event that no action owes; repeats are counted.
-* **the archive** — the last four rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
+* **the archive** — the last five rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
   keys in Tombstones, are stopped) on a database of their own in a PostgreSQL server the suite starts from
   Debian's binaries on 127.0.0.1; ` + "`--archive-record-retention=24h`" + `, so that the records of earlier scenarios
   stay where they are, while the trials' Tools set ` + "`recordRetention: 1s`" + ` where records must leave etcd. A
@@ -265,6 +265,12 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   * **prune and re-sync** — the GitOps re-creation above, with two archive managers: every re-created action
     must be answered by the pruned action's archived row (` + "`Deleted`" + `), the only row guarding the key, and no
     Tombstone written.
+  * **reads of a large history** — no trials: one tenant's archive holds 50 records of a 1 MiB string
+    parameter (and kubectl's last-applied copy of it), kept as the manager keeps a finished action; one
+    manager serves the archive API, and the web console runs in its local mode. kubectl lists the records
+    three times in pages and three times whole (` + "`--chunk-size=0`" + `) while the chain is verified, all at
+    once, then the console's History page is opened three times at once: every list shows the 50 records, the
+    peak resident memory of the manager and of the console grows by 64 MiB at most, and the manager still runs.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past

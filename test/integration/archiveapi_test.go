@@ -592,7 +592,7 @@ var _ = Describe("The archive API", Ordered, func() {
 			codes[<-answers]++
 		}
 		Expect(codes[http.StatusOK]).To(BeNumerically(">", 0), "%v", codes)
-		Expect(codes[http.StatusOK] + codes[http.StatusTooManyRequests]).To(Equal(searches), "%v", codes)
+		Expect(codes[http.StatusOK]+codes[http.StatusTooManyRequests]).To(Equal(searches), "%v", codes)
 	})
 })
 
