@@ -287,12 +287,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	var next *archive.Position
 	if unpaged {
 		// Known before the first byte: past that, no status can be sent.
-		n, err := h.records.Count(ctx, namespace, filter, MaxUnpaged+1)
+		var counted int
+		counted, err = h.records.Count(ctx, namespace, filter, MaxUnpaged+1)
 		switch {
 		case err != nil:
 			writeStatus(w, h.unavailable(err))
 			return
-		case n > MaxUnpaged:
+		case counted > MaxUnpaged:
 			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", groupResource, MaxUnpaged)))
 			return
 		}

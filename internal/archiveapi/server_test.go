@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -45,6 +46,9 @@ type records struct {
 	copied *archive.Link
 	// block, when set, holds every list until it is closed: a slow reader.
 	block chan struct{}
+	// listsBeforeErr is how many lists answer before every list fails
+	// with err; 0 fails them all.
+	listsBeforeErr int
 }
 
 func (f *records) Verify(_ context.Context, namespace string, copied *archive.Link) (*archive.Verification, error) {
@@ -89,17 +93,25 @@ func (f *records) List(_ context.Context, namespace string, filter archive.Filte
 	if f.block != nil {
 		<-f.block
 	}
+	if f.listsBeforeErr > 0 {
+		f.listsBeforeErr--
+	} else if f.err != nil {
+		return f.err
+	}
 	for _, r := range f.matching(namespace, from) {
 		if limit == 0 || !each(&r) {
 			break
 		}
 		limit--
 	}
-	return f.err
+	return nil
 }
 
 func (f *records) Count(_ context.Context, namespace string, _ archive.Filter, atMost int) (int, error) {
-	return min(len(f.matching(namespace, archive.Position{})), atMost), f.err
+	if f.listsBeforeErr == 0 && f.err != nil {
+		return 0, f.err
+	}
+	return min(len(f.matching(namespace, archive.Position{})), atMost), nil
 }
 
 func (f *records) matching(namespace string, from archive.Position) []archive.Record {
@@ -409,5 +421,30 @@ func TestReadsBeyondTheirMemoryAreAskedToRetry(t *testing.T) {
 	close(f.block)
 	for range readers - 1 {
 		<-answers
+	}
+}
+
+// A list that fails before its first item is answered with a Status; one
+// that fails once streaming is cut, so that its items never read as the
+// whole list.
+func TestAListThatFailsIsNeverTakenForWhole(t *testing.T) {
+	p := newProxy(t)
+	f := &records{err: fmt.Errorf("%w: the server closed the connection", archive.ErrUnavailable)}
+	for i := range MaxPage + 100 {
+		f.rows = append(f.rows, row(fmt.Sprintf("order-%06d", i), 1, time.Now()))
+	}
+	h := handler(t, p, f, allowAll)
+	if rec, _ := get(h, &p, "alice", shop+"?limit=10"); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("a page whose query fails: %d, want 503", rec.Code)
+	}
+	f.listsBeforeErr = 1
+	aborted := func() (aborted any) {
+		defer func() { aborted = recover() }()
+		rec, _ := get(h, &p, "alice", shop)
+		t.Logf("answered %d with %d bytes", rec.Code, rec.Body.Len())
+		return nil
+	}()
+	if err, _ := aborted.(error); !errors.Is(err, http.ErrAbortHandler) {
+		t.Errorf("a list without a limit whose second page fails: not cut (%v)", aborted)
 	}
 }

@@ -113,8 +113,11 @@ func archiveReadMemory(s *suite, sc *run) error {
 	// Beside them, the tenant's chain verified, every record read again.
 	wg.Go(func() {
 		out, err := s.kubectl(ctx, "get", "archivechains", "ledger", "-n", ns.Name, "--no-headers")
-		if err != nil || !strings.HasPrefix(out, "ledger   true ") {
-			fail(fmt.Errorf("kubectl get archivechains ledger: %v: %s", err, tail(out)))
+		switch {
+		case err != nil:
+			fail(fmt.Errorf("kubectl get archivechains ledger: %w: %s", err, tail(out)))
+		case !strings.HasPrefix(out, "ledger   true "):
+			fail(fmt.Errorf("kubectl get archivechains ledger: the chain is not verified: %s", tail(out)))
 		}
 	})
 	wg.Wait()
@@ -273,7 +276,7 @@ func (c *consoleProc) history(ctx context.Context, namespace string) (string, er
 // error once it has exited.
 func peakRSS(p *process) (int64, error) {
 	if p.exited() {
-		return 0, fmt.Errorf("%s has exited: %v\n%s", p.name, p.err, p.tail(3000))
+		return 0, fmt.Errorf("%s has exited: %w\n%s", p.name, p.err, p.tail(3000))
 	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
