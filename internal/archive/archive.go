@@ -37,19 +37,19 @@ type Store struct {
 }
 
 const (
-	// ReadConnections bounds the connections people's reads take, beside
+	// readConnections bounds the connections people's reads take, beside
 	// the key check's pool (the DSN's pool_max_conns, else pgxpool's
 	// default: 4, or the CPUs when more).
-	ReadConnections = 4
-	// KeyStatementTimeout bounds each statement of the key check, a keep
+	readConnections = 4
+	// keyStatementTimeout bounds each statement of the key check, a keep
 	// or a prune: a statement held longer (a lock, a stalled server) fails,
 	// and its action is retried, ArchiveUnavailable. Migrations have none.
-	KeyStatementTimeout = 10 * time.Second
-	// ReadStatementTimeout bounds each statement of a person's read.
-	ReadStatementTimeout = 30 * time.Second
-	// KeyCheckTimeout bounds a whole key check, the wait for a connection
+	keyStatementTimeout = 10 * time.Second
+	// readStatementTimeout bounds each statement of a person's read.
+	readStatementTimeout = 30 * time.Second
+	// keyCheckTimeout bounds a whole key check, the wait for a connection
 	// included, so that a worker is never held by the archive.
-	KeyCheckTimeout = 5 * time.Second
+	keyCheckTimeout = 5 * time.Second
 )
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
@@ -59,12 +59,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid archive DSN: %w", err)
 	}
-	keys, err := pgxpool.NewWithConfig(ctx, withStatementTimeout(cfg, KeyStatementTimeout))
+	keys, err := pgxpool.NewWithConfig(ctx, withStatementTimeout(cfg, keyStatementTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
-	readConfig := withStatementTimeout(cfg, ReadStatementTimeout)
-	readConfig.MaxConns, readConfig.MinConns = ReadConnections, 0
+	readConfig := withStatementTimeout(cfg, readStatementTimeout)
+	readConfig.MaxConns, readConfig.MinConns = readConnections, 0
 	reads, err := pgxpool.NewWithConfig(ctx, readConfig)
 	if err != nil {
 		keys.Close()
@@ -297,9 +297,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 
 // Guarding returns the newest archived record that guards the key of
 // namespace, or nil when none does: one indexed query, on the key check's
-// own connections, given up after KeyCheckTimeout.
+// own connections, given up after keyCheckTimeout.
 func (s *Store) Guarding(ctx context.Context, namespace, key string) (*Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, KeyCheckTimeout)
+	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
 	defer cancel()
 	r, err := newest(ctx, s.keys, "check", namespace, key, "WHERE namespace = $1 AND key = $2 AND guards_key ORDER BY completion_time DESC")
 	if err != nil {

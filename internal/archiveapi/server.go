@@ -52,13 +52,13 @@ const PageBytes = 4 << 20
 const MaxUnpaged = 10000
 
 // A read (a get, a list, a verification) holds one record at a time,
-// decoded and encoded beside its row: RecordHold of memory at most, for a
-// record that was at most etcd's 1.5 MiB object. ReadMemory bounds what
+// decoded and encoded beside its row: recordHold of memory at most, for a
+// record that was at most etcd's 1.5 MiB object. readMemory bounds what
 // the reads being served hold together; a read that cannot have its share
 // within readWait is answered 429 with a Retry-After.
 const (
-	RecordHold = 8 << 20
-	ReadMemory = 64 << 20
+	recordHold = 8 << 20
+	readMemory = 64 << 20
 	readWait   = 5 * time.Second
 )
 
@@ -80,26 +80,26 @@ type Handler struct {
 	log  logr.Logger
 	// verifying holds the one verification of a chain running.
 	verifying chan struct{}
-	// reads holds the memory the reads being served hold (ReadMemory).
+	// reads holds the memory the reads being served hold (readMemory).
 	reads *semaphore.Weighted
 }
 
 // NewHandler returns the API's handler: records read with the users
 // authn authenticates, authorized by SubjectAccessReviews asked with kube.
 func NewHandler(records Records, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
-	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1), reads: semaphore.NewWeighted(ReadMemory)}
+	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1), reads: semaphore.NewWeighted(readMemory)}
 }
 
-// holdRead takes a read's share of ReadMemory, waiting readWait at most,
+// holdRead takes a read's share of readMemory, waiting readWait at most,
 // or answers 429: reads beyond it would pile up in the manager's memory.
 func (h *Handler) holdRead(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), readWait)
 	defer cancel()
-	if err := h.reads.Acquire(ctx, RecordHold); err != nil {
+	if err := h.reads.Acquire(ctx, recordHold); err != nil {
 		writeStatus(w, apierrors.NewTooManyRequests("the archive API is serving as many reads as its memory allows; retry in a few seconds", 5))
 		return nil, false
 	}
-	return func() { h.reads.Release(RecordHold) }, true
+	return func() { h.reads.Release(recordHold) }, true
 }
 
 var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
