@@ -221,11 +221,12 @@ $(DOCKERFILELINT):
 E2E_TIMEOUT ?= 30m
 
 .PHONY: e2e-binaries
-e2e-binaries: ## Build the manager, the demo downstream and the kubectl plugin into bin/ for the end-to-end suite.
+e2e-binaries: ## Build the manager, the demo downstream, the kubectl plugin and the web console into bin/ for the end-to-end suite.
 	go build -o $(BIN)/manager ./cmd/manager
 	go build -o $(BIN)/demo-downstream ./cmd/demo-downstream
 	go build -o $(BIN)/toolledger-mcp ./cmd/toolledger-mcp
 	go build -o $(BIN)/kubectl-toolledger ./cmd/kubectl-toolledger
+	go build -o $(BIN)/toolledger-console ./cmd/toolledger-console
 
 .PHONY: test-e2e
 test-e2e: controlplane e2e-binaries ## Run the fault-injection suite on real processes; E2E_TRIALS=N for more trials, E2E_SEED to replay.

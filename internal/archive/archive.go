@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,13 +30,33 @@ import (
 
 // Store is the archive in one PostgreSQL database, shared by every replica.
 type Store struct {
-	pool *pgxpool.Pool
+	// keys checks keys and keeps and prunes records: what every tenant's
+	// new and finished actions wait for. reads serves people's reads (the
+	// archive API's gets and lists, verifications), so that a flood of
+	// them never takes the key check's connections.
+	keys, reads *pgxpool.Pool
 	// identity names the database's archive, as the cluster records it.
 	identity string
 	// ownsSchema is whether the store's role owns the schema, as it does
 	// when the manager migrates the schema itself.
 	ownsSchema bool
 }
+
+const (
+	// readConnections bounds the connections people's reads take, beside
+	// the key check's pool (the DSN's pool_max_conns, else pgxpool's
+	// default: 4, or the CPUs when more).
+	readConnections = 4
+	// keyStatementTimeout bounds each statement of the key check, a keep
+	// or a prune: a statement held longer (a lock, a stalled server) fails,
+	// and its action is retried, ArchiveUnavailable. Migrations have none.
+	keyStatementTimeout = 10 * time.Second
+	// readStatementTimeout bounds each statement of a person's read.
+	readStatementTimeout = 30 * time.Second
+	// keyCheckTimeout bounds a whole key check, the wait for a connection
+	// included, so that a worker is never held by the archive.
+	keyCheckTimeout = 5 * time.Second
+)
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
 // string) and migrates its schema to this version's.
@@ -44,11 +65,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid archive DSN: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	keys, err := pgxpool.NewWithConfig(ctx, withStatementTimeout(cfg, keyStatementTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
-	s := &Store{pool: pool}
+	readConfig := withStatementTimeout(cfg, readStatementTimeout)
+	readConfig.MaxConns, readConfig.MinConns = readConnections, 0
+	reads, err := pgxpool.NewWithConfig(ctx, readConfig)
+	if err != nil {
+		keys.Close()
+		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
+	}
+	s := &Store{keys: keys, reads: reads}
 	err = s.migrate(ctx)
 	if err == nil {
 		err = s.checkPrivileges(ctx)
@@ -57,11 +85,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		err = s.readIdentity(ctx)
 	}
 	if err == nil {
-		err = s.pool.QueryRow(ctx, `SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables
+		err = s.keys.QueryRow(ctx, `SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables
 WHERE schemaname = current_schema() AND tablename = 'toolledger_records'`).Scan(&s.ownsSchema)
 	}
 	if err != nil {
-		pool.Close()
+		s.Close()
 		observe("ping", err)
 		return nil, err
 	}
@@ -71,7 +99,7 @@ WHERE schemaname = current_schema() AND tablename = 'toolledger_records'`).Scan(
 
 // readIdentity reads the archive's identity, made by its first migration.
 func (s *Store) readIdentity(ctx context.Context) error {
-	if err := s.pool.QueryRow(ctx, `SELECT identity::text FROM toolledger_archive`).Scan(&s.identity); err != nil {
+	if err := s.keys.QueryRow(ctx, `SELECT identity::text FROM toolledger_archive`).Scan(&s.identity); err != nil {
 		return fmt.Errorf("cannot read the archive's identity: %w", err)
 	}
 	return nil
@@ -85,6 +113,14 @@ func (s *Store) Identity() string { return s.identity }
 // and so could drop its trigger and rewrite records: the chain's evidence
 // against such a role rests on the cluster's checkpoints alone.
 func (s *Store) OwnsSchema() bool { return s.ownsSchema }
+
+// withStatementTimeout is a copy of cfg whose sessions cancel a statement
+// that runs longer than timeout.
+func withStatementTimeout(cfg *pgxpool.Config, timeout time.Duration) *pgxpool.Config {
+	c := cfg.Copy()
+	c.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(timeout.Milliseconds(), 10)
+	return c
+}
 
 // privileges are what the manager's role needs on the tables: to check
 // keys, keep records on their chain (the schema's trigger moves the head)
@@ -105,7 +141,7 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 	var missing []string
 	for _, p := range privileges {
 		var held bool
-		if err := s.pool.QueryRow(ctx, `SELECT has_table_privilege($1, $2)`, p.table, p.privilege).Scan(&held); err != nil {
+		if err := s.keys.QueryRow(ctx, `SELECT has_table_privilege($1, $2)`, p.table, p.privilege).Scan(&held); err != nil {
 			return fmt.Errorf("cannot read the archive role's privileges: %w", err)
 		}
 		if !held {
@@ -119,7 +155,10 @@ func (s *Store) checkPrivileges(ctx context.Context) error {
 }
 
 // Close closes the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.keys.Close()
+	s.reads.Close()
+}
 
 // ErrUnavailable wraps every failure to use the archive: the database
 // cannot be reached, or refused the statement.
@@ -131,7 +170,7 @@ var ErrDecommissioned = errors.New("the archive was decommissioned: it keeps no 
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	err := s.pool.Ping(ctx)
+	err := s.keys.Ping(ctx)
 	observe("ping", err)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -183,7 +222,19 @@ type Record struct {
 	// written before the archive: its key keeps the Tombstone's retention,
 	// its Tool's own keyRetention, not the archive's default.
 	FromTombstone bool
+	// Omitted names what Action leaves out (OmittedParameters,
+	// OmittedLastApplied): a list's records leave them out; Read serves them.
+	Omitted []string
 }
+
+// What a list's records leave out of their action, in the database, so
+// that a list of large records ships and holds only their summaries: the
+// parameters, which may be one string of any size, and kubectl's copy of
+// them in the last-applied-configuration annotation.
+const (
+	OmittedParameters  = "spec.parameters"
+	OmittedLastApplied = "metadata.annotations." + corev1.LastAppliedConfigAnnotation
+)
 
 // Namespace is one life of a namespace: its name, the uid the API server
 // gave it, which a namespace created again under the name does not share,
@@ -267,7 +318,7 @@ func (s *Store) Keep(ctx context.Context, r Record) error {
 	}
 	// The columns keep microseconds; the chain hashes what they keep.
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.keys, func(tx pgx.Tx) error {
 		// One append at a time in a namespace, whichever replica appends;
 		// the shared lock is one of those that decommissioning waits for.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($3), pg_advisory_xact_lock($1, hashtext($2))`,
@@ -322,43 +373,47 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 }
 
 // Guarding returns the newest record archived from namespace that guards
-// key, or nil when none does: one indexed query.
+// key, or nil when none does: one indexed query, on the key check's own
+// connections, given up after keyCheckTimeout.
 func (s *Store) Guarding(ctx context.Context, namespace Namespace, key string) (*Record, error) {
-	r, err := s.newest(ctx, "check", namespace, key, true)
+	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
+	defer cancel()
+	r, err := newest(ctx, s.keys, "check", "guards_key AND "+ofNamespace, "completion_time DESC", namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
 	return r, nil
 }
 
-// Newest returns the newest record of key archived from namespace, whether
-// it guards the key or not; nil when the archive has none.
-func (s *Store) Newest(ctx context.Context, namespace Namespace, key string) (*Record, error) {
-	r, err := s.newest(ctx, "read", namespace, key, false)
+// Read returns the record of key archived from namespace that a person
+// reading the key sees: the one the key check answers from (the newest
+// that guards the key), else the newest; nil when the archive has none.
+func (s *Store) Read(ctx context.Context, namespace Namespace, key string) (*Record, error) {
+	r, err := newest(ctx, s.reads, "read", ofNamespace, "guards_key DESC, completion_time DESC", namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot read key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
 	return r, nil
 }
 
-// ofNamespace is the condition that a row was archived from the namespace
-// whose uid and creation time are the arguments uid and created: by its
-// uid, or, archived before the archive kept uids, by its document's
+// archivedFrom is the condition that a row was archived from the
+// namespace whose uid and creation time are the arguments uid and created:
+// by its uid, or, archived before the archive kept uids, by its document's
 // creation time, which follows the namespace's creation and precedes the
 // deletion of any namespace of the name before it.
-func ofNamespace(uid, created string) string {
+func archivedFrom(uid, created string) string {
 	return `(namespace_uid = ` + uid + ` OR (namespace_uid IS NULL AND (action->'metadata'->>'creationTimestamp')::timestamptz >= ` + created + `))`
 }
 
-// newest reads the newest record of a key, only among those that guard it
-// when guarding; nil when there is none. operation names it in the metrics.
-func (s *Store) newest(ctx context.Context, operation string, namespace Namespace, key string, guarding bool) (*Record, error) {
-	rows, err := s.pool.Query(ctx, `
-SELECT `+recordColumns+`
-FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND (guards_key OR NOT $3) AND `+ofNamespace("$4", "$5")+`
-ORDER BY completion_time DESC
-LIMIT 1`, namespace.Name, key, guarding, string(namespace.UID), namespace.Created)
+// ofNamespace is archivedFrom the arguments $3 and $4.
+var ofNamespace = archivedFrom("$3", "$4")
+
+// newest reads the first record of key archived from namespace that
+// matches condition, in order; nil when there is none. operation names it
+// in the metrics.
+func newest(ctx context.Context, pool *pgxpool.Pool, operation, condition, order string, namespace Namespace, key string) (*Record, error) {
+	rows, err := pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records
+WHERE namespace = $1 AND key = $2 AND `+condition+` ORDER BY `+order+` LIMIT 1`, namespace.Name, key, string(namespace.UID), namespace.Created)
 	var r Record
 	if err == nil {
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)
@@ -433,6 +488,10 @@ type Filter struct {
 	CompletedFrom, CompletedUntil time.Time
 	// KeyPrefix keeps the keys that start with it.
 	KeyPrefix string
+	// Of keeps the records archived from that namespace: a namespace's
+	// current life, whose own records alone its list shows (one created
+	// again under a name starts a new history). Nil keeps every record.
+	Of *Namespace
 }
 
 // where is the filter's SQL condition, numbering its arguments from
@@ -469,45 +528,106 @@ func (f Filter) where(args []any) (string, []any) {
 		// collation; the namespace's index narrows what it scans.
 		add("starts_with(key, ?)", f.KeyPrefix)
 	}
+	if f.Of != nil {
+		args = append(args, string(f.Of.UID), f.Of.Created)
+		conds = append(conds, archivedFrom(fmt.Sprintf("$%d", len(args)-1), fmt.Sprintf("$%d", len(args))))
+	}
 	if len(conds) == 0 {
 		return "", args
 	}
 	return " AND " + strings.Join(conds, " AND "), args
 }
 
-// List returns at most limit records of namespace ("" for every
-// namespace) that match filter, after from, ordered by namespace, key,
-// completion time and uid, and the position of the next page, or nil when
-// there is no more. Each page is one query on the primary ordering,
-// however deep it starts.
-func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int) ([]Record, *Position, error) {
+// listColumns are recordColumns with the action's parameters and its
+// last-applied configuration left out, and whether it had them.
+var listColumns = strings.Replace(recordColumns, "action,", `action #- '{spec,parameters}' #- '{metadata,annotations,`+corev1.LastAppliedConfigAnnotation+`}',`, 1) +
+	`, coalesce(action->'spec' ? 'parameters', false), coalesce(action->'metadata'->'annotations' ? '` + corev1.LastAppliedConfigAnnotation + `', false)`
+
+func scanListed(row pgx.CollectableRow) (Record, error) {
+	var (
+		r                 Record
+		parameters, apply bool
+	)
+	raw := recordScan{record: &r}
+	err := row.Scan(append(raw.dest(), &parameters, &apply)...)
+	raw.finish()
+	if parameters {
+		r.Omitted = append(r.Omitted, OmittedParameters)
+	}
+	if apply {
+		r.Omitted = append(r.Omitted, OmittedLastApplied)
+	}
+	return r, err
+}
+
+// listQuery is the condition and the arguments of the records of namespace
+// ("" for every namespace) that match filter, after from; $6 is left for
+// the limit.
+func listQuery(namespace string, filter Filter, from Position, limit int) (string, []any) {
 	// Two statements, so that each keeps an index plan for its own shape.
 	where := `WHERE namespace = $1 AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	if namespace == "" {
 		where = `WHERE $1 = '' AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	}
-	args := []any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit + 1}
-	filtered, args := filter.where(args)
-	rows, err := s.pool.Query(ctx, `
-SELECT `+recordColumns+`
+	filtered, args := filter.where([]any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit})
+	return where + filtered, args
+}
+
+// List calls each with the records of namespace ("" for every namespace)
+// that match filter, after from, ordered by namespace, key, completion
+// time and uid, at most limit, one at a time as the database sends them,
+// until each returns false. Their actions leave out what Omitted names.
+// Each call is one query on the primary ordering, however deep it starts.
+func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int, each func(*Record) bool) error {
+	where, args := listQuery(namespace, filter, from, limit)
+	rows, err := s.reads.Query(ctx, `
+SELECT `+listColumns+`
 FROM toolledger_records
-`+where+filtered+`
+`+where+`
 ORDER BY namespace, key, completion_time, uid
 LIMIT $6`, args...)
-	var records []Record
 	if err == nil {
-		records, err = pgx.CollectRows(rows, scanRecord)
+		err = forEach(rows, each)
 	}
 	observe("list", err)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
+		return fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
 	}
-	if len(records) <= limit {
-		return records, nil, nil
+	return nil
+}
+
+// forEach hands each of rows to each, one at a time, until it returns false.
+func forEach(rows pgx.Rows, each func(*Record) bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanListed(rows)
+		if err != nil {
+			return err
+		}
+		if !each(&r) {
+			break
+		}
 	}
-	records = records[:limit]
-	last := records[limit-1]
-	return records, &Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, nil
+	return rows.Err()
+}
+
+// Count counts the records a List of namespace and filter from the start
+// would return, up to atMost: so that a list that must not be cut short
+// can be refused before it starts, at a cost bounded however many match.
+func (s *Store) Count(ctx context.Context, namespace string, filter Filter, atMost int) (int, error) {
+	where, args := listQuery(namespace, filter, Position{}, atMost)
+	var n int
+	err := s.reads.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM toolledger_records `+where+` LIMIT $6) matched`, args...).Scan(&n)
+	observe("list", err)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cannot count the records of %s: %w", ErrUnavailable, scope(namespace), err)
+	}
+	return n, nil
+}
+
+// Position is where a list after r starts.
+func (r *Record) Position() Position {
+	return Position{Namespace: r.Namespace, Key: r.Key, CompletionTime: r.CompletionTime, UID: r.UID}
 }
 
 func scope(namespace string) string {

@@ -299,6 +299,11 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 	if none, err := s.Guarding(ctx, namespaceOf("shop"), "order-2"); none != nil || err != nil {
 		t.Errorf("a key never archived: %v, %v; want nil, nil", none, err)
 	}
+	// A person reading the key sees the record it answers from, though a
+	// newer one guards nothing.
+	if read, err := s.Read(ctx, namespaceOf("shop"), "order-1"); err != nil || read == nil || read.UID != "u-new" {
+		t.Errorf("Read: %v, %v; want u-new", read, err)
+	}
 }
 
 func TestAnUnfinishedActionIsNotArchived(t *testing.T) {

@@ -1,13 +1,16 @@
 package archive
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,69 +61,65 @@ func (l Link) next(r *Record, actionText string) (Link, error) {
 	return Link{Sequence: l.Sequence + 1, Hash: hash}, err
 }
 
-// chainDocument is what a link hashes: the chain's version, the record's
-// sequence number, the previous record's hash ("" for the first) and every
-// column of the record (version 1: but the namespace's uid and the time it
-// was archived), with the action as the text the database keeps of it.
-type chainDocument struct {
-	Chain    int         `json:"chain"`
-	Sequence int64       `json:"sequence"`
-	Previous string      `json:"previous"`
-	Record   chainRecord `json:"record"`
-}
-
-type chainRecord struct {
-	UID              string `json:"uid"`
-	Namespace        string `json:"namespace"`
-	Key              string `json:"key"`
-	ToolKind         string `json:"toolKind"`
-	ToolName         string `json:"toolName"`
-	IdempotencyClass string `json:"idempotencyClass"`
-	RequestDigest    string `json:"requestDigest"`
-	Phase            string `json:"phase"`
-	ErrorClass       string `json:"errorClass"`
-	ErrorReason      string `json:"errorReason"`
-	ExternalRef      string `json:"externalRef"`
-	Attempts         int32  `json:"attempts"`
-	GuardsKey        bool   `json:"guardsKey"`
-	CompletionTime   string `json:"completionTime"`
-	Cause            string `json:"cause"`
-	DeletedBy        string `json:"deletedBy"`
-	DeletionTime     string `json:"deletionTime"`
-	Action           string `json:"action"`
-	// Version 2.
-	NamespaceUID string `json:"namespaceUID,omitempty"`
-	ArchivedAt   string `json:"archivedAt,omitempty"`
-}
-
 // chainTime spells a column's time to the microsecond it keeps.
 func chainTime(t time.Time) string {
 	return t.UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
 }
 
+// member is a member of a chain document's record.
+type member struct {
+	name  string
+	value any
+}
+
 // linkHash is the hex SHA-256 of the RFC 8785 canonical JSON of the
-// record's chainDocument.
+// record's chain document: {"chain": version, "sequence": sequence,
+// "previous": previous, "record": {…}}, whose record holds every column of
+// the record (version 1: but the namespace's uid and the time it was
+// archived), with the action as the text the database keeps of it
+// (actionText). The document is written straight into the hash, its members
+// in canonical order: an action may be as large as etcd let it be, and is
+// never copied.
 func linkHash(sequence int64, previous string, r *Record, actionText string) (string, error) {
-	version, record := chainVersion1, chainRecord{
-		UID: string(r.UID), Namespace: r.Namespace, Key: r.Key, ToolKind: r.Tool.Kind, ToolName: r.Tool.Name,
-		IdempotencyClass: string(r.IdempotencyClass), RequestDigest: r.RequestDigest, Phase: string(r.Phase),
-		ErrorClass: string(r.ErrorClass), ErrorReason: r.ErrorReason, ExternalRef: r.ExternalRef, Attempts: r.Attempts,
-		GuardsKey: r.GuardsKey, CompletionTime: chainTime(r.CompletionTime), Cause: r.Cause, DeletedBy: r.DeletedBy,
-		DeletionTime: chainTime(r.DeletionTime), Action: actionText,
+	record := []member{
+		{"action", actionText}, {"attempts", int64(r.Attempts)}, {"cause", r.Cause}, {"completionTime", chainTime(r.CompletionTime)},
+		{"deletedBy", r.DeletedBy}, {"deletionTime", chainTime(r.DeletionTime)}, {"errorClass", string(r.ErrorClass)},
+		{"errorReason", r.ErrorReason}, {"externalRef", r.ExternalRef}, {"guardsKey", r.GuardsKey},
+		{"idempotencyClass", string(r.IdempotencyClass)}, {"key", r.Key}, {"namespace", r.Namespace}, {"phase", string(r.Phase)},
+		{"requestDigest", r.RequestDigest}, {"toolKind", r.Tool.Kind}, {"toolName", r.Tool.Name}, {"uid", string(r.UID)},
 	}
+	version := chainVersion1
 	if r.NamespaceUID != "" {
-		version, record.NamespaceUID, record.ArchivedAt = chainVersion2, string(r.NamespaceUID), chainTime(r.ArchivedAt)
+		version = chainVersion2
+		record = slices.Insert(record, 1, member{"archivedAt", chainTime(r.ArchivedAt)})
+		record = slices.Insert(record, slices.IndexFunc(record, func(m member) bool { return m.name == "namespace" })+1,
+			member{"namespaceUID", string(r.NamespaceUID)})
 	}
-	doc, err := json.Marshal(chainDocument{Chain: version, Sequence: sequence, Previous: previous, Record: record})
-	if err != nil {
-		return "", err
+	sum := sha256.New()
+	w := bufio.NewWriter(sum)
+	_, _ = w.WriteString(`{"chain":` + strconv.Itoa(version) + `,"previous":`)
+	digest.WriteString(w, previous)
+	_, _ = w.WriteString(`,"record":{`)
+	for i, m := range record {
+		if i > 0 {
+			_ = w.WriteByte(',')
+		}
+		digest.WriteString(w, m.name)
+		_ = w.WriteByte(':')
+		switch v := m.value.(type) {
+		case string:
+			digest.WriteString(w, v)
+		case int64:
+			_, _ = w.WriteString(strconv.FormatInt(v, 10))
+		case bool:
+			_, _ = w.WriteString(strconv.FormatBool(v))
+		}
 	}
-	canonical, err := digest.Canonicalize(doc)
-	if err != nil {
-		return "", fmt.Errorf("cannot canonicalize the chain's document of %s/%s: %w", r.Namespace, r.Key, err)
+	_, _ = w.WriteString(`},"sequence":` + strconv.FormatInt(sequence, 10) + `}`)
+	if err := w.Flush(); err != nil {
+		return "", fmt.Errorf("cannot hash the chain's document of %s/%s: %w", r.Namespace, r.Key, err)
 	}
-	sum := sha256.Sum256(canonical)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // Verification is what Verify found in one namespace's chain.
@@ -195,7 +194,7 @@ func (s *Store) verify(ctx context.Context, namespace string, copied *Link) (*Ve
 	var v *Verification
 	// One snapshot: an append or a prune commits its records with their
 	// head or links, so that a chain being written verifies as it stood.
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
 		v, err = verifyIn(ctx, tx, namespace, copied)
 		return err
@@ -251,10 +250,11 @@ WHERE namespace = $1 AND chain_seq IS NULL AND ($2::timestamptz IS NULL OR archi
 		}
 		return nil
 	}
-	after := int64(0)
-	for {
+	// A page's records are checked one at a time as they arrive: a record
+	// may be as large as etcd let an action be.
+	for after, more := int64(0), true; more; {
 		rows, err := tx.Query(ctx, `
-SELECT chain_prev, action::text, `+recordColumns+`
+SELECT chain_prev, action::text, `+chainedColumns+`
 FROM toolledger_records
 WHERE namespace = $1 AND chain_seq > $2
 ORDER BY chain_seq
@@ -262,26 +262,26 @@ LIMIT $3`, namespace, after, verifyPage)
 		if err != nil {
 			return nil, err
 		}
-		page, err := pgx.CollectRows(rows, scanChained)
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range page {
+		read := 0
+		err = forEachChained(rows, func(c *chained) bool {
+			read, after = read+1, c.record.Chain.Sequence
 			if v.Broken = throughPruned(c.record.Chain.Sequence); v.Broken != nil {
-				return v, nil
+				return false
 			}
-			if v.Broken = v.check(&c); v.Broken != nil {
-				return v, nil
+			if v.Broken = v.check(c); v.Broken != nil {
+				return false
 			}
 			v.Head, v.Records = c.record.Chain, v.Records+1
-			if v.Broken = compare(v.Head); v.Broken != nil {
-				return v, nil
-			}
+			v.Broken = compare(v.Head)
+			return v.Broken == nil
+		})
+		switch {
+		case err != nil:
+			return nil, err
+		case v.Broken != nil:
+			return v, nil
 		}
-		if len(page) < verifyPage {
-			break
-		}
-		after = page[len(page)-1].record.Chain.Sequence
+		more = read == verifyPage
 	}
 	if v.Broken = throughPruned(math.MaxInt64); v.Broken != nil {
 		return v, nil
@@ -368,12 +368,27 @@ type chained struct {
 	record     Record
 }
 
-func scanChained(row pgx.CollectableRow) (chained, error) {
-	var c chained
-	raw := recordScan{record: &c.record}
-	err := row.Scan(append([]any{&c.previous, &c.actionText}, raw.dest()...)...)
-	raw.finish()
-	return c, err
+// chainedColumns are recordColumns without the action, which a chained
+// record carries as its text.
+var chainedColumns = strings.Replace(recordColumns, "action,", "NULL::jsonb,", 1)
+
+// forEachChained hands each of rows to each, one at a time, until it
+// returns false.
+func forEachChained(rows pgx.Rows, each func(*chained) bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var c chained
+		raw := recordScan{record: &c.record}
+		err := rows.Scan(append([]any{&c.previous, &c.actionText}, raw.dest()...)...)
+		raw.finish()
+		if err != nil {
+			return err
+		}
+		if !each(&c) {
+			break
+		}
+	}
+	return rows.Err()
 }
 
 // prunedRun is a run of consecutive records that pruning removed: the
@@ -398,7 +413,7 @@ WHERE namespace = $1 ORDER BY first_seq`, namespace)
 // Namespaces lists the namespaces that have a chain or archived records,
 // in order.
 func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
+	rows, err := s.reads.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
 	var namespaces []string
 	if err == nil {
 		namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string])

@@ -75,7 +75,7 @@ func TestAnUntouchedHistoryVerifies(t *testing.T) {
 	if v.Broken != nil || v.Records != 5 || v.Head.Sequence != 5 || v.Unchained != 0 || v.Pruned != 0 {
 		t.Fatalf("verification of an untouched chain: %+v", v)
 	}
-	newest, err := s.Newest(context.Background(), namespaceOf("shop"), "k5")
+	newest, err := s.Read(context.Background(), namespaceOf("shop"), "k5")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestVerifyChecksAHeadCopiedEarlier(t *testing.T) {
 	keepInOrder(t, s, "shop", "k1", "k2", "k3", "k4", "k5")
 	linkOf := func(key string) archive.Link {
 		t.Helper()
-		r, err := s.Newest(ctx, namespaceOf("shop"), key)
+		r, err := s.Read(ctx, namespaceOf("shop"), key)
 		if err != nil || r == nil {
 			t.Fatalf("%s: %v, %v", key, r, err)
 		}

@@ -21,7 +21,7 @@ const decommissionLock = 0x746f6f6c64636f6d
 // changes nothing.
 func (s *Store) Decommission(ctx context.Context) (time.Time, error) {
 	var at time.Time
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.keys, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(decommissionLock)); err != nil {
 			return err
 		}
@@ -37,7 +37,7 @@ RETURNING decommissioned_at`).Scan(&at)
 // Decommissioned reports whether the archive was decommissioned.
 func (s *Store) Decommissioned(ctx context.Context) (bool, error) {
 	var decommissioned bool
-	err := s.pool.QueryRow(ctx, `SELECT decommissioned_at IS NOT NULL FROM toolledger_archive`).Scan(&decommissioned)
+	err := s.keys.QueryRow(ctx, `SELECT decommissioned_at IS NOT NULL FROM toolledger_archive`).Scan(&decommissioned)
 	observe("read", err)
 	if err != nil {
 		return false, fmt.Errorf("%w: cannot read whether the archive was decommissioned: %w", ErrUnavailable, err)
@@ -54,7 +54,7 @@ const guardingPage = 500
 func (s *Store) GuardingKeys(ctx context.Context, do func(*Record) error) error {
 	var afterNamespace, afterKey string
 	for {
-		rows, err := s.pool.Query(ctx, `
+		rows, err := s.reads.Query(ctx, `
 SELECT DISTINCT ON (namespace, key) `+recordColumns+`
 FROM toolledger_records
 WHERE guards_key AND (namespace, key) > ($1, $2)

@@ -2,9 +2,12 @@ package archive_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
@@ -47,25 +50,67 @@ func TestListSelectsByEveryFilter(t *testing.T) {
 		{"a prefix with LIKE's wildcards", archive.Filter{KeyPrefix: "order_"}, nil},
 		{"several", archive.Filter{RequestedBy: "alice", Tool: "charge", Phase: "Succeeded"}, []string{"order-1"}},
 	} {
-		got, next, err := s.List(ctx, "shop", c.filter, archive.Position{}, 10)
-		if err != nil || next != nil {
-			t.Fatalf("%s: %v, next %v", c.name, err, next)
-		}
-		var keys []string
-		for _, r := range got {
-			keys = append(keys, r.Key)
-		}
-		if !slices.Equal(keys, c.want) {
+		if keys := list(t, s, c.filter, archive.Position{}, 10); !slices.Equal(keys, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, keys, c.want)
 		}
+		if n, err := s.Count(ctx, "shop", c.filter, 2); err != nil || n != min(len(c.want), 2) {
+			t.Errorf("%s: counted %d up to 2 (%v), want %d", c.name, n, err, min(len(c.want), 2))
+		}
 	}
-	// Pages of a filtered list follow each other.
-	first, next, err := s.List(ctx, "shop", archive.Filter{RequestedBy: "alice"}, archive.Position{}, 2)
-	if err != nil || len(first) != 2 || next == nil {
-		t.Fatalf("first page: %d records, next %v, %v", len(first), next, err)
+	// A filtered list goes on from where it stopped.
+	first := list(t, s, archive.Filter{RequestedBy: "alice"}, archive.Position{}, 2)
+	from := archive.Position{Namespace: "shop", Key: "order-2", CompletionTime: t0.Add(time.Hour), UID: "order-2"}
+	if rest := list(t, s, archive.Filter{RequestedBy: "alice"}, from, 2); !slices.Equal(first, []string{"order-1", "order-2"}) || !slices.Equal(rest, []string{"refund-4"}) {
+		t.Fatalf("two pages: %v then %v", first, rest)
 	}
-	rest, next, err := s.List(ctx, "shop", archive.Filter{RequestedBy: "alice"}, *next, 2)
-	if err != nil || len(rest) != 1 || rest[0].Key != "refund-4" || next != nil {
-		t.Fatalf("second page: %+v, next %v, %v", rest, next, err)
+}
+
+// list is the keys List hands over.
+func list(t *testing.T, s *archive.Store, filter archive.Filter, from archive.Position, limit int) []string {
+	t.Helper()
+	var keys []string
+	err := s.List(context.Background(), "shop", filter, from, limit, func(r *archive.Record) bool {
+		keys = append(keys, r.Key)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+// A list's records leave the parameters, and kubectl's copy of them, out
+// of their document, and say so; Read serves them.
+func TestAListLeavesTheParametersOut(t *testing.T) {
+	s := open(t, database(t))
+	ctx := context.Background()
+	a := finished("u-1", 1, t0)
+	a.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: `{"spec":{"parameters":{"amount":1200}}}`, "team": "payments"}
+	if err := s.Keep(ctx, record(t, a)); err != nil {
+		t.Fatal(err)
+	}
+	var listed []archive.Record
+	if err := s.List(ctx, "shop", archive.Filter{}, archive.Position{}, 10, func(r *archive.Record) bool {
+		listed = append(listed, *r)
+		return false
+	}); err != nil || len(listed) != 1 {
+		t.Fatalf("List: %v, %d records", err, len(listed))
+	}
+	var doc v1alpha1.ToolAction
+	if err := json.Unmarshal(listed[0].Action, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Spec.Parameters != nil || doc.Annotations[corev1.LastAppliedConfigAnnotation] != "" || doc.Annotations["team"] != "payments" ||
+		doc.Status.ExternalRef != "ch_u-1" || !slices.Equal(listed[0].Omitted, []string{archive.OmittedParameters, archive.OmittedLastApplied}) {
+		t.Errorf("listed %s, omitting %v; want it without its parameters and last-applied configuration, and saying so", listed[0].Action, listed[0].Omitted)
+	}
+	read, err := s.Read(ctx, namespaceOf("shop"), "order-1")
+	if err != nil || read == nil {
+		t.Fatalf("Read: %v, %v", read, err)
+	}
+	var whole v1alpha1.ToolAction
+	if err := json.Unmarshal(read.Action, &whole); err != nil || read.Omitted != nil || string(whole.Spec.Parameters["amount"].Raw) != "1200" ||
+		whole.Annotations[corev1.LastAppliedConfigAnnotation] == "" {
+		t.Errorf("Read: %s, omitting %v (%v); want the whole record", read.Action, read.Omitted, err)
 	}
 }

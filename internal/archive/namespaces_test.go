@@ -50,7 +50,7 @@ func TestANamespaceCreatedAgainStartsANewHistory(t *testing.T) {
 		{current, "order-2", ""},
 		{current, "order-3", "legacy-new"},
 	} {
-		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": s.Guarding, "Newest": s.Newest} {
+		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": s.Guarding, "Read": s.Read} {
 			got, err := read(ctx, tc.ns, tc.key)
 			if err != nil {
 				t.Fatal(err)

@@ -54,7 +54,7 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 // name starts a new history. It returns how many it deleted; one replica
 // prunes at a time.
 func (s *Store) PruneNamespaces(ctx context.Context, live func(name string) (Namespace, bool, error), before time.Time) (int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT namespace, namespace_uid FROM toolledger_namespaces ORDER BY namespace, namespace_uid`)
+	rows, err := s.keys.Query(ctx, `SELECT namespace, namespace_uid FROM toolledger_namespaces ORDER BY namespace, namespace_uid`)
 	var known [][2]string
 	if err == nil {
 		known, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
@@ -100,7 +100,7 @@ var infinity = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 // pruning runs prune on a connection that holds the prune lock, unless
 // another replica holds it, and counts what it deleted.
 func (s *Store) pruning(ctx context.Context, prune func(*pgx.Conn) (int64, error)) (int64, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.keys.Acquire(ctx)
 	if err != nil {
 		observe("prune", err)
 		return 0, fmt.Errorf("%w: cannot prune: %w", ErrUnavailable, err)

@@ -26,7 +26,7 @@ func Object(r *archive.Record) (*archivev1alpha1.ArchivedToolAction, error) {
 		TypeMeta: metav1.TypeMeta{APIVersion: archivev1alpha1.GroupVersion.String(), Kind: "ArchivedToolAction"},
 		Archive: archivev1alpha1.ArchiveInfo{
 			Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metav1.NewTime(r.DeletionTime),
-			GuardsKey: r.GuardsKey, IdempotencyClass: r.IdempotencyClass,
+			GuardsKey: r.GuardsKey, IdempotencyClass: r.IdempotencyClass, NamespaceUID: string(r.NamespaceUID), ArchivedAt: metav1.NewTime(r.ArchivedAt), Omitted: r.Omitted,
 		},
 	}
 	if r.Chain.Sequence > 0 {
@@ -95,17 +95,21 @@ var columns = []metav1.TableColumnDefinition{
 func table(items []archivev1alpha1.ArchivedToolAction, includeObject string) *metav1.Table {
 	t := &metav1.Table{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "Table"}, ColumnDefinitions: columns}
 	for i := range items {
-		a := &items[i]
-		completed := "<unknown>"
-		if a.Status.CompletionTime != nil {
-			completed = duration.HumanDuration(time.Since(a.Status.CompletionTime.Time))
-		}
-		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
-			a.Name, a.Spec.ToolRef.Name, string(a.Status.Phase), a.Status.ExternalRef, int64(a.Status.Attempts),
-			a.Archive.Cause, a.Archive.GuardsKey, completed,
-		}, Object: rowObject(includeObject, a, a.ObjectMeta)})
+		t.Rows = append(t.Rows, tableRow(&items[i], includeObject))
 	}
 	return t
+}
+
+// tableRow is a record as kubectl prints it.
+func tableRow(a *archivev1alpha1.ArchivedToolAction, includeObject string) metav1.TableRow {
+	completed := "<unknown>"
+	if a.Status.CompletionTime != nil {
+		completed = duration.HumanDuration(time.Since(a.Status.CompletionTime.Time))
+	}
+	return metav1.TableRow{Cells: []any{
+		a.Name, a.Spec.ToolRef.Name, string(a.Status.Phase), a.Status.ExternalRef, int64(a.Status.Attempts),
+		a.Archive.Cause, a.Archive.GuardsKey, completed,
+	}, Object: rowObject(includeObject, a, a.ObjectMeta)}
 }
 
 // rowObject is what a Table's row carries of its object, as the client's

@@ -71,7 +71,8 @@ func buildOpenAPI() ([]byte, error) {
 		"type": "object",
 		"description": "ArchivedToolAction is a finished ToolAction as the archive keeps it after it left etcd: its metadata " +
 			"(name = idempotency key, namespace = tenant), spec and status as they were when it was retired, and why and when it " +
-			"left. get returns the newest record of a key; list returns every record, in key order.",
+			"left. get returns the record of a key that answers it (else the newest), whole; list returns every record, in key order, " +
+			"without what archive.omitted names.",
 		"properties": map[string]any{
 			"apiVersion": action["apiVersion"],
 			"kind":       action["kind"],
@@ -89,6 +90,12 @@ func buildOpenAPI() ([]byte, error) {
 					"idempotencyClass": str("The tool's idempotency class when the record was retired."),
 					"fromTombstone":    map[string]any{"type": "boolean", "description": "True for a record moved from a Tombstone written before the archive: its spec holds only the tool."},
 					"chain":            link("The record's link in its namespace's hash chain (archivechains); absent for a record archived before the archive had chains."),
+					"namespaceUID": str("The uid of the namespace the record was archived from. A namespace deleted and created again under its name has another, " +
+						"and its own history: a namespace's reads show its own records only, a cluster-wide list every namespace's. Absent for a record archived before the archive kept it."),
+					"archivedAt": map[string]any{"type": "string", "format": "date-time", "description": "When the record was archived."},
+					"omitted": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "The fields a list's item leaves out, which a get of the record serves: " +
+						"spec.parameters and metadata.annotations.kubectl.kubernetes.io/last-applied-configuration (kubectl's copy of them), whatever their size, " +
+						"so that a list of large records stays small. Absent on a get."},
 				},
 			},
 		},

@@ -19,8 +19,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,20 +36,37 @@ import (
 )
 
 // MaxPage is the most records one list response holds; a list asking for
-// more, or for no limit, is answered in pages of MaxPage with a continue
-// token, as kubectl and client-go's pagers follow.
+// more is answered in pages of MaxPage with a continue token, as kubectl
+// and client-go's pagers follow.
 const MaxPage = 500
+
+// PageBytes bounds the JSON of a list response's items: a page ends before
+// the item that would pass it (it holds one at least), with a continue
+// token. A list without a limit is read from the database in such pages
+// and streamed whole.
+const PageBytes = 4 << 20
 
 // MaxUnpaged is the most records a list without a limit returns: a client
 // that asks for everything expects everything, so a longer list is refused
 // with a reason rather than cut short.
 const MaxUnpaged = 10000
 
+// A read (a get, a list, a verification) holds one record at a time,
+// decoded and encoded beside its row: recordHold of memory at most, for a
+// record that was at most etcd's 1.5 MiB object. readMemory bounds what
+// the reads being served hold together; a read that cannot have its share
+// within readWait is answered 429 with a Retry-After.
+const (
+	recordHold = 8 << 20
+	readMemory = 64 << 20
+	readWait   = 5 * time.Second
+)
+
 // Records is the archive as the API reads it.
 type Records interface {
-	Guarding(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
-	Newest(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
-	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error)
+	Read(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
+	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error
+	Count(ctx context.Context, namespace string, filter archive.Filter, atMost int) (int, error)
 	Verify(ctx context.Context, namespace string, copied *archive.Link) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
 }
@@ -61,12 +80,26 @@ type Handler struct {
 	log  logr.Logger
 	// verifying holds the one verification of a chain running.
 	verifying chan struct{}
+	// reads holds the memory the reads being served hold (readMemory).
+	reads *semaphore.Weighted
 }
 
 // NewHandler returns the API's handler: records read with the users
 // authn authenticates, authorized by SubjectAccessReviews asked with kube.
 func NewHandler(records Records, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
-	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1)}
+	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1), reads: semaphore.NewWeighted(readMemory)}
+}
+
+// holdRead takes a read's share of readMemory, waiting readWait at most,
+// or answers 429: reads beyond it would pile up in the manager's memory.
+func (h *Handler) holdRead(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	ctx, cancel := context.WithTimeout(r.Context(), readWait)
+	defer cancel()
+	if err := h.reads.Acquire(ctx, recordHold); err != nil {
+		writeStatus(w, apierrors.NewTooManyRequests("the archive API is serving as many reads as its memory allows; retry in a few seconds", 5))
+		return nil, false
+	}
+	return func() { h.reads.Release(recordHold) }, true
 }
 
 var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
@@ -132,6 +165,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
+	release, ok := h.holdRead(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	switch {
 	case resource == archivev1alpha1.ChainResource && name != "":
 		h.getChain(w, r, namespace, name)
@@ -207,11 +245,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 		writeStatus(w, apierrors.NewInternalError(err))
 		return
 	}
-	// The record the key check answers from, else the newest.
-	record, err := h.records.Guarding(r.Context(), ns, name)
-	if err == nil && record == nil {
-		record, err = h.records.Newest(r.Context(), ns, name)
-	}
+	record, err := h.records.Read(r.Context(), ns, name)
 	switch {
 	case err != nil:
 		writeStatus(w, h.unavailable(err))
@@ -254,45 +288,92 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			limit, unpaged = min(n, MaxPage), false
 		}
 	}
-	if unpaged {
-		limit = MaxUnpaged
-	}
 	from, err := decodeContinue(query.Get("continue"), namespace)
 	if err != nil {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
-	records, next, err := h.records.List(r.Context(), namespace, filter, from, limit)
-	switch {
-	case err != nil:
-		writeStatus(w, h.unavailable(err))
-		return
-	case unpaged && next != nil:
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", groupResource, MaxUnpaged)))
-		return
-	}
-	list := &archivev1alpha1.ArchivedToolActionList{
-		TypeMeta: metav1.TypeMeta{APIVersion: archivev1alpha1.GroupVersion.String(), Kind: "ArchivedToolActionList"},
-		Items:    make([]archivev1alpha1.ArchivedToolAction, 0, len(records)),
-	}
-	for i := range records {
-		object, err := Object(&records[i])
-		if err != nil {
+	ctx := r.Context()
+	// A namespace lists the records of its current life: one created again
+	// under the name starts a new history; a cluster-wide list shows all.
+	if namespace != "" {
+		ns, err := archive.CurrentNamespace(ctx, h.kube, namespace)
+		switch {
+		case apierrors.IsNotFound(err):
+			ns = archive.Namespace{Name: namespace, UID: "", Created: time.Now()}
+		case err != nil:
 			writeStatus(w, apierrors.NewInternalError(err))
 			return
 		}
-		list.Items = append(list.Items, *object)
+		filter.Of = &ns
 	}
-	if next != nil {
-		list.Continue = encodeContinue(*next)
+	out := &listWriter{w: w, table: wantsTable(r), includeObject: query.Get("includeObject")}
+	var next *archive.Position
+	if unpaged {
+		// Known before the first byte: past that, no status can be sent.
+		var counted int
+		counted, err = h.records.Count(ctx, namespace, filter, MaxUnpaged+1)
+		switch {
+		case err != nil:
+			writeStatus(w, h.unavailable(err))
+			return
+		case counted > MaxUnpaged:
+			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", groupResource, MaxUnpaged)))
+			return
+		}
+		for more := &from; more != nil && err == nil; {
+			more, err = h.page(ctx, out, namespace, filter, *more, MaxPage)
+		}
+	} else {
+		next, err = h.page(ctx, out, namespace, filter, from, limit)
 	}
-	if wantsTable(r) {
-		t := table(list.Items, query.Get("includeObject"))
-		t.Continue = list.Continue
-		writeJSON(w, t)
+	if err != nil {
+		if out.started {
+			// The items written so far must not read as the whole list.
+			h.log.Error(err, "The archive API cannot finish a list it began; the response is cut")
+			panic(http.ErrAbortHandler)
+		}
+		writeStatus(w, h.unavailable(err))
 		return
 	}
-	writeJSON(w, list)
+	var token string
+	if next != nil {
+		token = encodeContinue(*next)
+	}
+	out.finish(token)
+}
+
+// page writes the records after from, up to limit of them or PageBytes of
+// their JSON, to out as the database sends them; it returns where the next
+// page starts, nil at the end.
+func (h *Handler) page(ctx context.Context, out *listWriter, namespace string, filter archive.Filter, from archive.Position, limit int) (*archive.Position, error) {
+	var (
+		next, last *archive.Position
+		n, size    int
+		failed     error
+	)
+	err := h.records.List(ctx, namespace, filter, from, limit+1, func(record *archive.Record) bool {
+		if n == limit {
+			next = last
+			return false
+		}
+		item, err := out.encode(record)
+		if err != nil {
+			failed = err
+			return false
+		}
+		if n > 0 && size+len(item) > PageBytes {
+			next = last
+			return false
+		}
+		if failed = out.write(item); failed != nil {
+			return false
+		}
+		position := record.Position()
+		n, size, last = n+1, size+len(item), &position
+		return true
+	})
+	return next, errors.Join(err, failed)
 }
 
 // unavailable is the answer when the archive cannot be read: 503 with a

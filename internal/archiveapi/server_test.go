@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/http"
@@ -43,6 +44,11 @@ type records struct {
 	// filter is the last list's; copied the last verification's.
 	filter archive.Filter
 	copied *archive.Link
+	// block, when set, holds every list until it is closed: a slow reader.
+	block chan struct{}
+	// listsBeforeErr is how many lists answer before every list fails
+	// with err; 0 fails them all.
+	listsBeforeErr int
 }
 
 func (f *records) Verify(_ context.Context, namespace string, copied *archive.Link) (*archive.Verification, error) {
@@ -63,11 +69,11 @@ func (f *records) Namespaces(context.Context) ([]string, error) {
 	return namespaces, f.err
 }
 
-func (f *records) Guarding(_ context.Context, namespace archive.Namespace, key string) (*archive.Record, error) {
-	return f.find(namespace.Name, key, true)
-}
-
-func (f *records) Newest(_ context.Context, namespace archive.Namespace, key string) (*archive.Record, error) {
+// Read answers with the newest record that guards the key, else the newest.
+func (f *records) Read(_ context.Context, namespace archive.Namespace, key string) (*archive.Record, error) {
+	if r, err := f.find(namespace.Name, key, true); r != nil || err != nil {
+		return r, err
+	}
 	return f.find(namespace.Name, key, false)
 }
 
@@ -82,19 +88,40 @@ func (f *records) find(namespace, key string, guarding bool) (*archive.Record, e
 	return found, f.err
 }
 
-func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int) ([]archive.Record, *archive.Position, error) {
+func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error {
 	f.filter = filter
+	if f.block != nil {
+		<-f.block
+	}
+	if f.listsBeforeErr > 0 {
+		f.listsBeforeErr--
+	} else if f.err != nil {
+		return f.err
+	}
+	for _, r := range f.matching(namespace, from) {
+		if limit == 0 || !each(&r) {
+			break
+		}
+		limit--
+	}
+	return nil
+}
+
+func (f *records) Count(_ context.Context, namespace string, _ archive.Filter, atMost int) (int, error) {
+	if f.listsBeforeErr == 0 && f.err != nil {
+		return 0, f.err
+	}
+	return min(len(f.matching(namespace, archive.Position{})), atMost), nil
+}
+
+func (f *records) matching(namespace string, from archive.Position) []archive.Record {
 	var out []archive.Record
 	for _, r := range f.rows {
 		if (namespace == "" || r.Namespace == namespace) && (from.Key == "" || r.Key > from.Key) {
 			out = append(out, r)
 		}
 	}
-	if len(out) <= limit {
-		return out, nil, f.err
-	}
-	last := out[limit-1]
-	return out[:limit], &archive.Position{Namespace: last.Namespace, Key: last.Key, CompletionTime: last.CompletionTime, UID: last.UID}, f.err
+	return out
 }
 
 func row(key string, attempts int32, completed time.Time) archive.Record {
@@ -385,8 +412,67 @@ func TestAListSelectsByFieldsAndRanges(t *testing.T) {
 	if !f.filter.CompletedFrom.Equal(want.CompletedFrom) || !f.filter.CompletedUntil.Equal(want.CompletedUntil) {
 		t.Errorf("range %v–%v, want %v–%v", f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil)
 	}
+	// The namespace's current life, whose records alone its list shows.
+	if of := f.filter.Of; of == nil || of.Name != "shop" || of.UID != "shop-uid" {
+		t.Errorf("listed records of %+v, want those of namespace shop, uid shop-uid", of)
+	}
 	f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	f.filter.Of = nil
 	if f.filter != want {
 		t.Errorf("filter %+v, want %+v", f.filter, want)
+	}
+}
+
+// Reads beyond what the manager's memory is set aside for wait a few
+// seconds, then are asked to come back (429, Retry-After), rather than
+// piling up in memory: every replica would be killed in turn.
+func TestReadsBeyondTheirMemoryAreAskedToRetry(t *testing.T) {
+	p := newProxy(t)
+	f := &records{rows: []archive.Record{row("order-1", 1, time.Now())}, block: make(chan struct{})}
+	h := handler(t, p, f, allowAll)
+	const readers = 64
+	answers := make(chan *httptest.ResponseRecorder, readers)
+	for range readers {
+		go func() {
+			rec, _ := get(h, &p, "alice", shop)
+			answers <- rec
+		}()
+	}
+	select {
+	case rec := <-answers:
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("a list while %d others read: %d (Retry-After %q), want 429 with a Retry-After", readers-1, rec.Code, rec.Header().Get("Retry-After"))
+		}
+	case <-time.After(15 * time.Second):
+		t.Errorf("%d lists at once all held for 15s: nothing bounds the reads", readers)
+	}
+	close(f.block)
+	for range readers - 1 {
+		<-answers
+	}
+}
+
+// A list that fails before its first item is answered with a Status; one
+// that fails once streaming is cut, so that its items never read as the
+// whole list.
+func TestAListThatFailsIsNeverTakenForWhole(t *testing.T) {
+	p := newProxy(t)
+	f := &records{err: fmt.Errorf("%w: the server closed the connection", archive.ErrUnavailable)}
+	for i := range MaxPage + 100 {
+		f.rows = append(f.rows, row(fmt.Sprintf("order-%06d", i), 1, time.Now()))
+	}
+	h := handler(t, p, f, allowAll)
+	if rec, _ := get(h, &p, "alice", shop+"?limit=10"); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("a page whose query fails: %d, want 503", rec.Code)
+	}
+	f.listsBeforeErr = 1
+	aborted := func() (aborted any) {
+		defer func() { aborted = recover() }()
+		rec, _ := get(h, &p, "alice", shop)
+		t.Logf("answered %d with %d bytes", rec.Code, rec.Body.Len())
+		return nil
+	}()
+	if err, _ := aborted.(error); !errors.Is(err, http.ErrAbortHandler) {
+		t.Errorf("a list without a limit whose second page fails: not cut (%v)", aborted)
 	}
 }

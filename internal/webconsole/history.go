@@ -1,6 +1,7 @@
 package webconsole
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -32,8 +33,17 @@ type historyRow struct {
 	Completed string
 }
 
-// historyLimit is the most records the page lists: the newest.
+// historyLimit is the most records the page lists: the newest. A search
+// holds about twice as many, and one page of the API's answers.
 const historyLimit = 500
+
+// maxSearches bounds the history searches the console runs at once, each
+// holding what historyLimit says; a search that cannot start within
+// searchWait is answered 429.
+const (
+	maxSearches = 4
+	searchWait  = 5 * time.Second
+)
 
 // historyPage searches the history in etcd and the archive as the user,
 // and, asked, verifies the archive's chain of the namespace.
@@ -68,6 +78,15 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 		s.render(w, http.StatusBadRequest, "history", s.pageData(r, u, "History", page))
 		return
 	}
+	waiting, cancel := context.WithTimeout(r.Context(), searchWait)
+	defer cancel()
+	if err := s.searches.Acquire(waiting, 1); err != nil {
+		w.Header().Set("Retry-After", "5")
+		page.Error = "Too many searches of the history are running; retry in a few seconds."
+		s.render(w, http.StatusTooManyRequests, "history", s.pageData(r, u, "History", page))
+		return
+	}
+	defer s.searches.Release(1)
 	records, matched, archived, err := u.ledger.History(r.Context(), listScope(page.Namespace), filter, historyLimit)
 	if err != nil {
 		status, page.Error = apiStatus(err), err.Error()

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/semaphore"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -76,6 +77,8 @@ type Server struct {
 	csrf     csrf
 	pages    map[string]*template.Template
 	handler  http.Handler
+	// searches holds the history searches running (maxSearches).
+	searches *semaphore.Weighted
 }
 
 // New returns a console over opts. In the local mode it asks the API server
@@ -108,7 +111,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{
 		opts: opts, kube: kube, pages: pages,
 		users: identity.NewCache[*user](maxUsers), reviewer: identity.NewReviewer(kube, opts.Audience, opts.Now),
-		csrf: csrf{key: opts.CSRFKey, now: opts.Now},
+		csrf: csrf{key: opts.CSRFKey, now: opts.Now}, searches: semaphore.NewWeighted(maxSearches),
 	}
 	if opts.Audience == "" {
 		info, err := identity.Self(ctx, kube)

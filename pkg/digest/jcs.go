@@ -136,37 +136,52 @@ func compareUTF16(a, b string) int {
 	return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
 }
 
+// StringWriter is where WriteString writes: a bytes.Buffer or a
+// bufio.Writer in front of a hash.
+type StringWriter interface {
+	WriteByte(c byte) error
+	WriteString(s string) (int, error)
+	WriteRune(r rune) (int, error)
+}
+
+// WriteString writes s as a string of RFC 8785 canonical JSON, as
+// Canonicalize spells it, without copying it first: so that a large
+// document is hashed as it is written.
+func WriteString(w StringWriter, s string) { writeString(w, s) }
+
 // writeString escapes only '"', '\\' and control characters (RFC 8785 §3.2.2.2).
-func writeString(buf *bytes.Buffer, s string) {
+// Its writes' errors are left to the writer: a bytes.Buffer never fails,
+// and a bufio.Writer keeps its first error for Flush.
+func writeString(buf StringWriter, s string) {
 	const hex = "0123456789abcdef"
-	buf.WriteByte('"')
+	_ = buf.WriteByte('"')
 	for _, r := range s {
 		switch r {
 		case '"':
-			buf.WriteString(`\"`)
+			_, _ = buf.WriteString(`\"`)
 		case '\\':
-			buf.WriteString(`\\`)
+			_, _ = buf.WriteString(`\\`)
 		case '\b':
-			buf.WriteString(`\b`)
+			_, _ = buf.WriteString(`\b`)
 		case '\f':
-			buf.WriteString(`\f`)
+			_, _ = buf.WriteString(`\f`)
 		case '\n':
-			buf.WriteString(`\n`)
+			_, _ = buf.WriteString(`\n`)
 		case '\r':
-			buf.WriteString(`\r`)
+			_, _ = buf.WriteString(`\r`)
 		case '\t':
-			buf.WriteString(`\t`)
+			_, _ = buf.WriteString(`\t`)
 		default:
 			if r < 0x20 {
-				buf.WriteString(`\u00`)
-				buf.WriteByte(hex[r>>4])
-				buf.WriteByte(hex[r&0xf])
+				_, _ = buf.WriteString(`\u00`)
+				_ = buf.WriteByte(hex[r>>4])
+				_ = buf.WriteByte(hex[r&0xf])
 			} else {
-				buf.WriteRune(r)
+				_, _ = buf.WriteRune(r)
 			}
 		}
 	}
-	buf.WriteByte('"')
+	_ = buf.WriteByte('"')
 }
 
 // formatNumber spells a number as ECMAScript's Number.prototype.toString does

@@ -104,6 +104,7 @@ func allScenarios() []scenario {
 			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
 		{"archive-rollback", "archive: the ledger run without its archive (a rollback), then a rolling pair where one manager lacks it: archived keys applied again with fresh ones",
 			archiveRollback},
+		{"archive-read-memory", "archive: 50 records of 1 MiB read by kubectl (paged and whole) and the console's History page, through the archive API", archiveReadMemory},
 	}
 }
 
@@ -237,7 +238,7 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   unacknowledged, and a replacement starts with the receiver answering again. Every event the
   trial's actions owe (one per outcome) must then arrive and be recorded as delivered within a
   minute, and no event that no action owes; repeats are counted.
-* **the archive** — the last four rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
+* **the archive** — the last five rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
   keys in Tombstones, are stopped) on a database of their own in a PostgreSQL server the suite starts from
   Debian's binaries on 127.0.0.1; ` + "`--archive-record-retention=24h`" + `, so that the records of earlier scenarios
   stay where they are, while the trials' Tools set ` + "`recordRetention: 1s`" + ` where records must leave etcd. A
@@ -274,6 +275,12 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
     split the keys, the one with the archive settles its share and the other keeps its own waiting; then the
     one without stops. Every archived key must be answered by its archived row with one downstream request
     in all, and every fresh key executed once.
+  * **reads of a large history** — no trials: one tenant's archive holds 50 records of a 1 MiB string
+    parameter (and kubectl's last-applied copy of it), kept as the manager keeps a finished action; one
+    manager serves the archive API, and the web console runs in its local mode. kubectl lists the records
+    three times in pages and three times whole (` + "`--chunk-size=0`" + `) while the chain is verified, all at
+    once, then the console's History page is opened three times at once: every list shows the 50 records, the
+    peak resident memory of the manager and of the console grows by 64 MiB at most, and the manager still runs.
 `
 
 // keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past

@@ -12,15 +12,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +35,8 @@ import (
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
+	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archiveapi"
 	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/webconsole"
@@ -58,6 +66,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		}
 	)
 	Expect(archivev1alpha1.AddToScheme(scheme)).To(Succeed())
+	asAdmin := func() client.Client { return readerScope(env.Config) }
 
 	kubectl := func(args ...string) (string, string, error) {
 		GinkgoHelper()
@@ -278,6 +287,9 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		Expect(stdout).To(ContainSubstring("GROUP:      archive.toolledger.dev"))
 		Expect(stdout).To(MatchRegexp(`FIELDS:\n\s+kind\s`))
+		stdout, stderr, err = kubectl("explain", "archivedtoolactions.archive.omitted")
+		Expect(err).NotTo(HaveOccurred(), stderr)
+		Expect(stdout).To(ContainSubstring("The fields a list's item leaves out"))
 		stdout, stderr, err = kubectl("explain", "archivechains.status.head")
 		Expect(err).NotTo(HaveOccurred(), stderr)
 		Expect(stdout).To(ContainSubstring("The newest link: copy it"))
@@ -465,4 +477,136 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(broken).To(HaveKeyWithValue(other, "record 1 is missing: deleted, not pruned"))
 		Expect(broken).To(HaveKeyWithValue(ns, "its columns no longer hash to its link: it was changed after it was archived"))
 	})
+	It("lists records without their parameters, in pages bounded by bytes, and serves a record whole on get", func() {
+		bulky := env.NewTenant()
+		store, err := archive.Open(ctx, dsn)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(store.Close)
+		By("twelve records of a 1 MiB document leave etcd: six sent it as a parameter, six got it back as their result")
+		for i := range 12 {
+			a, err := testenv.BulkyAction(bulky, fmt.Sprintf("upload-%02d", i), 1<<20, time.Now().Add(-time.Hour))
+			Expect(err).NotTo(HaveOccurred())
+			if i%2 == 1 {
+				a.Name, a.UID = fmt.Sprintf("report-%02d", i), types.UID(fmt.Sprintf("%s-report-%02d", bulky, i))
+				a.Status.Result = &apiextensionsv1.JSON{Raw: a.Spec.Parameters["document"].Raw}
+				a.Spec.Parameters = map[string]apiextensionsv1.JSON{"folder": a.Spec.Parameters["folder"]}
+				delete(a.Annotations, corev1.LastAppliedConfigAnnotation)
+			}
+			r, err := archive.NewRecord(a, namespaceUID(bulky), nil, v1alpha1.TombstoneCauseRecordRetention, "", time.Now())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(store.Keep(ctx, r)).To(Succeed())
+		}
+
+		By("a list in pages, as kubectl asks for them, returns each record once, in pages of a few MiB")
+		raw, err := kubernetes.NewForConfig(env.Config)
+		Expect(err).NotTo(HaveOccurred())
+		path := "/apis/archive.toolledger.dev/v1alpha1/namespaces/" + bulky + "/archivedtoolactions"
+		seen := map[string]archivev1alpha1.ArchivedToolAction{}
+		pages := 0
+		for cont := ""; pages == 0 || cont != ""; pages++ {
+			req := raw.Discovery().RESTClient().Get().AbsPath(path).Param("limit", "500")
+			if cont != "" {
+				req = req.Param("continue", cont)
+			}
+			body, err := req.DoRaw(ctx)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(len(body)).To(BeNumerically("<=", archiveapi.PageBytes+4<<10), "page %d: a page of %d bytes", pages+1, len(body))
+			var page archivev1alpha1.ArchivedToolActionList
+			Expect(json.Unmarshal(body, &page)).To(Succeed())
+			for _, item := range page.Items {
+				Expect(seen).NotTo(HaveKey(item.Name))
+				seen[item.Name] = item
+			}
+			cont = page.Continue
+		}
+		Expect(seen).To(HaveLen(12))
+		Expect(pages).To(BeNumerically(">", 1))
+
+		By("a list's items leave the parameters and kubectl's copy of them out; a get serves them")
+		listed := seen["upload-04"]
+		Expect(listed.Spec.Parameters).To(BeEmpty())
+		Expect(listed.Annotations).NotTo(HaveKey(corev1.LastAppliedConfigAnnotation))
+		Expect(listed.Annotations).To(HaveKeyWithValue(v1alpha1.RequestedByAnnotation, "agent-upload-04"))
+		Expect(listed.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
+		Expect(listed.Archive.Omitted).To(Equal([]string{archive.OmittedParameters, archive.OmittedLastApplied}))
+		Expect(seen["report-05"].Archive.Omitted).To(Equal([]string{archive.OmittedParameters}), "a record whose parameters were small")
+		var got archivev1alpha1.ArchivedToolAction
+		Expect(asAdmin().Get(ctx, client.ObjectKey{Namespace: bulky, Name: "upload-04"}, &got)).To(Succeed())
+		Expect(got.Spec.Parameters["document"].Raw).To(HaveLen(1<<20 + 2))
+		Expect(got.Annotations).To(HaveKey(corev1.LastAppliedConfigAnnotation))
+		Expect(got.Archive.Omitted).To(BeEmpty())
+
+		By("kubectl lists them all, in pages and without")
+		for _, chunk := range []string{"500", "0"} {
+			stdout, stderr, err := kubectl("-n", bulky, "get", "archivedtoolactions", "--chunk-size="+chunk, "--no-headers")
+			Expect(err).NotTo(HaveOccurred(), stderr)
+			Expect(strings.Count(stdout, "\n")).To(Equal(12), stdout)
+		}
+	})
+	It("runs a bounded number of history searches at once, and asks the others to come back", func() {
+		By("the API server answers the console's lists of ToolActions only once released: slow searches")
+		released := make(chan struct{})
+		var once sync.Once
+		release := func() { once.Do(func() { close(released) }) }
+		slow := rest.CopyConfig(env.Config)
+		slow.Impersonate = rest.ImpersonationConfig{UserName: reader}
+		slow.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+			return roundTripper(func(req *http.Request) (*http.Response, error) {
+				if strings.HasSuffix(req.URL.Path, "/toolactions") {
+					select {
+					case <-released:
+					case <-req.Context().Done():
+						return nil, req.Context().Err()
+					}
+				}
+				return next.RoundTrip(req)
+			})
+		}
+		console, err := webconsole.New(ctx, webconsole.Options{Config: slow, Namespace: ns, Logger: logf.Log.WithName("slow-console")})
+		Expect(err).NotTo(HaveOccurred())
+		server := httptest.NewServer(console)
+		DeferCleanup(server.Close)
+		// Before the server closes, which waits for the searches.
+		DeferCleanup(release)
+		const searches = 16
+		answers := make(chan int, searches)
+		for range searches {
+			go func() {
+				defer GinkgoRecover()
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+"/history?namespace="+ns, nil)
+				Expect(err).NotTo(HaveOccurred())
+				resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+				Expect(err).NotTo(HaveOccurred())
+				_ = resp.Body.Close()
+				answers <- resp.StatusCode
+			}()
+		}
+		select {
+		case code := <-answers:
+			Expect(code).To(Equal(http.StatusTooManyRequests))
+		case <-time.After(15 * time.Second):
+			Fail(fmt.Sprintf("%d searches at once all ran for 15s: nothing bounds them", searches))
+		}
+		release()
+		codes := map[int]int{http.StatusTooManyRequests: 1}
+		for range searches - 1 {
+			codes[<-answers]++
+		}
+		Expect(codes[http.StatusOK]).To(BeNumerically(">", 0), "%v", codes)
+		Expect(codes[http.StatusOK]+codes[http.StatusTooManyRequests]).To(Equal(searches), "%v", codes)
+	})
 })
+
+// roundTripper is a function as an http.RoundTripper.
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// namespaceUID is the uid of namespace, which binds the records archived
+// from it.
+func namespaceUID(namespace string) types.UID {
+	GinkgoHelper()
+	var ns corev1.Namespace
+	Expect(k8s.Get(context.Background(), client.ObjectKey{Name: namespace}, &ns)).To(Succeed())
+	return ns.UID
+}

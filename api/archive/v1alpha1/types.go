@@ -48,6 +48,19 @@ type ArchiveInfo struct {
 	// Chain is the record's link in its namespace's hash chain; absent for
 	// a record archived before the archive had chains.
 	Chain *ChainLink `json:"chain,omitempty"`
+	// NamespaceUID is the uid of the namespace the record was archived
+	// from. A namespace deleted and created again under its name has
+	// another, and its own history: a namespace's reads show its own
+	// records only, a cluster-wide list every namespace's. Absent for a
+	// record archived before the archive kept it.
+	NamespaceUID string `json:"namespaceUID,omitempty"`
+	// ArchivedAt is when the record was archived.
+	ArchivedAt metav1.Time `json:"archivedAt"`
+	// Omitted names the fields a list's item leaves out, which a get of the
+	// record serves: spec.parameters, and
+	// metadata.annotations.kubectl.kubernetes.io/last-applied-configuration
+	// (kubectl's copy of them), whatever their size. Absent on a get.
+	Omitted []string `json:"omitted,omitempty"`
 }
 
 // ChainLink is a place in a namespace's hash chain: a sequence number, from
