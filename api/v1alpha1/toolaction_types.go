@@ -478,12 +478,12 @@ type Notification struct {
 type DeadLetterReason string
 
 const (
-	// DeadLetterMalformed: no HTTP request can carry the event (such as a
-	// value no header may hold), so no sink can be sent it; it is given up
-	// at once, for every sink, and no sink is contacted.
+	// DeadLetterMalformed means no HTTP request can carry the event (such
+	// as a value no header may hold), so no sink can be sent it; it is
+	// given up at once, for every sink, and no sink is contacted.
 	DeadLetterMalformed DeadLetterReason = "Malformed"
-	// DeadLetterRefused: the sink answered every try with a refusal of
-	// this event alone (400, 413, 415, 422 or 431), while it works.
+	// DeadLetterRefused means the sink answered every try with a refusal
+	// of this event alone (400, 413, 415, 422 or 431), while it works.
 	DeadLetterRefused DeadLetterReason = "Refused"
 )
 
