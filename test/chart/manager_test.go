@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -133,4 +134,45 @@ func TestArchiveValues(t *testing.T) {
 		}
 	}
 	t.Errorf("the manager's NetworkPolicy allows no egress to the archive's peers on 5432: %+v", np.Spec.Egress)
+}
+
+// TestArchiveMigrationJob: with archive.migration, a Job migrates the
+// schema as its owner (its own Secret) before each install and upgrade and
+// grants the managers' role, and runs with no Kubernetes credentials;
+// without it, none; a migration that names no role to grant is refused.
+func TestArchiveMigrationJob(t *testing.T) {
+	const jobName = chartPrefix + "archive-migration"
+	archive := []string{"--set", "archive.dsnSecret.name=ledger-archive"}
+	if job := find(decodeObjects(t, helmTemplate(t, archive...)), "Job", jobName); job != nil {
+		t.Errorf("without archive.migration the chart renders %s", job.GetName())
+	}
+	migration := append(archive, "--set", "archive.migration.dsnSecret.name=ledger-archive-owner")
+	if _, err := helmTemplateErr(t, migration...); err == nil || !strings.Contains(err.Error(), "archive.migration.grantTo must name the managers' database role") {
+		t.Errorf("a migration without grantTo: %v, want the chart to refuse", err)
+	}
+	u := find(decodeObjects(t, helmTemplate(t, append(migration, "--set", "archive.migration.grantTo=toolledger_manager")...)), "Job", jobName)
+	if u == nil {
+		t.Fatalf("with archive.migration the chart renders no Job %s", jobName)
+	}
+	var job batchv1.Job
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &job); err != nil {
+		t.Fatal(err)
+	}
+	if hook := job.Annotations["helm.sh/hook"]; hook != "pre-install,pre-upgrade" {
+		t.Errorf("helm.sh/hook = %q, want pre-install,pre-upgrade", hook)
+	}
+	spec := job.Spec.Template.Spec
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the migration Job mounts a ServiceAccount token; it needs no Kubernetes access")
+	}
+	c := spec.Containers[0]
+	if strings.Join(c.Args, " ") != "migrate-archive --grant-to=toolledger_manager" {
+		t.Errorf("args %q, want migrate-archive --grant-to=toolledger_manager", c.Args)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "TOOLLEDGER_ARCHIVE_DSN" || c.Env[0].ValueFrom.SecretKeyRef.Name != "ledger-archive-owner" {
+		t.Errorf("env %+v, want TOOLLEDGER_ARCHIVE_DSN from the owner's Secret ledger-archive-owner", c.Env)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.AllowPrivilegeEscalation == nil || *c.SecurityContext.AllowPrivilegeEscalation {
+		t.Errorf("the migration's security context %+v is not the manager's", c.SecurityContext)
+	}
 }
