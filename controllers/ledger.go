@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/notify"
 )
 
@@ -75,6 +76,9 @@ type Ledger struct {
 	notifier *Notifier
 	// trustCallerTrace has the events carry the caller's trace context.
 	trustCallerTrace bool
+	// chains has the archived chains' checkpoints the events carry; nil
+	// without an archive.
+	chains *chainstate.Store
 }
 
 // Decisions is what the controllers of people's decisions about an action
@@ -95,7 +99,7 @@ type Decisions struct {
 func (r *ToolActionReconciler) Ledger() *Ledger {
 	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, routine: r.RoutineEvents,
 		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit, notifier: r.Notifier,
-		trustCallerTrace: r.TrustCallerTraceContext}
+		trustCallerTrace: r.TrustCallerTraceContext, chains: r.Chains}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -144,7 +148,7 @@ func lostRace(ctx context.Context, action string) ctrl.Result {
 // itself is returned. Otherwise it returns the action as recorded, or nil
 // when the record moved on without it. tool may be nil.
 func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, error) {
-	next := l.applied(current, t)
+	next := l.applied(ctx, current, t)
 	if statusEqual(current, next) {
 		return current, nil
 	}
@@ -169,11 +173,33 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 // applied is base with the transition applied, and the event it owes the
 // notification sinks recorded with it (in the same write, so that nothing
 // is lost between the transition and the event's delivery).
-func (l *Ledger) applied(base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
+func (l *Ledger) applied(ctx context.Context, base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
 	next := base.DeepCopy()
 	t.apply(next)
-	notify.Owe(base.Status.Phase, next, l.notifier.sinkNames(), l.clock.Now(), l.eventTraceparent(next))
+	sinks := l.notifier.sinkNames()
+	chainHead := ""
+	if len(sinks) > 0 {
+		chainHead = l.chainHead(ctx, next.Namespace)
+	}
+	notify.Owe(base.Status.Phase, next, sinks, l.clock.Now(), l.eventTraceparent(next), chainHead)
 	return next
+}
+
+// chainHead is the newest checkpoint of namespace's archived chain,
+// SEQUENCE:HASH, which its events carry; "" without an archive or one.
+func (l *Ledger) chainHead(ctx context.Context, namespace string) string {
+	if l.chains == nil {
+		return ""
+	}
+	state, err := l.chains.Read(ctx, namespace)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "The event goes without the chain's checkpoint")
+		return ""
+	}
+	if c := state.Latest(); c != nil {
+		return fmt.Sprintf("%d:%s", c.Sequence, c.Hash)
+	}
+	return ""
 }
 
 // eventTraceparent is the trace context the events of action carry: the
@@ -215,7 +241,7 @@ func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, 
 			next = nil
 			return nil
 		}
-		next = l.applied(&latest, t)
+		next = l.applied(ctx, &latest, t)
 		return err
 	})
 	if err != nil {

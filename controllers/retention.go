@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
 // retirement is what the retention rules make of a finished record.
@@ -217,7 +218,7 @@ func (s *RetentionSweep) sweep(ctx context.Context) error {
 		errs = append(errs, s.pruneArchive(ctx, targets))
 	}
 	if r.Archive != nil {
-		errs = append(errs, s.archiveTombstones(ctx))
+		errs = append(errs, s.checkpointChains(ctx), s.archiveTombstones(ctx))
 	}
 	for _, target := range targets {
 		if earliestRetention(target.spec) != nil {
@@ -425,4 +426,35 @@ func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget
 		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
 	}
 	return err
+}
+
+// checkpointChains has the cluster keep the head of each archived chain
+// whose namespace this replica owns, when it moved since the last
+// checkpoint and that one is ArchiveCheckpointEvery old: a rewrite of the
+// database, heads included, then shows against it (docs/audit.md).
+func (s *RetentionSweep) checkpointChains(ctx context.Context) error {
+	r := s.Reconciler
+	heads, err := r.Archive.Heads(ctx)
+	if err != nil {
+		return err
+	}
+	now := r.Clock.Now()
+	var errs []error
+	for namespace, head := range heads {
+		if !r.Shards.Owns(types.NamespacedName{Name: namespace}) {
+			continue
+		}
+		current, err := r.Chains.Read(ctx, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !chainstate.Checkpoint(current, head, now, r.ArchiveCheckpointEvery) {
+			continue
+		}
+		errs = append(errs, r.Chains.Update(ctx, namespace, func(state *chainstate.State) bool {
+			return chainstate.Checkpoint(state, head, now, r.ArchiveCheckpointEvery)
+		}))
+	}
+	return errors.Join(errs...)
 }

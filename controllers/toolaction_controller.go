@@ -21,6 +21,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/shard"
@@ -96,6 +97,11 @@ type ToolActionReconciler struct {
 	// Binding says whether the ledger's archive binding lets this manager
 	// check a new key, and keep records in its archive.
 	Binding *archivebinding.Guard
+	// Chains keeps the archive's chains' checkpoints, which the retention
+	// sweep takes every ArchiveCheckpointEvery and the events carry; nil
+	// without an archive.
+	Chains                 *chainstate.Store
+	ArchiveCheckpointEvery time.Duration
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

@@ -449,6 +449,16 @@ type Notification struct {
 	// +kubebuilder:validation:MaxLength=256
 	Traceparent string `json:"traceparent,omitempty"`
 
+	// chainHead is, with an archive, the newest checkpoint of the
+	// namespace's archived hash chain at the transition, SEQUENCE:HASH, as
+	// the cluster keeps it, sent as the event's toolledgerchainhead
+	// extension: a consumer that keeps them holds copies of the chain's
+	// heads outside the cluster and the archive's database, which kubectl
+	// toolledger verify --head checks.
+	// +optional
+	// +kubebuilder:validation:MaxLength=96
+	ChainHead string `json:"chainHead,omitempty"`
+
 	// pending lists the sinks that have not acknowledged the event yet
 	// and that it was not given up for (deadLetters).
 	// +optional

@@ -215,7 +215,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	if n, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour)}}); err != nil || n != 1 {
 		t.Fatalf("Prune as the least-privileged role: %d, %v; want 1", n, err)
 	}
-	if v, err := s.Verify(ctx, "shop", nil); err != nil || v.Broken != nil || v.Pruned != 1 {
+	if v, err := s.Verify(ctx, "shop", archive.VerifyFrom{}); err != nil || v.Broken != nil || v.Pruned != 1 {
 		t.Fatalf("Verify as the least-privileged role: %+v, %v", v, err)
 	}
 	if logged := query[string](t, dsn, `SELECT pruned_by || ' ' || tool_kind || ' ' || namespace || '/' || tool_name || ' ' || records FROM toolledger_prune_log`); logged != "ledger_writer Tool shop/charge 1" {

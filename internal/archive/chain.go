@@ -125,17 +125,29 @@ func linkHash(sequence int64, previous string, r *Record, actionText string) (st
 // Verification is what Verify found in one namespace's chain.
 type Verification struct {
 	Namespace string `json:"namespace"`
-	// Head is the newest link: the one to copy, and to compare later.
+	// Head is the newest link the verification reached: the chain's head
+	// once Complete, the one to copy and compare later.
 	Head Link `json:"head"`
-	// Records counts the chained records checked, Pruned those that
-	// pruning removed, whose links the chain keeps.
+	// Complete is whether the verification reached the chain's head; an
+	// incomplete one stopped at its budget, and goes on from Head.
+	Complete bool `json:"complete"`
+	// Length is the sequence of the chain's head, as kept apart from the
+	// records: how far a complete verification goes.
+	Length int64 `json:"length"`
+	// Records counts the chained records up to Head, Pruned those of them
+	// that pruning removed, whose links the chain keeps; Checked those this
+	// verification read and hashed again.
 	Records int64 `json:"records"`
 	Pruned  int64 `json:"pruned"`
+	Checked int64 `json:"checked"`
 	// Unchained counts the records archived before the archive had chains:
 	// nothing proves them unaltered.
 	Unchained int64 `json:"unchained"`
+	// Anchors counts the links kept outside the database (the cluster's
+	// checkpoints) that the chain was found to hold.
+	Anchors int `json:"anchors"`
 	// Broken is the first place where the chain does not hold; nil when it
-	// holds throughout.
+	// holds as far as the verification went.
 	Broken *Break `json:"broken,omitempty"`
 	// Copied is what became of a head copied earlier, when one was given
 	// and the chain holds up to it.
@@ -167,22 +179,59 @@ type Break struct {
 	Problem string `json:"problem"`
 }
 
+// Anchor is a link kept outside the database, by the cluster: the chain
+// must hold its hash at its sequence, or it was rewritten up to there.
+type Anchor struct {
+	Link
+	// Taken is when it was taken from the chain.
+	Taken time.Time
+}
+
+// VerifyFrom says where a verification starts, how long it may read, and
+// what it checks besides the chain itself.
+type VerifyFrom struct {
+	// After is a link an earlier verification reached, which the cluster
+	// keeps: this one goes on after it, trusting what came before, and
+	// checks only that the chain still holds the anchors there. The zero
+	// Link starts at the first record.
+	After Link
+	// Anchors are the cluster's checkpoints of the chain.
+	Anchors []Anchor
+	// Copied is a head copied earlier, which the chain must still hold.
+	Copied *Link
+	// Budget bounds the time spent reading records; the verification
+	// stops, incomplete, when it passes. Zero reads to the head.
+	Budget time.Duration
+}
+
 // verifyPage bounds the records one query of Verify reads.
 const verifyPage = 500
 
-// Verify recomputes the chain of namespace from its first record and
-// returns where it first breaks, if it does: a record whose columns no
-// longer hash to its link (changed), a sequence number with neither a
-// record nor a pruned link (deleted), or a record that does not follow the
-// hash before it (reordered or rechained). A chain that holds was not
-// altered after its records were archived, up to its head; the newest
-// records' deletion shows against the head kept apart from them, and their
-// deletion with that head's rewriting only against a head copied before.
-//
-// copied, when set, is a head copied earlier: the chain must hold the same
-// hash at its sequence, else it was rewritten up to there.
-func (s *Store) Verify(ctx context.Context, namespace string, copied *Link) (*Verification, error) {
-	v, err := s.verify(ctx, namespace, copied)
+// Verify recomputes the chain of namespace from its first record, or from
+// a link an earlier verification reached, and returns where it first
+// breaks, if it does: a record whose columns no longer hash to its link
+// (changed), a sequence number with neither a record nor a pruned link
+// (deleted), a record that does not follow the hash before it (reordered
+// or rechained), or a link that is not the one the cluster or an auditor
+// kept (rewritten up to there). A chain that holds was not altered after
+// its records were archived, up to its head; the newest records' deletion
+// shows against the head kept apart from them, and their deletion with
+// that head's rewriting only against a head kept outside the database.
+func (s *Store) Verify(ctx context.Context, namespace string, from VerifyFrom) (*Verification, error) {
+	var v *Verification
+	// One snapshot: an append or a prune commits its records with their
+	// head or links, so that a chain being written verifies as it stood.
+	err := pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		vr := &verifier{tx: tx, from: from, v: &Verification{Namespace: namespace}}
+		if from.Budget > 0 {
+			vr.deadline = time.Now().Add(from.Budget)
+		}
+		var err error
+		if v, err = vr.run(ctx); v != nil {
+			v.Records = v.Head.Sequence - v.Pruned
+		}
+		return err
+	})
 	observe("verify", err)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot verify the chain of namespace %s: %w", ErrUnavailable, namespace, err)
@@ -190,89 +239,56 @@ func (s *Store) Verify(ctx context.Context, namespace string, copied *Link) (*Ve
 	return v, nil
 }
 
-func (s *Store) verify(ctx context.Context, namespace string, copied *Link) (*Verification, error) {
-	var v *Verification
-	// One snapshot: an append or a prune commits its records with their
-	// head or links, so that a chain being written verifies as it stood.
-	err := pgx.BeginTxFunc(ctx, s.reads, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var err error
-		v, err = verifyIn(ctx, tx, namespace, copied)
-		return err
-	})
-	return v, err
+// verifier is one verification, in one snapshot.
+type verifier struct {
+	tx       pgx.Tx
+	from     VerifyFrom
+	deadline time.Time
+	v        *Verification
+	// runs are the pruned runs not yet gone through.
+	runs []prunedRun
 }
 
-func verifyIn(ctx context.Context, tx pgx.Tx, namespace string, copied *Link) (*Verification, error) {
-	v := &Verification{Namespace: namespace}
-	// compare checks the copied head against the link at its sequence.
-	compare := func(at Link) *Break {
-		if copied == nil || at.Sequence != copied.Sequence {
-			return nil
-		}
-		if at.Hash != copied.Hash {
-			return &Break{Sequence: at.Sequence, Problem: "its hash is not the copied head's: the chain was rewritten up to here"}
-		}
-		v.Copied = &CopiedHead{Link: *copied, Result: CopiedMatches}
-		return nil
-	}
-	recorded, started, err := recordedHead(ctx, tx, namespace)
+func (vr *verifier) run(ctx context.Context) (*Verification, error) {
+	v, ns := vr.v, vr.v.Namespace
+	recorded, started, err := recordedHead(ctx, vr.tx, ns)
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM toolledger_records
-WHERE namespace = $1 AND chain_seq IS NULL AND ($2::timestamptz IS NULL OR archived_at < $2)`, namespace, started).Scan(&v.Unchained); err != nil {
+	v.Length = recorded.Sequence
+	if err := vr.tx.QueryRow(ctx, `SELECT count(*) FROM toolledger_records
+WHERE namespace = $1 AND chain_seq IS NULL AND ($2::timestamptz IS NULL OR archived_at < $2)`, ns, started).Scan(&v.Unchained); err != nil {
 		return nil, err
 	}
-	runs, err := prunedRuns(ctx, tx, namespace)
-	if err != nil {
+	if vr.runs, err = prunedRuns(ctx, vr.tx, ns); err != nil {
 		return nil, err
 	}
-	// throughPruned moves the head over the pruned runs before sequence
-	// upTo, each of which must follow it.
-	throughPruned := func(upTo int64) *Break {
-		for len(runs) > 0 && runs[0].first < upTo {
-			run := runs[0]
-			switch want := v.Head.Sequence + 1; {
-			case run.first < want:
-				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d overlap records still in the chain", run.first, run.last)}
-			case run.first > want:
-				return &Break{Sequence: want, Problem: missing(want, run.first-1)}
-			case run.firstPrev != v.Head.Hash:
-				return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d do not follow the hash of record %d", run.first, run.last, v.Head.Sequence)}
-			}
-			v.Head, v.Pruned, runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-run.first+1, runs[1:]
-			if copied != nil && copied.Sequence >= run.first && copied.Sequence < run.last {
-				v.Copied = &CopiedHead{Link: *copied, Result: CopiedPruned}
-			}
-			if b := compare(v.Head); b != nil {
-				return b
-			}
-		}
-		return nil
+	if v.Broken, err = vr.start(ctx); v.Broken != nil || err != nil {
+		return v, err
 	}
 	// A page's records are checked one at a time as they arrive: a record
 	// may be as large as etcd let an action be.
-	for after, more := int64(0), true; more; {
-		rows, err := tx.Query(ctx, `
+	for more := true; more; {
+		rows, err := vr.tx.Query(ctx, `
 SELECT chain_prev, action::text, `+chainedColumns+`
 FROM toolledger_records
 WHERE namespace = $1 AND chain_seq > $2
 ORDER BY chain_seq
-LIMIT $3`, namespace, after, verifyPage)
+LIMIT $3`, ns, v.Head.Sequence, verifyPage)
 		if err != nil {
 			return nil, err
 		}
 		read := 0
 		err = forEachChained(rows, func(c *chained) bool {
-			read, after = read+1, c.record.Chain.Sequence
-			if v.Broken = throughPruned(c.record.Chain.Sequence); v.Broken != nil {
+			read++
+			if v.Broken = vr.throughPruned(c.record.Chain.Sequence); v.Broken != nil {
 				return false
 			}
 			if v.Broken = v.check(c); v.Broken != nil {
 				return false
 			}
-			v.Head, v.Records = c.record.Chain, v.Records+1
-			v.Broken = compare(v.Head)
+			v.Head, v.Checked = c.record.Chain, v.Checked+1
+			v.Broken = vr.compare(v.Head)
 			return v.Broken == nil
 		})
 		switch {
@@ -282,35 +298,164 @@ LIMIT $3`, namespace, after, verifyPage)
 			return v, nil
 		}
 		more = read == verifyPage
+		// A page at least, so that each step gets on.
+		if more && !vr.deadline.IsZero() && time.Now().After(vr.deadline) {
+			return v, nil
+		}
 	}
-	if v.Broken = throughPruned(math.MaxInt64); v.Broken != nil {
+	if v.Broken = vr.throughPruned(math.MaxInt64); v.Broken != nil {
 		return v, nil
 	}
+	v.Complete = true
+	v.Broken, err = vr.atHead(ctx, recorded, started)
+	return v, err
+}
+
+// start sets the verification's head to where it starts, and checks the
+// anchors before it, which it does not read again: their records must
+// still hold their hashes.
+func (vr *verifier) start(ctx context.Context) (*Break, error) {
+	v, after := vr.v, vr.from.After
+	for _, run := range vr.runs {
+		if run.first <= after.Sequence {
+			v.Pruned += min(run.last, after.Sequence) - run.first + 1
+		}
+	}
+	for len(vr.runs) > 0 && vr.runs[0].last <= after.Sequence {
+		vr.runs = vr.runs[1:]
+	}
+	v.Head = after
+	// A run pruned since covers where the earlier verification stopped:
+	// it goes on from the run's end.
+	if len(vr.runs) > 0 && vr.runs[0].first <= after.Sequence {
+		run := vr.runs[0]
+		v.Head, v.Pruned, vr.runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-after.Sequence, vr.runs[1:]
+	}
+	for _, a := range vr.from.Anchors {
+		if a.Sequence > v.Head.Sequence {
+			continue
+		}
+		var hash string
+		err := vr.tx.QueryRow(ctx, `SELECT chain_hash FROM toolledger_records WHERE namespace = $1 AND chain_seq = $2
+UNION ALL SELECT last_hash FROM toolledger_chain_pruned WHERE namespace = $1 AND last_seq = $2`, v.Namespace, a.Sequence).Scan(&hash)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Pruned inside a run since: not comparable.
+		case err != nil:
+			return nil, err
+		case hash != a.Hash:
+			return anchorBroken(a), nil
+		default:
+			v.Anchors++
+		}
+	}
+	if c := vr.from.Copied; c != nil && c.Sequence <= v.Head.Sequence && c.Sequence > 0 {
+		// An earlier verification went past the copied head: compare the
+		// record's kept hash, as for an anchor.
+		var hash string
+		err := vr.tx.QueryRow(ctx, `SELECT chain_hash FROM toolledger_records WHERE namespace = $1 AND chain_seq = $2
+UNION ALL SELECT last_hash FROM toolledger_chain_pruned WHERE namespace = $1 AND last_seq = $2`, v.Namespace, c.Sequence).Scan(&hash)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			v.Copied = &CopiedHead{Link: *c, Result: CopiedPruned}
+		case err != nil:
+			return nil, err
+		case hash != c.Hash:
+			return &Break{Sequence: c.Sequence, Problem: "its hash is not the copied head's: the chain was rewritten up to here"}, nil
+		default:
+			v.Copied = &CopiedHead{Link: *c, Result: CopiedMatches}
+		}
+	}
+	return nil, nil
+}
+
+func anchorBroken(a Anchor) *Break {
+	return &Break{Sequence: a.Sequence, Problem: fmt.Sprintf("its hash is not the one the cluster's checkpoint of %s kept: the chain was rewritten up to here",
+		a.Taken.UTC().Format(time.RFC3339))}
+}
+
+// compare checks the anchors and the copied head at the link the
+// verification reached.
+func (vr *verifier) compare(at Link) *Break {
+	for _, a := range vr.from.Anchors {
+		if a.Sequence != at.Sequence {
+			continue
+		}
+		if a.Hash != at.Hash {
+			return anchorBroken(a)
+		}
+		vr.v.Anchors++
+	}
+	if c := vr.from.Copied; c != nil && c.Sequence == at.Sequence {
+		if c.Hash != at.Hash {
+			return &Break{Sequence: at.Sequence, Problem: "its hash is not the copied head's: the chain was rewritten up to here"}
+		}
+		vr.v.Copied = &CopiedHead{Link: *c, Result: CopiedMatches}
+	}
+	return nil
+}
+
+// throughPruned moves the head over the pruned runs before sequence upTo,
+// each of which must follow it.
+func (vr *verifier) throughPruned(upTo int64) *Break {
+	v := vr.v
+	for len(vr.runs) > 0 && vr.runs[0].first < upTo {
+		run := vr.runs[0]
+		switch want := v.Head.Sequence + 1; {
+		case run.first < want:
+			return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d overlap records still in the chain", run.first, run.last)}
+		case run.first > want:
+			return &Break{Sequence: want, Problem: missing(want, run.first-1)}
+		case run.firstPrev != v.Head.Hash:
+			return &Break{Sequence: run.first, Problem: fmt.Sprintf("the pruned records %d to %d do not follow the hash of record %d", run.first, run.last, v.Head.Sequence)}
+		}
+		v.Head, v.Pruned, vr.runs = Link{Sequence: run.last, Hash: run.lastHash}, v.Pruned+run.last-run.first+1, vr.runs[1:]
+		if c := vr.from.Copied; c != nil && c.Sequence >= run.first && c.Sequence < run.last {
+			v.Copied = &CopiedHead{Link: *c, Result: CopiedPruned}
+		}
+		if b := vr.compare(v.Head); b != nil {
+			return b
+		}
+	}
+	return nil
+}
+
+// atHead checks a verification that reached the chain's end: against the
+// head kept apart from the records, the links kept outside the database,
+// and the rows inserted outside the chain since it started.
+func (vr *verifier) atHead(ctx context.Context, recorded Link, started *time.Time) (*Break, error) {
+	v := vr.v
 	switch {
 	case v.Head.Sequence < recorded.Sequence:
-		v.Broken = &Break{Sequence: v.Head.Sequence + 1, Problem: missing(v.Head.Sequence+1, recorded.Sequence)}
+		return &Break{Sequence: v.Head.Sequence + 1, Problem: missing(v.Head.Sequence+1, recorded.Sequence)}, nil
 	case v.Head.Sequence > recorded.Sequence:
-		v.Broken = &Break{Sequence: recorded.Sequence + 1, Problem: fmt.Sprintf("the chain goes on past its recorded head, record %d: records were added outside the ledger", recorded.Sequence)}
+		return &Break{Sequence: recorded.Sequence + 1, Problem: fmt.Sprintf("the chain goes on past its recorded head, record %d: records were added outside the ledger", recorded.Sequence)}, nil
 	case v.Head.Hash != recorded.Hash:
-		v.Broken = &Break{Sequence: v.Head.Sequence, Problem: "the newest record's hash is not the recorded head's: the chain was rewritten"}
+		return &Break{Sequence: v.Head.Sequence, Problem: "the newest record's hash is not the recorded head's: the chain was rewritten"}, nil
 	}
-	if v.Broken == nil && copied != nil && copied.Sequence > v.Head.Sequence {
-		v.Broken = &Break{Sequence: copied.Sequence, Problem: fmt.Sprintf("the copied head is past the chain's head, record %d: records after it were deleted, and the head with them", v.Head.Sequence)}
+	for _, a := range vr.from.Anchors {
+		if a.Sequence > v.Head.Sequence {
+			return &Break{Sequence: a.Sequence, Problem: fmt.Sprintf("the cluster's checkpoint of %s is past the chain's head, record %d: records after it were deleted, and the head with them",
+				a.Taken.UTC().Format(time.RFC3339), v.Head.Sequence)}, nil
+		}
 	}
-	if v.Broken != nil || started == nil {
-		return v, nil
+	if c := vr.from.Copied; c != nil && c.Sequence > v.Head.Sequence {
+		return &Break{Sequence: c.Sequence, Problem: fmt.Sprintf("the copied head is past the chain's head, record %d: records after it were deleted, and the head with them", v.Head.Sequence)}, nil
+	}
+	if started == nil {
+		return nil, nil
 	}
 	// A row archived since the chain started, outside it.
 	var key, uid string
-	err = tx.QueryRow(ctx, `SELECT key, uid FROM toolledger_records
-WHERE namespace = $1 AND chain_seq IS NULL AND archived_at >= $2 ORDER BY archived_at, uid LIMIT 1`, namespace, started).Scan(&key, &uid)
+	err := vr.tx.QueryRow(ctx, `SELECT key, uid FROM toolledger_records
+WHERE namespace = $1 AND chain_seq IS NULL AND archived_at >= $2 ORDER BY archived_at, uid LIMIT 1`, v.Namespace, *started).Scan(&key, &uid)
 	switch {
 	case err == nil:
-		v.Broken = &Break{Key: key, UID: uid, Problem: "it was archived after the chain started, outside it: inserted by hand, or by a manager older than the chain"}
+		return &Break{Key: key, UID: uid, Problem: "it was archived after the chain started, outside it: inserted by hand, or by a manager older than the chain"}, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return nil, err
 	}
-	return v, nil
+	return nil, nil
 }
 
 // recordedHead is the namespace's head as toolledger_chain_heads keeps it,
@@ -413,7 +558,7 @@ WHERE namespace = $1 ORDER BY first_seq`, namespace)
 // Namespaces lists the namespaces that have a chain or archived records,
 // in order.
 func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
-	rows, err := s.reads.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_records ORDER BY 1`)
+	rows, err := s.reads.Query(ctx, `SELECT namespace FROM toolledger_chain_heads UNION SELECT namespace FROM toolledger_namespaces ORDER BY 1`)
 	var namespaces []string
 	if err == nil {
 		namespaces, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -423,4 +568,32 @@ func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("%w: cannot list the archive's namespaces: %w", ErrUnavailable, err)
 	}
 	return namespaces, nil
+}
+
+// Heads are the namespaces' chains' heads, by namespace, as kept apart
+// from the records.
+func (s *Store) Heads(ctx context.Context) (map[string]Link, error) {
+	rows, err := s.reads.Query(ctx, `SELECT namespace, seq, hash FROM toolledger_chain_heads`)
+	heads := map[string]Link{}
+	if err == nil {
+		for rows.Next() {
+			var (
+				namespace string
+				head      Link
+			)
+			if err = rows.Scan(&namespace, &head.Sequence, &head.Hash); err != nil {
+				break
+			}
+			heads[namespace] = head
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	observe("read", err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot read the chains' heads: %w", ErrUnavailable, err)
+	}
+	return heads, nil
 }

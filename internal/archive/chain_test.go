@@ -49,7 +49,7 @@ func execErr(dsn, sql string) error {
 
 func verify(t *testing.T, s *archive.Store, namespace string) *archive.Verification {
 	t.Helper()
-	v, err := s.Verify(context.Background(), namespace, nil)
+	v, err := s.Verify(context.Background(), namespace, archive.VerifyFrom{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +319,7 @@ func TestVerifyChecksAHeadCopiedEarlier(t *testing.T) {
 	copied, fourth := linkOf("k3"), linkOf("k4")
 	check := func(head archive.Link) *archive.Verification {
 		t.Helper()
-		v, err := s.Verify(ctx, "shop", &head)
+		v, err := s.Verify(ctx, "shop", archive.VerifyFrom{Copied: &head})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package archiveapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -13,26 +14,52 @@ import (
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
 var chainResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.ChainResource}
 
-// oneVerification takes the turn to verify, or answers 429: the handler
-// runs one verification at a time, since each reads a namespace's whole
-// history and every viewer of a namespace may ask for one.
-func (h *Handler) oneVerification(w http.ResponseWriter) (done func(), ok bool) {
-	select {
-	case h.verifying <- struct{}{}:
-		return func() { <-h.verifying }, true
-	default:
-		status := apierrors.NewTooManyRequests("another verification of the archive's history is running; retry in a few seconds", 5)
-		writeStatus(w, status)
+// verifyBudget bounds the time one request spends verifying: a long
+// chain is verified over several requests, each well inside the API
+// server's bound on a request (60s), going on from where the last stopped.
+const verifyBudget = 20 * time.Second
+
+// maxVerifications is how many verifications run at once in a replica.
+const maxVerifications = 2
+
+// takeVerification takes a turn to verify for user, waiting readWait at
+// most, or answers 429: a caller verifies one chain at a time, and a
+// replica maxVerifications, so that no caller holds the others' turns
+// longer than one bounded request.
+func (h *Handler) takeVerification(w http.ResponseWriter, r *http.Request, user string) (done func(), ok bool) {
+	h.verifiersMu.Lock()
+	busy := h.verifiers[user]
+	if !busy {
+		h.verifiers[user] = true
+	}
+	h.verifiersMu.Unlock()
+	if busy {
+		writeStatus(w, apierrors.NewTooManyRequests("you are already verifying the archive's history; retry once that request answers", 5))
 		return nil, false
 	}
+	free := func() {
+		h.verifiersMu.Lock()
+		delete(h.verifiers, user)
+		h.verifiersMu.Unlock()
+	}
+	select {
+	case h.verifying <- struct{}{}:
+		return func() { <-h.verifying; free() }, true
+	case <-time.After(readWait):
+	case <-r.Context().Done():
+	}
+	free()
+	writeStatus(w, apierrors.NewTooManyRequests("other verifications of the archive's history are running; retry in a few seconds", 5))
+	return nil, false
 }
 
-// getChain verifies the namespace's chain, which is named ledger.
-func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, namespace, name string) {
+// getChain verifies the namespace's chain, which is named ledger, a step.
+func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, user, namespace, name string) {
 	if name != archivev1alpha1.ChainName {
 		writeStatus(w, apierrors.NewNotFound(chainResource, name))
 		return
@@ -42,17 +69,16 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, namespace, na
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
-	done, ok := h.oneVerification(w)
+	done, ok := h.takeVerification(w, r, user)
 	if !ok {
 		return
 	}
 	defer done()
-	v, err := h.records.Verify(r.Context(), namespace, copied)
+	chain, err := h.verifyStep(r.Context(), namespace, copied, r.URL.Query().Get("full") == "true", time.Now().Add(verifyBudget))
 	if err != nil {
 		writeStatus(w, h.unavailable(err))
 		return
 	}
-	chain := chainObject(v, time.Now())
 	if wantsTable(r) {
 		writeJSON(w, chainTable([]archivev1alpha1.ArchiveChain{*chain}, r.URL.Query().Get("includeObject")))
 		return
@@ -60,13 +86,15 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, namespace, na
 	writeJSON(w, chain)
 }
 
-// listChains verifies the namespace's chain, or every namespace's.
-func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, namespace string) {
+// listChains verifies the namespace's chain, or every namespace's, a step
+// each within one budget: a namespace the budget did not reach is listed
+// incomplete, and the next list goes on with it.
+func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, user, namespace string) {
 	if r.URL.Query().Has("head") {
 		writeStatus(w, apierrors.NewBadRequest("a copied head is one namespace's: give it with a get of its ArchiveChain, ledger"))
 		return
 	}
-	done, ok := h.oneVerification(w)
+	done, ok := h.takeVerification(w, r, user)
 	if !ok {
 		return
 	}
@@ -83,13 +111,14 @@ func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, namespace s
 		TypeMeta: metav1.TypeMeta{APIVersion: archivev1alpha1.GroupVersion.String(), Kind: "ArchiveChainList"},
 		Items:    make([]archivev1alpha1.ArchiveChain, 0, len(namespaces)),
 	}
+	deadline := time.Now().Add(verifyBudget)
 	for _, ns := range namespaces {
-		v, err := h.records.Verify(r.Context(), ns, nil)
+		chain, err := h.verifyStep(r.Context(), ns, nil, r.URL.Query().Get("full") == "true", deadline)
 		if err != nil {
 			writeStatus(w, h.unavailable(err))
 			return
 		}
-		list.Items = append(list.Items, *chainObject(v, time.Now()))
+		list.Items = append(list.Items, *chain)
 	}
 	if wantsTable(r) {
 		writeJSON(w, chainTable(list.Items, r.URL.Query().Get("includeObject")))
@@ -98,13 +127,56 @@ func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, namespace s
 	writeJSON(w, list)
 }
 
+// verifyStep verifies namespace's chain until deadline, from where the
+// cluster's state says (a verification under way, else the last complete
+// one's end, else the first record; the first record or a full one under
+// way when full), against its checkpoints, and records how far it got.
+func (h *Handler) verifyStep(ctx context.Context, namespace string, copied *archive.Link, full bool, deadline time.Time) (*archivev1alpha1.ArchiveChain, error) {
+	state, err := h.chains.Read(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	from, fromStart := archive.VerifyFrom{Anchors: state.Anchors(), Copied: copied, Budget: max(time.Until(deadline), time.Millisecond)}, true
+	switch {
+	case state.Progress != nil && (state.Full || !full):
+		from.After, fromStart = state.Progress.Link(), state.Full
+	case state.Verified != nil && !full:
+		from.After, fromStart = state.Verified.Link(), false
+	}
+	v, err := h.records.Verify(ctx, namespace, from)
+	if err != nil {
+		return nil, err
+	}
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	reached := &chainstate.Point{Sequence: v.Head.Sequence, Hash: v.Head.Hash, Time: now}
+	err = h.chains.Update(ctx, namespace, func(s *chainstate.State) bool {
+		switch {
+		case v.Broken != nil:
+			// Found again from the last complete verification's end.
+			s.Progress, s.Full = nil, false
+		case v.Complete:
+			s.Verified, s.Progress, s.Full = reached, nil, false
+		default:
+			s.Progress, s.Full = reached, fromStart
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	chain := chainObject(v, now.Time)
+	chain.Status.Full = fromStart
+	return chain, nil
+}
+
 func chainObject(v *archive.Verification, now time.Time) *archivev1alpha1.ArchiveChain {
 	chain := &archivev1alpha1.ArchiveChain{
 		TypeMeta:   metav1.TypeMeta{APIVersion: archivev1alpha1.GroupVersion.String(), Kind: "ArchiveChain"},
 		ObjectMeta: metav1.ObjectMeta{Name: archivev1alpha1.ChainName, Namespace: v.Namespace},
 		Status: archivev1alpha1.ArchiveChainStatus{
-			Verified: v.Broken == nil, Head: archivev1alpha1.ChainLink{Sequence: v.Head.Sequence, Hash: v.Head.Hash},
-			Records: v.Records, Pruned: v.Pruned, Unchained: v.Unchained, VerifiedAt: metav1.NewTime(now.UTC().Truncate(time.Second)),
+			Verified: v.Complete && v.Broken == nil, Complete: v.Complete, Head: archivev1alpha1.ChainLink{Sequence: v.Head.Sequence, Hash: v.Head.Hash},
+			Length: v.Length, Records: v.Records, Pruned: v.Pruned, Unchained: v.Unchained, Checked: v.Checked, Checkpoints: v.Anchors,
+			VerifiedAt: metav1.NewTime(now.UTC().Truncate(time.Second)),
 		},
 	}
 	if b := v.Broken; b != nil {

@@ -118,8 +118,9 @@ func buildOpenAPI() ([]byte, error) {
 	chain := map[string]any{
 		"type": "object",
 		"description": "ArchiveChain is the verification of one namespace's history in the archive, made when it is read: the " +
-			"manager recomputes the namespace's hash chain from its first record and reports its head, or the first record at " +
-			"which it does not hold. Each namespace has one, named ledger.",
+			"manager recomputes the namespace's hash chain, from where the last complete verification ended (or from its first " +
+			"record, ?full=true), for a bounded time, checks it against the checkpoints the cluster keeps, and reports how far " +
+			"it got, its head once complete, or the first record at which it does not hold. Each namespace has one, named ledger.",
 		"properties": map[string]any{
 			"apiVersion": action["apiVersion"],
 			"kind":       action["kind"],
@@ -128,12 +129,20 @@ func buildOpenAPI() ([]byte, error) {
 				"type":        "object",
 				"description": "What the verification found.",
 				"properties": map[string]any{
-					"verified":   map[string]any{"type": "boolean", "description": "True when the chain holds from its first record to its head: no record was changed, deleted or rechained since it was archived."},
-					"head":       link("The newest link: copy it, and compare it with a later verification's."),
-					"records":    integer("Records checked."),
-					"pruned":     integer("Records deleted by --archive-history-retention, whose links the chain keeps."),
-					"unchained":  integer("Records archived before the archive had chains, which nothing proves."),
-					"verifiedAt": map[string]any{"type": "string", "format": "date-time", "description": "When the chain was recomputed."},
+					"verified": map[string]any{"type": "boolean", "description": "True when the verification reached the chain's head and the chain holds: " +
+						"no record was changed, deleted or rechained since it was archived, and it holds every checkpoint the cluster took."},
+					"complete": map[string]any{"type": "boolean", "description": "Whether the verification reached the chain's head. A long chain is verified over " +
+						"several gets, each going on, for a bounded time, from where the last stopped, until one completes."},
+					"full": map[string]any{"type": "boolean", "description": "Whether the verification read the chain from its first record; one that did not " +
+						"went on from where the last complete one ended, trusting the records before, whose checkpoints it checks."},
+					"head":        link("The newest link the verification reached; once complete, the chain's head: copy it, and compare it with a later verification's."),
+					"length":      integer("The sequence of the chain's head: how far a complete verification goes."),
+					"records":     integer("Records up to head."),
+					"pruned":      integer("Records deleted by --archive-history-retention, whose links the chain keeps."),
+					"unchained":   integer("Records archived before the archive had chains, which nothing proves."),
+					"checked":     integer("Records this get read and hashed again."),
+					"checkpoints": integer("Checkpoints of the chain the cluster keeps (the managers take its head every few minutes) that it was found to hold."),
+					"verifiedAt":  map[string]any{"type": "string", "format": "date-time", "description": "When the chain was recomputed."},
 					"copiedHead": map[string]any{"type": "object", "description": "A head copied earlier and given with the get (?head=SEQUENCE:HASH), when the chain holds up to it.", "properties": map[string]any{
 						"sequence": integer("The copied head's sequence."),
 						"hash":     str("The copied head's hash."),

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -33,6 +34,7 @@ import (
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
 // MaxPage is the most records one list response holds; a list asking for
@@ -67,7 +69,7 @@ type Records interface {
 	Read(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
 	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error
 	Count(ctx context.Context, namespace string, filter archive.Filter, atMost int) (int, error)
-	Verify(ctx context.Context, namespace string, copied *archive.Link) (*archive.Verification, error)
+	Verify(ctx context.Context, namespace string, from archive.VerifyFrom) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
 }
 
@@ -78,16 +80,24 @@ type Handler struct {
 	// kube asks the API server SubjectAccessReviews.
 	kube client.Client
 	log  logr.Logger
-	// verifying holds the one verification of a chain running.
-	verifying chan struct{}
+	// chains keeps each chain's checkpoints and how far its verification
+	// got, in the cluster.
+	chains *chainstate.Store
+	// verifying holds the verifications running (maxVerifications);
+	// verifiers the users running one, one each.
+	verifying   chan struct{}
+	verifiersMu sync.Mutex
+	verifiers   map[string]bool
 	// reads holds the memory the reads being served hold (readMemory).
 	reads *semaphore.Weighted
 }
 
 // NewHandler returns the API's handler: records read with the users
-// authn authenticates, authorized by SubjectAccessReviews asked with kube.
-func NewHandler(records Records, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
-	return &Handler{records: records, authn: authn, kube: kube, log: log, verifying: make(chan struct{}, 1), reads: semaphore.NewWeighted(readMemory)}
+// authn authenticates, authorized by SubjectAccessReviews asked with kube,
+// their chains verified against what chains keeps.
+func NewHandler(records Records, chains *chainstate.Store, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
+	return &Handler{records: records, chains: chains, authn: authn, kube: kube, log: log,
+		verifying: make(chan struct{}, maxVerifications), verifiers: map[string]bool{}, reads: semaphore.NewWeighted(readMemory)}
 }
 
 // holdRead takes a read's share of readMemory, waiting readWait at most,
@@ -172,9 +182,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	switch {
 	case resource == archivev1alpha1.ChainResource && name != "":
-		h.getChain(w, r, namespace, name)
+		h.getChain(w, r, user.Username, namespace, name)
 	case resource == archivev1alpha1.ChainResource:
-		h.listChains(w, r, namespace)
+		h.listChains(w, r, user.Username, namespace)
 	case name != "":
 		h.get(w, r, namespace, name)
 	default:

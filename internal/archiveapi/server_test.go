@@ -32,6 +32,7 @@ import (
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
 // records is an archive of a few records in memory: the handler's paging
@@ -44,6 +45,7 @@ type records struct {
 	// filter is the last list's; copied the last verification's.
 	filter archive.Filter
 	copied *archive.Link
+	from   archive.VerifyFrom
 	// block, when set, holds every list until it is closed: a slow reader.
 	block chan struct{}
 	// listsBeforeErr is how many lists answer before every list fails
@@ -51,8 +53,8 @@ type records struct {
 	listsBeforeErr int
 }
 
-func (f *records) Verify(_ context.Context, namespace string, copied *archive.Link) (*archive.Verification, error) {
-	f.copied = copied
+func (f *records) Verify(_ context.Context, namespace string, from archive.VerifyFrom) (*archive.Verification, error) {
+	f.copied, f.from = from.Copied, from
 	for i := range f.chains {
 		if f.chains[i].Namespace == namespace {
 			return &f.chains[i], f.err
@@ -193,8 +195,11 @@ func fakeKube(p proxy, allowed func(*authorizationv1.SubjectAccessReview) bool) 
 		namespaces = append(namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-uid")}})
 	}
 	return fake.NewClientBuilder().WithObjects(append(namespaces, frontProxyConfig(p.ca))...).WithInterceptorFuncs(interceptor.Funcs{
-		Create: func(_ context.Context, _ client.WithWatch, obj client.Object, _ ...client.CreateOption) error {
-			review := obj.(*authorizationv1.SubjectAccessReview)
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			review, ok := obj.(*authorizationv1.SubjectAccessReview)
+			if !ok {
+				return c.Create(ctx, obj, opts...)
+			}
 			review.Status.Allowed = allowed(review)
 			return nil
 		},
@@ -209,7 +214,7 @@ func handlerOf(t *testing.T, kube client.WithWatch, f *records) *Handler {
 	if err := authn.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return NewHandler(f, authn, kube, logr.Discard())
+	return NewHandler(f, &chainstate.Store{Reader: kube, APIReader: kube, Client: kube, OperatorNamespace: "toolledger-system"}, authn, kube, logr.Discard())
 }
 
 // get asks h for path as user, through the proxy when p is set.
@@ -323,7 +328,7 @@ func TestTheArchiveAPIAnswersOnlyWhatItMay(t *testing.T) {
 		t.Errorf("the archive down: %d (Retry-After %q) %q, want 503, Retry-After 5 and no database detail", rec.Code, rec.Header().Get("Retry-After"), status.Message)
 	}
 
-	unread := NewHandler(f, NewAuthenticator(fake.NewClientBuilder().Build()), nil, logr.Discard())
+	unread := NewHandler(f, nil, NewAuthenticator(fake.NewClientBuilder().Build()), nil, logr.Discard())
 	rec, status = get(unread, &p, "alice", shop)
 	if rec.Code != http.StatusServiceUnavailable || status.Message != errNotConfigured.Error() {
 		t.Errorf("before the front-proxy configuration is read: %d %q, want 503", rec.Code, status.Message)
@@ -334,7 +339,7 @@ func TestAChainIsVerifiedWhenItIsRead(t *testing.T) {
 	p := newProxy(t)
 	head := archive.Link{Sequence: 41, Hash: "3f2a"}
 	f := &records{chains: []archive.Verification{
-		{Namespace: "other", Head: head, Records: 40, Pruned: 1},
+		{Namespace: "other", Head: head, Complete: true, Length: 41, Records: 40, Pruned: 1, Checked: 40},
 		{Namespace: "shop", Head: archive.Link{Sequence: 16, Hash: "9b1c"}, Records: 16,
 			Broken: &archive.Break{Sequence: 17, Problem: "record 17 is missing: deleted, not pruned"}},
 	}}
@@ -349,7 +354,8 @@ func TestAChainIsVerifiedWhenItIsRead(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK {
 		t.Fatalf("get: %d %s", rec.Code, rec.Body)
 	}
-	want := archivev1alpha1.ArchiveChainStatus{Verified: true, Head: archivev1alpha1.ChainLink{Sequence: 41, Hash: "3f2a"}, Records: 40, Pruned: 1}
+	want := archivev1alpha1.ArchiveChainStatus{Verified: true, Complete: true, Full: true, Head: archivev1alpha1.ChainLink{Sequence: 41, Hash: "3f2a"},
+		Length: 41, Records: 40, Pruned: 1, Checked: 40}
 	got.Status.VerifiedAt = metav1.Time{}
 	if got.Name != "ledger" || got.Namespace != "other" || got.Kind != "ArchiveChain" || !equalStatus(got.Status, want) {
 		t.Errorf("got %s/%s %s %+v, want other/ledger ArchiveChain %+v", got.Namespace, got.Name, got.Kind, got.Status, want)
@@ -383,13 +389,75 @@ func TestAChainIsVerifiedWhenItIsRead(t *testing.T) {
 		status.Message != "a copied head is one namespace's: give it with a get of its ArchiveChain, ledger" {
 		t.Errorf("a copied head in a list: %d %q, want 400", rec.Code, status.Message)
 	}
-	h.verifying <- struct{}{}
+	// A caller verifies one chain at a time, and a replica a few.
+	h.verifiers["auditor"] = true
 	rec, status := get(h, &p, "auditor", chains+"/ledger")
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "5" ||
-		status.Message != "another verification of the archive's history is running; retry in a few seconds" {
-		t.Errorf("during another verification: %d (Retry-After %q) %q, want 429", rec.Code, rec.Header().Get("Retry-After"), status.Message)
+		status.Message != "you are already verifying the archive's history; retry once that request answers" {
+		t.Errorf("during the caller's own verification: %d (Retry-After %q) %q, want 429", rec.Code, rec.Header().Get("Retry-After"), status.Message)
 	}
-	<-h.verifying
+	delete(h.verifiers, "auditor")
+	for range maxVerifications {
+		h.verifying <- struct{}{}
+	}
+	rec, status = get(h, &p, "auditor", chains+"/ledger")
+	if rec.Code != http.StatusTooManyRequests || status.Message != "other verifications of the archive's history are running; retry in a few seconds" {
+		t.Errorf("during %d other verifications: %d %q, want 429", maxVerifications, rec.Code, status.Message)
+	}
+	for range maxVerifications {
+		<-h.verifying
+	}
+	if len(h.verifiers) != 0 {
+		t.Errorf("callers left verifying: %v", h.verifiers)
+	}
+}
+
+// A long chain is verified over several gets: each goes on from where the
+// last stopped, which the cluster keeps; once one completes, the next goes
+// on from its end, checking the cluster's checkpoints, unless a full one is
+// asked for.
+func TestAChainIsVerifiedOverSeveralGets(t *testing.T) {
+	p := newProxy(t)
+	f := &records{chains: []archive.Verification{{Namespace: "shop", Head: archive.Link{Sequence: 20, Hash: "a20"}, Length: 50, Records: 20, Checked: 20}}}
+	h := handler(t, p, f, allowAll)
+	ctx := context.Background()
+	if err := h.chains.Update(ctx, "shop", func(s *chainstate.State) bool {
+		return chainstate.Checkpoint(s, archive.Link{Sequence: 10, Hash: "a10"}, time.Now(), time.Minute)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	chain := "/apis/archive.toolledger.dev/v1alpha1/namespaces/shop/archivechains/ledger"
+	status := func(query string) archivev1alpha1.ArchiveChainStatus {
+		t.Helper()
+		rec, _ := get(h, &p, "auditor", chain+query)
+		var got archivev1alpha1.ArchiveChain
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != http.StatusOK {
+			t.Fatalf("get: %d %s", rec.Code, rec.Body)
+		}
+		return got.Status
+	}
+	if s := status(""); s.Verified || s.Complete || !s.Full || s.Head.Sequence != 20 || f.from.After != (archive.Link{}) ||
+		len(f.from.Anchors) != 1 || f.from.Anchors[0].Link != (archive.Link{Sequence: 10, Hash: "a10"}) || f.from.Budget <= 0 {
+		t.Fatalf("first get: %+v, verified from %+v", s, f.from)
+	}
+	f.chains[0] = archive.Verification{Namespace: "shop", Head: archive.Link{Sequence: 50, Hash: "a50"}, Complete: true, Length: 50, Records: 50, Checked: 30}
+	if s := status(""); !s.Verified || !s.Full || f.from.After != (archive.Link{Sequence: 20, Hash: "a20"}) {
+		t.Fatalf("second get: %+v, verified from %+v; want the full verification gone on from record 20", s, f.from)
+	}
+	if s := status(""); !s.Verified || s.Full || f.from.After != (archive.Link{Sequence: 50, Hash: "a50"}) {
+		t.Fatalf("third get: %+v, verified from %+v; want an incremental one from the complete one's end", s, f.from)
+	}
+	if s := status("?full=true"); !s.Full || f.from.After != (archive.Link{}) {
+		t.Fatalf("a full get: %+v, verified from %+v; want the first record", s, f.from)
+	}
+	f.chains[0].Broken = &archive.Break{Sequence: 51, Problem: "record 51 is missing: deleted, not pruned"}
+	if s := status(""); s.Verified || s.Broken == nil {
+		t.Fatalf("a broken chain: %+v", s)
+	}
+	state, err := h.chains.Read(ctx, "shop")
+	if err != nil || state.Progress != nil || state.Verified == nil || state.Verified.Sequence != 50 {
+		t.Fatalf("state after a break: %+v, %v; want no progress kept, the last complete verification at 50", state, err)
+	}
 }
 
 func equalStatus(a, b archivev1alpha1.ArchiveChainStatus) bool {

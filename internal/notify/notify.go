@@ -200,13 +200,15 @@ func Names(sinks []Sink) []string {
 // owes to sinks, if any, and reports whether it did. It is called on the
 // status about to be written with the transition, so that the event is
 // stored with it: a manager that stops right after the write still owes it.
-// traceparent is the span the action's calls continue, "" for none.
+// traceparent is the span the action's calls continue, "" for none;
+// chainHead the newest checkpoint of the namespace's archived chain,
+// SEQUENCE:HASH, "" for none.
 //
 // A record made again under a deleted key and answered by the key's
 // tombstone or archived record owes nothing: that outcome was told when
 // the original record reached it, and its record was kept until it was
 // delivered.
-func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent string) bool {
+func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent, chainHead string) bool {
 	eventType := typeOf(next.Status.Phase)
 	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from || next.Status.SettledByEarlierRecord() {
 		return false
@@ -220,7 +222,7 @@ func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time
 	owed := v1alpha1.Notification{
 		ID:   ID(next.Namespace, next.Name, next.UID, eventType, seq),
 		Type: eventType, Seq: seq, Time: metav1.NewTime(at), Pending: slices.Clone(sinks),
-		ExternalRef: next.Status.ExternalRef,
+		ExternalRef: next.Status.ExternalRef, ChainHead: chainHead,
 	}
 	if e := next.Status.Error; e != nil {
 		owed.ErrorClass, owed.ErrorReason = string(e.Class), e.Reason
@@ -239,6 +241,10 @@ func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time
 	next.Status.NotificationsPending = Pending(&next.Status)
 	return true
 }
+
+// ChainHeadExtension is the CloudEvents extension that carries the newest
+// checkpoint of the namespace's archived hash chain (docs/audit.md).
+const ChainHeadExtension = "toolledgerchainhead"
 
 // maxTraceparent is the longest traceparent a notification keeps, as the
 // CRD bounds it.
@@ -296,6 +302,9 @@ func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Ev
 	ev.SetTime(n.Time.Time)
 	if n.Traceparent != "" {
 		ev.SetExtension("traceparent", n.Traceparent)
+	}
+	if n.ChainHead != "" {
+		ev.SetExtension(ChainHeadExtension, n.ChainHead)
 	}
 	data := Data{
 		Namespace: action.Namespace, Key: action.Name, ToolKind: action.Spec.ToolRef.KindOrDefault(), Tool: action.Spec.ToolRef.Name,

@@ -95,7 +95,7 @@ func TestOwe(t *testing.T) {
 		if tc.adjust != nil {
 			tc.adjust(next)
 		}
-		owed := notify.Owe(tc.from, next, tc.sinks, at, traceparent)
+		owed := notify.Owe(tc.from, next, tc.sinks, at, traceparent, "")
 		if owed != (tc.want != "") || len(next.Status.Notifications) != map[bool]int{true: 1}[owed] || next.Status.NotificationsPending != owed {
 			t.Errorf("%s → %s with sinks %v: owed %v, %+v, want %q", tc.from, tc.to, tc.sinks, owed, next.Status, tc.want)
 			continue
@@ -135,7 +135,7 @@ func TestOweRepeatedEscalations(t *testing.T) {
 	next := action(v1alpha1.PhaseEscalated)
 	ids := map[string]bool{}
 	for i := range 3 * v1alpha1.MaxNotifications {
-		if !notify.Owe(v1alpha1.PhaseUnknown, next, []string{"audit"}, at, "") {
+		if !notify.Owe(v1alpha1.PhaseUnknown, next, []string{"audit"}, at, "", "") {
 			t.Fatalf("escalation %d owed nothing", i)
 		}
 		newest := next.Status.Notifications[len(next.Status.Notifications)-1]
@@ -171,7 +171,7 @@ func TestSendBinaryMode(t *testing.T) {
 	a := action(v1alpha1.PhaseFailed)
 	a.Status.Attempts = 2
 	a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassInvalidInput, Reason: "HTTP422", Message: "currency not supported"}
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC), traceparent)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC), traceparent, "")
 	owed := a.Status.Notifications[0]
 	ev, err := notify.Event(a, owed)
 	if err != nil {
@@ -213,7 +213,7 @@ func TestSendBinaryMode(t *testing.T) {
 	// said, not what the resolution did.
 	escalated := action(v1alpha1.PhaseEscalated)
 	escalated.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassOutcomeUnknown, Reason: "LeaseExpired", Message: "nobody knows"}
-	notify.Owe(v1alpha1.PhaseUnknown, escalated, []string{"audit"}, time.Now(), "")
+	notify.Owe(v1alpha1.PhaseUnknown, escalated, []string{"audit"}, time.Now(), "", "")
 	escalated.Status.Phase, escalated.Status.Error, escalated.Status.ExternalRef = v1alpha1.PhaseSucceeded, nil, "ch_found"
 	late, err := notify.Event(escalated, escalated.Status.Notifications[0])
 	if err != nil {
@@ -241,7 +241,7 @@ func TestSendBinaryMode(t *testing.T) {
 // is neither followed nor an acknowledgement.
 func TestSendTellsTheEventFromTheSink(t *testing.T) {
 	a := action(v1alpha1.PhaseSucceeded)
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "", "")
 	ev, err := notify.Event(a, a.Status.Notifications[0])
 	if err != nil {
 		t.Fatal(err)
@@ -314,7 +314,7 @@ func TestSendTellsTheEventFromTheSink(t *testing.T) {
 // request is built from it, for any sink.
 func TestEncodeMalformed(t *testing.T) {
 	a := action(v1alpha1.PhaseSucceeded)
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "")
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), "", "")
 	a.Status.Notifications[0].Traceparent = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-a\nb"
 	ev, err := notify.Event(a, a.Status.Notifications[0])
 	if err != nil {
@@ -418,7 +418,7 @@ func TestSendSigned(t *testing.T) {
 		return sink
 	}
 	a := action(v1alpha1.PhaseSucceeded)
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), traceparent)
+	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"audit"}, time.Now(), traceparent, "")
 	ev, err := notify.Event(a, a.Status.Notifications[0])
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -32,11 +33,12 @@ import (
 // clock; the PostgreSQL server is real, started for the spec.
 var _ = Describe("The archive", func() {
 	var (
-		ctx    context.Context
-		ns     string
-		clock  *clocktesting.FakeClock
-		server *testenv.Postgres
-		dsn    string
+		ctx               context.Context
+		ns                string
+		operatorNamespace string
+		clock             *clocktesting.FakeClock
+		server            *testenv.Postgres
+		dsn               string
 	)
 
 	BeforeEach(func() {
@@ -48,9 +50,10 @@ var _ = Describe("The archive", func() {
 		DeferCleanup(server.Stop)
 		dsn = server.DSN
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		operatorNamespace = env.NewOperatorNamespace()
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive", LeaseGrace: time.Second,
 			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: dsn, ArchiveRecordRetention: 10 * time.Minute,
-			Namespace: env.NewOperatorNamespace(), ArchiveBindingSettle: time.Millisecond})
+			Namespace: operatorNamespace, ArchiveBindingSettle: time.Millisecond})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
 		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
@@ -128,6 +131,21 @@ var _ = Describe("The archive", func() {
 		Expect(downstream.Requests(key)).To(Equal(2))
 		Expect(psql(fmt.Sprintf(`SELECT count(*) FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1001-charge' AND guards_key`, ns))).
 			To(Equal([]string{"1"}))
+	})
+
+	It("has the cluster keep its chain's head as a checkpoint, which a rewrite of the database cannot reach", func() {
+		Expect(k8s.Create(ctx, charge("order-1301-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-1301-charge", v1alpha1.PhaseSucceeded)
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		head := psql(fmt.Sprintf(`SELECT seq || ':' || hash FROM toolledger_chain_heads WHERE namespace = '%s'`, ns))
+		Eventually(func() (string, error) {
+			state, err := chainstate.Read(ctx, k8s, operatorNamespace, ns)
+			if err != nil || state.Latest() == nil {
+				return "", err
+			}
+			return fmt.Sprintf("%d:%s", state.Latest().Sequence, state.Latest().Hash), nil
+		}).Should(Equal(head[0]))
 	})
 
 	It("holds a new action while the archive cannot check its key, and dispatches it once it can", func() {

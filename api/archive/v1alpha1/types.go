@@ -96,19 +96,39 @@ type ArchiveChain struct {
 
 // ArchiveChainStatus is what a verification found.
 type ArchiveChainStatus struct {
-	// Verified is true when the chain holds from its first record to its
-	// head: no record was changed, deleted or rechained since it was
-	// archived.
+	// Verified is true when the verification reached the chain's head and
+	// the chain holds: no record was changed, deleted or rechained since it
+	// was archived, and the chain holds every checkpoint the cluster took.
 	Verified bool `json:"verified"`
-	// Head is the newest link: copy it, and compare it with a later
+	// Complete is whether the verification reached the chain's head. A
+	// long chain is verified over several gets, each going on, for a
+	// bounded time, from where the last stopped (Head), until one
+	// completes; kubectl toolledger verify asks again until then.
+	Complete bool `json:"complete"`
+	// Full is whether the verification read the chain from its first
+	// record. One that is not goes on from where the last complete one
+	// ended, trusting the records before, whose checkpoints it checks: ask
+	// for a full one with ?full=true (verify --full).
+	Full bool `json:"full"`
+	// Head is the newest link the verification reached: once complete,
+	// the chain's head. Copy it, and compare it with a later
 	// verification's to see that nothing before it was rewritten.
 	Head ChainLink `json:"head"`
-	// Records counts the records checked; Pruned those deleted by
+	// Length is the sequence of the chain's head: how far a complete
+	// verification goes.
+	Length int64 `json:"length"`
+	// Records counts the records up to Head; Pruned those deleted by
 	// --archive-history-retention, whose links the chain keeps; Unchained
-	// those archived before the archive had chains, which nothing proves.
+	// those archived before the archive had chains, which nothing proves;
+	// Checked those this get read and hashed again.
 	Records   int64 `json:"records"`
 	Pruned    int64 `json:"pruned"`
 	Unchained int64 `json:"unchained"`
+	Checked   int64 `json:"checked"`
+	// Checkpoints counts the checkpoints of the chain the cluster keeps
+	// (the managers take its head every few minutes) that it was found to
+	// hold: a database superuser's rewrite of anything before one shows.
+	Checkpoints int `json:"checkpoints"`
 	// Broken names the first record at which the chain does not hold.
 	Broken *ChainBreak `json:"broken,omitempty"`
 	// CopiedHead is what became of a head copied earlier and given with

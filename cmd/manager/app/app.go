@@ -19,7 +19,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -40,6 +39,7 @@ import (
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archiveapi"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
@@ -156,6 +156,10 @@ type Options struct {
 	// ArchiveAPICertDir holds its serving certificate (tls.crt, tls.key).
 	ArchiveAPIAddr    string
 	ArchiveAPICertDir string
+	// ArchiveCheckpointInterval is how often, at most, the cluster takes a
+	// checkpoint of each archived chain whose head moved;
+	// DefaultArchiveCheckpointInterval when zero.
+	ArchiveCheckpointInterval time.Duration
 	// ArchiveBindingSettle is how long a new archive binding stands before
 	// the archive keeps a record (archivebinding.DefaultSettle when zero):
 	// time for replicas without the archive to learn of it. A test, or a
@@ -179,16 +183,19 @@ func Scheme() *runtime.Scheme {
 // their managed fields and large parameters: its memory follows the number
 // of actions in flight, not the size of the ledger nor of the requests (see
 // controllers.ActiveActions and controllers.TrimForCache). Of ConfigMaps it
-// keeps the archive binding of the operator's namespace alone.
+// keeps those of the operator's namespace: the archive binding, and the
+// chains' checkpoints (internal/chainstate).
 func CacheOptions(operatorNamespace string) cache.Options {
-	binding := archivebinding.Key(operatorNamespace)
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&v1alpha1.ToolAction{}: {Field: controllers.ActiveActions(), Transform: controllers.TrimForCache},
-		&corev1.ConfigMap{}: {
-			Namespaces: map[string]cache.Config{binding.Namespace: {}},
-			Field:      fields.OneTermEqualSelector("metadata.name", binding.Name),
-		},
+		&corev1.ConfigMap{}:    {Namespaces: map[string]cache.Config{operatorNamespace: {}}},
 	}}
+}
+
+// chainStates keeps the archive's chains' checkpoints and verification
+// progress in the operator's namespace.
+func chainStates(mgr ctrl.Manager, opts Options) *chainstate.Store {
+	return &chainstate.Store{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Client: mgr.GetClient(), OperatorNamespace: opts.Namespace}
 }
 
 // ClientOptions keep tombstones out of the cache: they are read one key at
@@ -209,6 +216,11 @@ const DefaultArchiveRecordRetention = 5 * time.Minute
 // own window in docs/catalog.md (Stripe 24 h, Adyen 7 days) and Adyen's
 // 31-day minimum with room to spare (docs/archive.md).
 const DefaultArchiveKeyRetention = 90 * 24 * time.Hour
+
+// DefaultArchiveCheckpointInterval is how often, at most, the cluster
+// takes a checkpoint of an archived chain whose head moved: a rewrite of
+// the archive's database by its superuser shows against anything older.
+const DefaultArchiveCheckpointInterval = 5 * time.Minute
 
 // DefaultRetentionRate is the retention writes a second a manager makes
 // by default: 100k records coming due at once are retired in about an hour.
@@ -320,6 +332,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.Namespace == "" {
 		opts.Namespace = DefaultNamespace()
+	}
+	if opts.ArchiveCheckpointInterval <= 0 {
+		opts.ArchiveCheckpointInterval = DefaultArchiveCheckpointInterval
 	}
 	if opts.ArchiveBindingSettle <= 0 {
 		opts.ArchiveBindingSettle = archivebinding.DefaultSettle
@@ -524,6 +539,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
 			return err
 		}
+		reconciler.Chains, reconciler.ArchiveCheckpointEvery = chainStates(mgr, opts), opts.ArchiveCheckpointInterval
 		if err := addArchiveAPI(mgr, opts, reconciler.Archive); err != nil {
 			return err
 		}
@@ -677,7 +693,7 @@ func addArchiveAPI(mgr ctrl.Manager, opts Options, store *archive.Store) error {
 	}
 	server := &archiveapi.Server{
 		Addr: opts.ArchiveAPIAddr, CertDir: opts.ArchiveAPICertDir, Log: log,
-		Handler: archiveapi.NewHandler(store, archiveapi.NewAuthenticator(mgr.GetAPIReader()), mgr.GetClient(), log),
+		Handler: archiveapi.NewHandler(store, chainStates(mgr, opts), archiveapi.NewAuthenticator(mgr.GetAPIReader()), mgr.GetClient(), log),
 	}
 	if err := mgr.Add(server); err != nil {
 		return fmt.Errorf("cannot add the archive API: %w", err)
