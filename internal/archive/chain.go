@@ -311,9 +311,9 @@ LIMIT $3`, ns, v.Head.Sequence, verifyPage)
 	return v, err
 }
 
-// start sets the verification's head to where it starts, and checks the
-// anchors before it, which it does not read again: their records must
-// still hold their hashes.
+// start sets the verification's head to where it starts, and checks what
+// it does not read again before it: the link it starts from, the anchors
+// and the copied head must still be the chain's.
 func (vr *verifier) start(ctx context.Context) (*Break, error) {
 	v, after := vr.v, vr.from.After
 	for _, run := range vr.runs {
@@ -325,6 +325,16 @@ func (vr *verifier) start(ctx context.Context) (*Break, error) {
 		vr.runs = vr.runs[1:]
 	}
 	v.Head = after
+	if after.Sequence > 0 {
+		switch hash, err := vr.keptHash(ctx, after.Sequence); {
+		case err != nil:
+			return nil, err
+		case hash == nil:
+			return &Break{Sequence: after.Sequence, Problem: missing(after.Sequence, after.Sequence)}, nil
+		case *hash != "" && *hash != after.Hash:
+			return &Break{Sequence: after.Sequence, Problem: "its hash is not the one the last verification reached: the chain was rewritten up to here"}, nil
+		}
+	}
 	// A run pruned since covers where the earlier verification stopped:
 	// it goes on from the run's end.
 	if len(vr.runs) > 0 && vr.runs[0].first <= after.Sequence {
@@ -335,38 +345,52 @@ func (vr *verifier) start(ctx context.Context) (*Break, error) {
 		if a.Sequence > v.Head.Sequence {
 			continue
 		}
-		var hash string
-		err := vr.tx.QueryRow(ctx, `SELECT chain_hash FROM toolledger_records WHERE namespace = $1 AND chain_seq = $2
-UNION ALL SELECT last_hash FROM toolledger_chain_pruned WHERE namespace = $1 AND last_seq = $2`, v.Namespace, a.Sequence).Scan(&hash)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			// Pruned inside a run since: not comparable.
+		switch hash, err := vr.keptHash(ctx, a.Sequence); {
 		case err != nil:
 			return nil, err
-		case hash != a.Hash:
+		case hash == nil:
+			return &Break{Sequence: a.Sequence, Problem: missing(a.Sequence, a.Sequence)}, nil
+		case *hash == "":
+			// Pruned inside a run since: not comparable.
+		case *hash != a.Hash:
 			return anchorBroken(a), nil
 		default:
 			v.Anchors++
 		}
 	}
-	if c := vr.from.Copied; c != nil && c.Sequence <= v.Head.Sequence && c.Sequence > 0 {
-		// An earlier verification went past the copied head: compare the
-		// record's kept hash, as for an anchor.
-		var hash string
-		err := vr.tx.QueryRow(ctx, `SELECT chain_hash FROM toolledger_records WHERE namespace = $1 AND chain_seq = $2
-UNION ALL SELECT last_hash FROM toolledger_chain_pruned WHERE namespace = $1 AND last_seq = $2`, v.Namespace, c.Sequence).Scan(&hash)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			v.Copied = &CopiedHead{Link: *c, Result: CopiedPruned}
+	if c := vr.from.Copied; c != nil && c.Sequence <= v.Head.Sequence {
+		switch hash, err := vr.keptHash(ctx, c.Sequence); {
 		case err != nil:
 			return nil, err
-		case hash != c.Hash:
+		case hash == nil:
+			return &Break{Sequence: c.Sequence, Problem: missing(c.Sequence, c.Sequence)}, nil
+		case *hash == "":
+			v.Copied = &CopiedHead{Link: *c, Result: CopiedPruned}
+		case *hash != c.Hash:
 			return &Break{Sequence: c.Sequence, Problem: "its hash is not the copied head's: the chain was rewritten up to here"}, nil
 		default:
 			v.Copied = &CopiedHead{Link: *c, Result: CopiedMatches}
 		}
 	}
 	return nil, nil
+}
+
+// keptHash is the hash the chain keeps at sequence: its record's, or the
+// last hash of the pruned run it ends; "" inside a pruned run, whose other
+// hashes are gone; nil when neither keeps it (deleted).
+func (vr *verifier) keptHash(ctx context.Context, sequence int64) (*string, error) {
+	var hash string
+	err := vr.tx.QueryRow(ctx, `SELECT chain_hash FROM toolledger_records WHERE namespace = $1 AND chain_seq = $2
+UNION ALL SELECT CASE WHEN last_seq = $2 THEN last_hash ELSE '' END FROM toolledger_chain_pruned
+WHERE namespace = $1 AND first_seq <= $2 AND last_seq >= $2
+LIMIT 1`, vr.v.Namespace, sequence).Scan(&hash)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &hash, nil
 }
 
 func anchorBroken(a Anchor) *Break {

@@ -21,6 +21,10 @@ func TestACheckpointShowsAChainRewrittenWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fourth, err := s.Read(ctx, namespaceOf("shop"), "k4")
+	if err != nil {
+		t.Fatal(err)
+	}
 	taken := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
 	anchors := []archive.Anchor{{Link: third.Chain, Taken: taken}}
 	if v, err := s.Verify(ctx, "shop", archive.VerifyFrom{Anchors: anchors}); err != nil || v.Broken != nil || v.Anchors != 1 {
@@ -48,9 +52,19 @@ func TestACheckpointShowsAChainRewrittenWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantBreak(t, v, archive.Break{Sequence: 3, Problem: "its hash is not the one the cluster's checkpoint of 2026-12-04T09:00:00Z kept: the chain was rewritten up to here"})
-	// An incremental verification, from past the checkpoint, looks the
-	// checkpoint's record up.
-	v, err = s.Verify(ctx, "shop", archive.VerifyFrom{After: archive.Link{Sequence: 4, Hash: "any"}, Anchors: anchors})
+	// An incremental verification, from where an earlier one reached
+	// before the rewrite, finds that link gone; from the rewritten chain's
+	// own link there, the checkpoint before it.
+	v, err = s.Verify(ctx, "shop", archive.VerifyFrom{After: fourth.Chain, Anchors: anchors})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBreak(t, v, archive.Break{Sequence: 4, Problem: "its hash is not the one the last verification reached: the chain was rewritten up to here"})
+	rewritten, err := s.Read(ctx, namespaceOf("shop"), "k4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err = s.Verify(ctx, "shop", archive.VerifyFrom{After: rewritten.Chain, Anchors: anchors})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,4 +105,20 @@ func TestAVerificationGoesOnFromWhereTheLastStopped(t *testing.T) {
 	if got, want := fmt.Sprint(steps), "[0+500=500/1200 false 500+500=1000/1200 false 1000+200=1200/1200 true]"; got != want {
 		t.Fatalf("steps %s, want %s", got, want)
 	}
+}
+
+// An incremental verification does not read the records before where it
+// starts again, but they must still be there: a deleted one shows.
+func TestAnIncrementalVerificationFindsItsStartDeleted(t *testing.T) {
+	ctx := context.Background()
+	dsn := database(t)
+	s := open(t, dsn)
+	keepInOrder(t, s, "shop", "k1", "k2")
+	first := verify(t, s, "shop")
+	exec(t, dsn, `DELETE FROM toolledger_records WHERE namespace = 'shop' AND chain_seq = 2`)
+	v, err := s.Verify(ctx, "shop", archive.VerifyFrom{After: first.Head})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBreak(t, v, archive.Break{Sequence: 2, Problem: "record 2 is missing: deleted, not pruned"})
 }

@@ -65,14 +65,15 @@ func tamperedArchive(t *testing.T) objectsAPI {
 	return objectsAPI{t: t, objects: map[string]any{
 		archiveAPI + "archivechains": archivev1alpha1.ArchiveChainList{Items: []archivev1alpha1.ArchiveChain{
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "billing", Name: archivev1alpha1.ChainName},
-				Status: archivev1alpha1.ArchiveChainStatus{Verified: true, Records: 2, Head: archivev1alpha1.ChainLink{Sequence: 2, Hash: "9f\x1b[31m0a"}}},
+				Status: archivev1alpha1.ArchiveChainStatus{Verified: true, Complete: true, Full: true, Records: 2, Checkpoints: 1,
+					Head: archivev1alpha1.ChainLink{Sequence: 2, Hash: "9f\x1b[31m0a"}}},
 			{ObjectMeta: metav1.ObjectMeta{Namespace: "shop\x1b[2J", Name: archivev1alpha1.ChainName},
 				Status: archivev1alpha1.ArchiveChainStatus{Broken: &archivev1alpha1.ChainBreak{Sequence: 1,
 					Key: "order-1\x1b[2J\x1b[H", UID: "4b1d\x1b]0;owned\x07", Problem: "it was changed after it was archived\u202e"}}},
 		}},
 		archiveAPI + "namespaces/shop/archivechains/ledger": archivev1alpha1.ArchiveChain{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: archivev1alpha1.ChainName},
-			Status: archivev1alpha1.ArchiveChainStatus{Verified: true, Records: 3, Head: archivev1alpha1.ChainLink{Sequence: 3, Hash: "c0ffee"},
+			Status: archivev1alpha1.ArchiveChainStatus{Verified: true, Complete: true, Records: 3, Head: archivev1alpha1.ChainLink{Sequence: 3, Hash: "c0ffee"},
 				CopiedHead: &archivev1alpha1.CopiedHead{ChainLink: archivev1alpha1.ChainLink{Sequence: 2, Hash: "9f\x1b[2J"}, Result: "Matches"}}},
 		ledgerAPI + "toolactions":                                  v1alpha1.ToolActionList{},
 		archiveAPI + "archivedtoolactions":                         archivev1alpha1.ArchivedToolActionList{Items: []archivev1alpha1.ArchivedToolAction{record}},
@@ -100,17 +101,17 @@ func TestArchivedTextIsEscaped(t *testing.T) {
 		{
 			args:     []string{"verify", "-A"},
 			wantCode: ExitError,
-			wantOut: "NAMESPACE     VERIFIED   RECORDS   PRUNED   BEFORE-CHAIN   HEAD\n" +
-				"billing       true       2         0        0              2:9f\\x1b[31m0a\n" +
-				"shop\\x1b[2J   false      0         0        0              <empty>\n" +
+			wantOut: "NAMESPACE     VERIFIED   FROM    RECORDS   PRUNED   BEFORE-CHAIN   CHECKPOINTS   HEAD\n" +
+				"billing       true       start   2         0        0              1             2:9f\\x1b[31m0a\n" +
+				"shop\\x1b[2J   false      last    0         0        0              0             <empty>\n" +
 				"\nshop\\x1b[2J: the chain breaks at record 1 (key order-1\\x1b[2J\\x1b[H, uid 4b1d\\x1b]0;owned\\a): it was changed after it was archived\\u202e\n",
 			wantErr: "error: the archived history of namespace shop\\x1b[2J was altered at record 1 (key order-1\\x1b[2J\\x1b[H, uid 4b1d\\x1b]0;owned\\a)\n",
 		},
 		{
 			args:     []string{"verify", "--head", "2:9f"},
 			wantCode: ExitOK,
-			wantOut: "VERIFIED   RECORDS   PRUNED   BEFORE-CHAIN   HEAD\n" +
-				"true       3         0        0              3:c0ffee\n" +
+			wantOut: "VERIFIED   FROM   RECORDS   PRUNED   BEFORE-CHAIN   CHECKPOINTS   HEAD\n" +
+				"true       last   3         0        0              0             3:c0ffee\n" +
 				"\nshop: the copied head 2:9f\\x1b[2J matches: nothing up to it was rewritten\n",
 		},
 		{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,23 +65,67 @@ func ActionOf(archived *archivev1alpha1.ArchivedToolAction) *v1alpha1.ToolAction
 	}
 }
 
+// VerifyOptions shape VerifyChains.
+type VerifyOptions struct {
+	// CopiedHead, SEQUENCE:HASH, is a head copied earlier to check against
+	// one namespace's chain; "" for none.
+	CopiedHead string
+	// Full verifies from each chain's first record, not from where the last
+	// complete verification ended.
+	Full bool
+	// Rounds bounds the requests made while a chain is still incomplete;
+	// zero asks until every chain is complete.
+	Rounds int
+	// Progress is told the chains after each round that left one
+	// incomplete.
+	Progress func([]archivev1alpha1.ArchiveChain)
+}
+
 // VerifyChains asks the archive API to verify the hash chain of namespace's
-// history ("" for every namespace that has one) as the Ledger's user; the
-// manager recomputes each chain when it is read. copiedHead, SEQUENCE:HASH,
-// is a head copied earlier to check against one namespace's chain ("" for
-// none). ErrNoArchiveAPI when there is no archive API.
-func (l *Ledger) VerifyChains(ctx context.Context, namespace, copiedHead string) ([]archivev1alpha1.ArchiveChain, error) {
+// history ("" for every namespace that has one) as the Ledger's user. The
+// manager verifies a chain for a bounded time per request, going on from
+// where the last stopped: VerifyChains asks again while a chain is
+// incomplete, as opts allow. ErrNoArchiveAPI when there is no archive API.
+func (l *Ledger) VerifyChains(ctx context.Context, namespace string, opts VerifyOptions) ([]archivev1alpha1.ArchiveChain, error) {
+	for round := 1; ; round++ {
+		chains, err := l.verifyChains(ctx, namespace, opts)
+		if err != nil {
+			return nil, err
+		}
+		// Asked again while a chain is incomplete and the round got on with
+		// it: a manager of an older version reports no progress.
+		incomplete := slices.ContainsFunc(chains, func(c archivev1alpha1.ArchiveChain) bool {
+			return !c.Status.Complete && c.Status.Broken == nil && c.Status.Checked > 0
+		})
+		if !incomplete || round == opts.Rounds {
+			return chains, nil
+		}
+		if opts.Progress != nil {
+			opts.Progress(chains)
+		}
+	}
+}
+
+// verifyChains asks for one round of verification.
+func (l *Ledger) verifyChains(ctx context.Context, namespace string, opts VerifyOptions) ([]archivev1alpha1.ArchiveChain, error) {
 	var (
 		list archivev1alpha1.ArchiveChainList
 		err  error
 	)
 	if namespace == "" {
-		err = l.archive.Get().Resource(archivev1alpha1.ChainResource).Do(ctx).Into(&list)
+		req := l.archive.Get().Resource(archivev1alpha1.ChainResource)
+		if opts.Full {
+			req = req.Param("full", "true")
+		}
+		err = req.Do(ctx).Into(&list)
 	} else {
 		var chain archivev1alpha1.ArchiveChain
 		req := l.archive.Get().Namespace(namespace).Resource(archivev1alpha1.ChainResource).Name(archivev1alpha1.ChainName)
-		if copiedHead != "" {
-			req = req.Param("head", copiedHead)
+		if opts.CopiedHead != "" {
+			req = req.Param("head", opts.CopiedHead)
+		}
+		if opts.Full {
+			req = req.Param("full", "true")
 		}
 		err = req.Do(ctx).Into(&chain)
 		list.Items = append(list.Items, chain)
