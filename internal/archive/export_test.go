@@ -25,3 +25,10 @@ func hold(t testing.TB, pool *pgxpool.Pool) {
 		t.Cleanup(conn.Release)
 	}
 }
+
+// LinkHash is the hash of r's link at sequence after previous, with the
+// action's text as the database keeps it: what a benchmark that loads a
+// chain whole with COPY writes.
+func LinkHash(sequence int64, previous string, r *Record, actionText string) (string, error) {
+	return linkHash(sequence, previous, r, actionText)
+}
