@@ -292,7 +292,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(stdout).To(ContainSubstring("The fields a list's item leaves out"))
 		stdout, stderr, err = kubectl("explain", "archivechains.status.head")
 		Expect(err).NotTo(HaveOccurred(), stderr)
-		Expect(stdout).To(ContainSubstring("The newest link: copy it"))
+		Expect(stdout).To(ContainSubstring("The newest link the verification reached"))
 	})
 
 	It("says a key the archive does not hold is not found", func() {
