@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -42,46 +40,8 @@ func archiveRollback(s *suite, sc *run) error {
 	defer d.proc.stop(5 * time.Second)
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
-	type keyed struct {
-		tr              *trial
-		archived, fresh []string
-		first           map[string]*v1alpha1.ToolAction
-		again           string
-	}
-	var (
-		counts tally
-		mu     sync.Mutex
-		all    []*keyed
-	)
-	// Each trial's keys succeed and leave etcd for the archive.
-	err = s.parallelTrialsOf(sc, s.archiveTrials(), 4, func(_ int, rng *rand.Rand) error {
-		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true, recordRetention: archiveRetention})
-		if err != nil {
-			return err
-		}
-		t := &keyed{tr: tr, archived: intents(tr, rng, "order", intRange(rng, 3, 6))}
-		path, err := s.labelledManifest(tr, t.archived)
-		if err != nil {
-			return err
-		}
-		if err := s.kubectlCounting(ctx, &counts, []string{"apply", "-f", path}, " created", "created by kubectl apply"); err != nil {
-			return err
-		}
-		t.first = s.waitActions(ctx, tr, len(t.archived), nil)
-		if err := s.waitRetired(ctx, tr, t.first, time.Now().Add(settleTimeout)); err != nil {
-			return err
-		}
-		t.fresh = intents(tr, rng, "fresh", intRange(rng, 2, 4))
-		again := append(slices.Clone(t.archived), t.fresh...)
-		rng.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
-		if t.again, err = s.labelledManifest(tr, again); err != nil {
-			return err
-		}
-		mu.Lock()
-		all = append(all, t)
-		mu.Unlock()
-		return nil
-	})
+	var counts tally
+	all, err := s.archivedTrials(ctx, sc, d, &counts)
 	if err != nil {
 		return err
 	}
@@ -199,7 +159,11 @@ func (s *suite) saysWhyAtStart(ctx context.Context, m *manager, probe string, co
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the manager without the archive did not say why within 30s (logged: %t; /readyz: %d %q %v)", logged, status, body, err)
+			why := fmt.Sprintf("the manager without the archive did not say why within 30s (logged: %t; /readyz: %d %q)", logged, status, body)
+			if err != nil {
+				return fmt.Errorf("%s: %w", why, err)
+			}
+			return errors.New(why)
 		}
 		if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return err

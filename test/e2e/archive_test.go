@@ -533,49 +533,34 @@ func (s *suite) checkAnsweredAgain(ctx context.Context, firsts map[*trial]map[st
 
 // --- a manager killed during the key check -------------------------------------
 
-// archiveKillKeyCheck archives a few keys of each trial, then applies them
-// again with fresh keys and SIGKILLs the only manager while the new actions
-// have not passed their key check; the replacement must answer the
-// archived keys from the archive and execute each fresh key once.
-func archiveKillKeyCheck(s *suite, sc *run) error {
-	pool, stop, err := s.archiveManagers(sc, "keycheck", 1)
-	if err != nil {
-		return err
-	}
-	defer stop(&pool)
-	d, err := s.procs.startDownstream(sc.name, true)
-	if err != nil {
-		return err
-	}
-	defer d.proc.stop(5 * time.Second)
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
-	defer cancel()
-	// keyed is a trial: its archived keys and their first records, its
-	// fresh keys, and the manifest of both.
-	type keyed struct {
-		tr              *trial
-		archived, fresh []string
-		first           map[string]*v1alpha1.ToolAction
-		again           string
-	}
+// archivedTrial is a trial whose keys were archived: its archived keys and
+// their first records, fresh keys, and the manifest of both, mixed.
+type archivedTrial struct {
+	tr              *trial
+	archived, fresh []string
+	first           map[string]*v1alpha1.ToolAction
+	again           string
+}
+
+// archivedTrials runs the scenario's trials, a few at a time: each applies
+// 3–6 intents, which must succeed after one attempt and leave etcd for the
+// archive, and gets 2–4 fresh keys to apply with them again.
+func (s *suite) archivedTrials(ctx context.Context, sc *run, d *downstream, counts *tally) ([]*archivedTrial, error) {
 	var (
-		counts, caught tally
-		mu             sync.Mutex
-		all            []*keyed
-		started        = 1
+		mu  sync.Mutex
+		all []*archivedTrial
 	)
-	// First every trial's keys to archive, a few trials at a time.
-	err = s.parallelTrialsOf(sc, s.archiveTrials(), 4, func(_ int, rng *rand.Rand) error {
+	err := s.parallelTrialsOf(sc, s.archiveTrials(), 4, func(_ int, rng *rand.Rand) error {
 		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true, recordRetention: archiveRetention})
 		if err != nil {
 			return err
 		}
-		t := &keyed{tr: tr, archived: intents(tr, rng, "order", intRange(rng, 3, 6))}
+		t := &archivedTrial{tr: tr, archived: intents(tr, rng, "order", intRange(rng, 3, 6))}
 		path, err := s.labelledManifest(tr, t.archived)
 		if err != nil {
 			return err
 		}
-		if err := s.kubectlCounting(ctx, &counts, []string{"apply", "-f", path}, " created", "created by kubectl apply"); err != nil {
+		if err := s.kubectlCounting(ctx, counts, []string{"apply", "-f", path}, " created", "created by kubectl apply"); err != nil {
 			return err
 		}
 		t.first = s.waitActions(ctx, tr, len(t.archived), nil)
@@ -599,6 +584,31 @@ func archiveKillKeyCheck(s *suite, sc *run) error {
 		mu.Unlock()
 		return nil
 	})
+	return all, err
+}
+
+// archiveKillKeyCheck archives a few keys of each trial, then applies them
+// again with fresh keys and SIGKILLs the only manager while the new actions
+// have not passed their key check; the replacement must answer the
+// archived keys from the archive and execute each fresh key once.
+func archiveKillKeyCheck(s *suite, sc *run) error {
+	pool, stop, err := s.archiveManagers(sc, "keycheck", 1)
+	if err != nil {
+		return err
+	}
+	defer stop(&pool)
+	d, err := s.procs.startDownstream(sc.name, true)
+	if err != nil {
+		return err
+	}
+	defer d.proc.stop(5 * time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	var (
+		counts, caught tally
+		started        = 1
+	)
+	all, err := s.archivedTrials(ctx, sc, d, &counts)
 	if err != nil {
 		return err
 	}
