@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -146,7 +147,7 @@ func TestArchiveMigrationJob(t *testing.T) {
 	if job := find(decodeObjects(t, helmTemplate(t, archive...)), "Job", jobName); job != nil {
 		t.Errorf("without archive.migration the chart renders %s", job.GetName())
 	}
-	migration := append(archive, "--set", "archive.migration.dsnSecret.name=ledger-archive-owner")
+	migration := append(slices.Clone(archive), "--set", "archive.migration.dsnSecret.name=ledger-archive-owner")
 	if _, err := helmTemplateErr(t, migration...); err == nil || !strings.Contains(err.Error(), "archive.migration.grantTo must name the managers' database role") {
 		t.Errorf("a migration without grantTo: %v, want the chart to refuse", err)
 	}

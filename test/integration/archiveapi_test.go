@@ -462,7 +462,7 @@ var _ = Describe("The archive API", Ordered, func() {
 		Expect(code).To(Equal(1), "the first tenant's chain is still broken")
 		Expect(stderr).NotTo(ContainSubstring("namespace " + other))
 		superuser(`DELETE FROM toolledger_records WHERE uid = $1`, string(archived[other+"/order-3001-charge"].UID))
-		code, stdout, stderr = plugin("verify", "-n", other)
+		code, _, stderr = plugin("verify", "-n", other)
 		Expect(code).To(Equal(1), "from where the last verification ended, the record it reached is gone")
 		Expect(stderr).To(ContainSubstring(fmt.Sprintf("the archived history of namespace %s was altered at record 1", other)))
 		code, stdout, _ = plugin("verify", "-A", "--full", "-o", "json")
