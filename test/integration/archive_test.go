@@ -238,8 +238,10 @@ var _ = Describe("The archive", func() {
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(store.Close)
 		earlier := chargeAction(ns, "order-1201-charge", 1200)
-		earlier.UID, earlier.CreationTimestamp = "0ld0ld00-0000-4000-8000-000000001201", metav1.NewTime(clock.Now().Add(-30*24*time.Hour))
-		completed := metav1.NewTime(clock.Now().Add(-29 * 24 * time.Hour))
+		// Within the tool's keyRetention: the key would be kept, were it
+		// this namespace's.
+		earlier.UID, earlier.CreationTimestamp = "0ld0ld00-0000-4000-8000-000000001201", metav1.NewTime(clock.Now().Add(-2*time.Hour))
+		completed := metav1.NewTime(clock.Now().Add(-time.Hour))
 		earlier.Status = v1alpha1.ToolActionStatus{Phase: v1alpha1.PhaseSucceeded, Attempts: 1, ExternalRef: "ch_earlier_tenant",
 			RequestDigest: "sha256:earlier", CompletionTime: &completed}
 		rec, err := archive.NewRecord(earlier, "an-earlier-namespace-uid", nil, v1alpha1.TombstoneCauseDeleted, "", completed.Time)
