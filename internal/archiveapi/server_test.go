@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,9 +52,13 @@ type records struct {
 	// listsBeforeErr is how many lists answer before every list fails
 	// with err; 0 fails them all.
 	listsBeforeErr int
+	// mu guards what the calls write: the handler serves readers at once.
+	mu sync.Mutex
 }
 
 func (f *records) Verify(_ context.Context, namespace string, from archive.VerifyFrom) (*archive.Verification, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.copied, f.from = from.Copied, from
 	for i := range f.chains {
 		if f.chains[i].Namespace == namespace {
@@ -91,13 +96,19 @@ func (f *records) find(namespace, key string, guarding bool) (*archive.Record, e
 }
 
 func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error {
+	f.mu.Lock()
 	f.filter = filter
+	f.mu.Unlock()
 	if f.block != nil {
 		<-f.block
 	}
+	f.mu.Lock()
+	fail := f.listsBeforeErr == 0 && f.err != nil
 	if f.listsBeforeErr > 0 {
 		f.listsBeforeErr--
-	} else if f.err != nil {
+	}
+	f.mu.Unlock()
+	if fail {
 		return f.err
 	}
 	for _, r := range f.matching(namespace, from) {
@@ -110,7 +121,10 @@ func (f *records) List(_ context.Context, namespace string, filter archive.Filte
 }
 
 func (f *records) Count(_ context.Context, namespace string, _ archive.Filter, atMost int) (int, error) {
-	if f.listsBeforeErr == 0 && f.err != nil {
+	f.mu.Lock()
+	fail := f.listsBeforeErr == 0 && f.err != nil
+	f.mu.Unlock()
+	if fail {
 		return 0, f.err
 	}
 	return min(len(f.matching(namespace, archive.Position{})), atMost), nil
