@@ -3,6 +3,7 @@ package webconsole_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
 	"io"
 	"net/http"
@@ -116,13 +117,18 @@ func openLive(tab context.Context, target string, wait chromedp.Action[chromedp.
 	Expect(chromedp.Do(tab, chromedp.Navigate(target), wait, chromedp.WaitVisible(chromedp.CSS("body[data-synced]")))).To(Succeed())
 }
 
-// textOf reads the text of the element selector matches, waiting for it;
-// a live page may replace the element while it is read, so it reads again.
+// textOf reads the text of the element selector matches, waiting for it.
+// It reads in one evaluation: a live page may swap the element between a
+// query and a later read, and chromedp.Text then reads the detached node's
+// text as "" without an error.
 func textOf(tab context.Context, selector string) string {
 	GinkgoHelper()
+	quoted, err := json.Marshal(selector)
+	Expect(err).NotTo(HaveOccurred())
+	read := `(() => { const el = document.querySelector(` + string(quoted) + `); if (!el) { throw new Error("no element matches"); } return el.innerText; })()`
 	var text string
 	Eventually(func() (err error) {
-		text, err = chromedp.Run(tab, chromedp.Text(chromedp.CSS(selector)))
+		text, err = chromedp.Run(tab, chromedp.Evaluate[string](read))
 		return err
 	}).Should(Succeed())
 	return text
