@@ -1,17 +1,18 @@
 package controllers_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"net"
 	nethttp "net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // stripeMock runs Stripe's own mock server, built into bin/ by the test
@@ -34,27 +34,31 @@ func stripeMock() string {
 	_, err = os.Stat(path)
 	Expect(err).NotTo(HaveOccurred(), "bin/stripe-mock is built by `make test` (make stripe-mock)")
 
-	addr, err := testenv.FreeLocalAddr()
-	Expect(err).NotTo(HaveOccurred())
-	httpsAddr, err := testenv.FreeLocalAddr()
-	Expect(err).NotTo(HaveOccurred())
-
+	// It listens where the kernel chooses and prints where: a port picked
+	// free beforehand could be taken by another program before it listens.
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, path, "-http-addr", addr, "-https-addr", httpsAddr)
-	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
+	cmd := exec.CommandContext(ctx, path, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	Expect(err).NotTo(HaveOccurred())
+	cmd.Stderr = GinkgoWriter
 	Expect(cmd.Start()).To(Succeed())
 	DeferCleanup(func() {
 		cancel()
 		_ = cmd.Wait()
 	})
-	Eventually(func() error {
-		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
-		if err == nil {
-			_ = conn.Close()
+	addr := make(chan string, 1)
+	go func() {
+		lines := bufio.NewScanner(out)
+		for lines.Scan() {
+			fmt.Fprintln(GinkgoWriter, lines.Text())
+			if a, ok := strings.CutPrefix(lines.Text(), "Listening for HTTP at address: "); ok {
+				addr <- a
+			}
 		}
-		return err
-	}).Should(Succeed())
-	return "http://" + addr
+	}()
+	var listening string
+	Eventually(addr).WithTimeout(30*time.Second).Should(Receive(&listening), "stripe-mock did not say where it listens")
+	return "http://" + listening
 }
 
 // sentToStripe is one request as it reached the wire.

@@ -45,17 +45,13 @@ var _ = BeforeSuite(func() {
 
 	env = specenv.Start(testenv.SuiteOptions{})
 	cfg, k8s, downstream = env.Config, env.Client, env.Downstream
-	// The metrics port is chosen once etcd and the API server have taken
-	// theirs, which they choose the same way, so that none takes it first.
-	metricsAddr, err := testenv.FreeLocalAddr()
-	Expect(err).NotTo(HaveOccurred())
-	metricsURL = "https://" + metricsAddr + "/metrics"
 	// Every action's story is told, so that the specs read their events
 	// whatever else the suite runs at once (the budget: routine_events_test.go).
-	stopManager, err := testenv.StartManager(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
-		MetricsAddr: metricsAddr, MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter), RoutineEventRate: math.Inf(1)})
+	stopManager, metricsAddr, err := testenv.StartManagerWithMetrics(cfg, app.Options{ExecutorID: executorID, LeaseGrace: 5 * time.Second, RetentionSweep: 500 * time.Millisecond,
+		MetricsSecure: true, Logger: managerLogs.Logger(GinkgoWriter), RoutineEventRate: math.Inf(1)})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(stopManager)
+	metricsURL = "https://" + metricsAddr + "/metrics"
 
 	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	_, err = env.AddAdmin("suite-admin", kubeconfig)

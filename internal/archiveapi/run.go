@@ -21,10 +21,13 @@ const refreshInterval = time.Minute
 // (tls.crt and tls.key, re-read when they change), on every replica:
 // reads need no leader.
 type Server struct {
-	Addr    string
-	CertDir string
-	Handler *Handler
-	Log     logr.Logger
+	Addr string
+	// Listener, when set, is served instead of a listener on Addr: a
+	// test's, on a port the kernel chose.
+	Listener net.Listener
+	CertDir  string
+	Handler  *Handler
+	Log      logr.Logger
 }
 
 // NeedLeaderElection is false: every replica answers reads.
@@ -44,9 +47,11 @@ func (s *Server) Start(ctx context.Context) error {
 	go s.Handler.authn.Run(ctx, refreshInterval, func(err error) {
 		s.Log.Error(err, "The front-proxy configuration was not read again; the last one is used")
 	})
-	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.Addr)
-	if err != nil {
-		return fmt.Errorf("the archive API cannot listen on %s: %w", s.Addr, err)
+	listener := s.Listener
+	if listener == nil {
+		if listener, err = (&net.ListenConfig{}).Listen(ctx, "tcp", s.Addr); err != nil {
+			return fmt.Errorf("the archive API cannot listen on %s: %w", s.Addr, err)
+		}
 	}
 	server := &http.Server{
 		Handler:           s.Handler,

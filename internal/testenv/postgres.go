@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -82,20 +83,37 @@ func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	if p.credential, err = p.ownDir(); err != nil {
 		return nil, err
 	}
-	if p.port, err = freePort(); err != nil {
-		return nil, err
-	}
-	p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
 	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := p.initialise(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := p.serve(ctx); err != nil {
-		return nil, errors.Join(err, p.Halt())
+	// The server cannot be told to choose a port and say which, so one is
+	// picked free and handed to it; another program may take it meanwhile,
+	// and the server then exits. A start on a taken port is tried again on
+	// another, a few times.
+	for attempt := 1; ; attempt++ {
+		if p.port, err = freePort(); err != nil {
+			return nil, err
+		}
+		p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+		err = p.serve(ctx)
+		if err == nil {
+			return p, nil
+		}
+		if halted := p.Halt(); !errors.Is(err, errPortTaken) || attempt == portAttempts {
+			return nil, errors.Join(err, halted)
+		}
 	}
-	return p, nil
 }
+
+// portAttempts bounds the starts of a server on a port picked free, each
+// on another port, when the port was taken before the server listened.
+const portAttempts = 5
+
+// errPortTaken is a server's exit because another program listens on the
+// port it was given.
+var errPortTaken = errors.New("its port was taken")
 
 // initialise creates the cluster: trust authentication, for a server bound
 // to 127.0.0.1 of a test or a developer's machine only.
@@ -116,6 +134,11 @@ func (p *Postgres) serve(ctx context.Context) error {
 		return err
 	}
 	defer logFile.Close()
+	// Where this start's lines begin, to read why it failed.
+	logStart, err := logFile.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
 	// Not bound to ctx: the server outlives its start; Halt stops it.
 	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), //nolint:noctx
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
@@ -128,7 +151,7 @@ func (p *Postgres) serve(ctx context.Context) error {
 	}
 	p.exit = make(chan error, 1)
 	go func() { p.exit <- p.cmd.Wait() }()
-	return p.waitReady(ctx)
+	return p.waitReady(ctx, logStart)
 }
 
 // ownDir hands the directory to the unprivileged user when this process is
@@ -147,7 +170,9 @@ func (p *Postgres) ownDir() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: unprivilegedUID, Gid: unprivilegedUID, NoSetGroups: true}, nil
 }
 
-func (p *Postgres) waitReady(ctx context.Context) error {
+// waitReady waits until the server answers; the log from logStart on says
+// why it exited, if it did.
+func (p *Postgres) waitReady(ctx context.Context, logStart int64) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		conn, err := pgx.Connect(ctx, p.DSN)
@@ -158,6 +183,10 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 		case exitErr := <-p.exit:
 			p.exit <- exitErr
 			log, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
+			log = log[min(logStart, int64(len(log))):]
+			if strings.Contains(string(log), "Address already in use") {
+				exitErr = fmt.Errorf("%w: %w", errPortTaken, exitErr)
+			}
 			return fmt.Errorf("postgres exited (%w): %s", exitErr, log)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -215,7 +244,9 @@ func (p *Postgres) PID() int {
 	return p.cmd.Process.Pid
 }
 
-// Resume starts a halted server again, on the same port and data.
+// Resume starts a halted server again, on the same port and data: its
+// clients hold its DSN. Should another program have taken the port while
+// it was halted, Resume fails and its error says so.
 func (p *Postgres) Resume(ctx context.Context) error {
 	if p.cmd != nil {
 		return errors.New("postgres is running")

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -192,6 +193,9 @@ func (p *ControlPlane) AddAdmin(name, kubeconfigPath string) (*rest.Config, erro
 
 // FreeLocalAddr returns a 127.0.0.1 address nothing listens on: its port
 // was just free, and is closed again for the process that will take it.
+// Another program may take it first: a server that can choose its own
+// port and say which (listening on 127.0.0.1:0) should; the start of one
+// that cannot is tried again on another port when the port was taken.
 func FreeLocalAddr() (string, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -242,6 +246,20 @@ func recordViolation(address string) {
 // opts, the manager has LoopbackEgress. Its tools resolve egresstest.Hosts
 // only, and dial 127.0.0.0/8 only (EgressViolations).
 func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err error) {
+	stop, _, err = startManager(cfg, opts, nil)
+	return stop, err
+}
+
+// StartManagerWithMetrics runs a manager as StartManager does, with its
+// metrics on 127.0.0.1, and returns their address. The kernel chooses the
+// port as the server listens: a port picked free beforehand could be taken
+// by another program before the server listens on it.
+func StartManagerWithMetrics(cfg *rest.Config, opts app.Options) (stop func() error, metricsAddr string, err error) {
+	opts.MetricsAddr = "127.0.0.1:0"
+	return startManager(cfg, opts, &listenedOn{})
+}
+
+func startManager(cfg *rest.Config, opts app.Options, metrics *listenedOn) (stop func() error, metricsAddr string, err error) {
 	opts.ProbeAddr = "0"
 	if opts.MetricsAddr == "" {
 		opts.MetricsAddr = "0"
@@ -260,15 +278,18 @@ func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err er
 		opts.GracefulShutdownTimeout = &grace
 	}
 	managerOpts := app.ManagerOptions(opts)
+	if metrics != nil {
+		managerOpts.Metrics.ListenConfig.Control = metrics.control
+	}
 	// Several managers run in one process, each with its own controllers.
 	skip := true
 	managerOpts.Controller.SkipNameValidation = &skip
 	mgr, err := ctrl.NewManager(rest.CopyConfig(cfg), managerOpts)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := app.Setup(mgr, opts); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -284,8 +305,19 @@ func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err er
 	select {
 	case err := <-done:
 		cancel()
-		return nil, fmt.Errorf("the manager stopped as it started: %w", err)
+		return nil, "", fmt.Errorf("the manager stopped as it started: %w", err)
 	case <-synced:
+	}
+	// The metrics server listens as the manager starts, not necessarily
+	// before the caches sync.
+	for metrics != nil && metricsAddr == "" {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, "", fmt.Errorf("the manager stopped as it started: %w", err)
+		case <-time.After(10 * time.Millisecond):
+			metricsAddr = metrics.addr()
+		}
 	}
 	var result error
 	stopped := false
@@ -296,7 +328,40 @@ func StartManager(cfg *rest.Config, opts app.Options) (stop func() error, err er
 			result = <-done
 		}
 		return result
-	}, nil
+	}, metricsAddr, nil
+}
+
+// listenedOn keeps the socket a server listens on, as its ListenConfig's
+// Control, to read which port the kernel chose for it.
+type listenedOn struct {
+	mu   sync.Mutex
+	conn syscall.RawConn
+}
+
+func (l *listenedOn) control(_, _ string, conn syscall.RawConn) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conn = conn
+	return nil
+}
+
+// addr is the socket's address once it is bound, else "".
+func (l *listenedOn) addr() string {
+	l.mu.Lock()
+	conn := l.conn
+	l.mu.Unlock()
+	if conn == nil {
+		return ""
+	}
+	var sa syscall.Sockaddr
+	if err := conn.Control(func(fd uintptr) { sa, _ = syscall.Getsockname(int(fd)) }); err != nil {
+		return ""
+	}
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if !ok || in4.Port == 0 {
+		return ""
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)).String()
 }
 
 // SetLogger sends controller-runtime's logs to w, such as GinkgoWriter.

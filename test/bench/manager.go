@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -110,12 +112,27 @@ func buildManager(ctx context.Context, root, dir string) (string, error) {
 // startManagerProcess runs bin against the kubeconfig with its metrics and
 // probes on free loopback ports; extra flags follow. Its output goes to
 // logPath. The process dies with the harness (Pdeathsig).
+//
+// The probes take a port the kernel chooses (nothing reads them). The
+// metrics, which the harness scrapes, cannot say which port they took, so
+// one is picked free and handed to the manager; another program may take
+// it meanwhile, and the manager then exits: such a start is tried again on
+// another port, a few times.
 func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, extra ...string) (*managerProcess, error) {
-	metricsAddr, err := testenv.FreeLocalAddr()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		p, err := startManagerOnce(ctx, bin, kubeconfig, logPath, extra...)
+		if !errors.Is(err, errPortTaken) || attempt == 5 {
+			return p, err
+		}
 	}
-	probeAddr, err := testenv.FreeLocalAddr()
+}
+
+// errPortTaken is a manager's exit at start because another program
+// listens on the port it was given.
+var errPortTaken = errors.New("its metrics port was taken")
+
+func startManagerOnce(ctx context.Context, bin, kubeconfig, logPath string, extra ...string) (*managerProcess, error) {
+	metricsAddr, err := testenv.FreeLocalAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +140,17 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 	if err != nil {
 		return nil, err
 	}
+	// Where this start's lines begin.
+	logStart, err := logFile.Seek(0, io.SeekEnd)
+	if err != nil {
+		_ = logFile.Close()
+		return nil, err
+	}
 	args := append([]string{
 		"--metrics-bind-address=" + metricsAddr,
 		// The harness scrapes without a token.
 		"--metrics-secure=false",
-		"--health-probe-bind-address=" + probeAddr,
+		"--health-probe-bind-address=127.0.0.1:0",
 		"--operator-namespace=toolledger-system",
 		// The benchmark's downstreams listen on 127.0.0.1.
 		"--egress-allow=127.0.0.1/32",
@@ -152,17 +175,24 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 		p.done <- cmd.Wait()
 		_ = logFile.Close()
 	}()
-	// Ready once its metrics answer.
+	// Ready once it has said that its metrics listen (controller-runtime
+	// does once it holds the port, so the answer is its own) and they answer.
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-p.done:
 			p.done <- err
+			if strings.Contains(logSince(logPath, logStart), "address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
 			return nil, fmt.Errorf("the manager exited at start, see %s: %w", logPath, err)
 		case <-ctx.Done():
 			p.kill()
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
+		}
+		if !strings.Contains(logSince(logPath, logStart), "Serving metrics server") {
+			continue
 		}
 		if _, err := scrapeHTTP(ctx, p.metricsURL); err == nil {
 			return p, nil
@@ -170,6 +200,20 @@ func startManagerProcess(ctx context.Context, bin, kubeconfig, logPath string, e
 	}
 	p.kill()
 	return nil, fmt.Errorf("the manager's metrics did not answer within a minute; see %s", logPath)
+}
+
+// logSince is what the log at path holds from offset on.
+func logSince(path string, offset int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
 }
 
 func (p *managerProcess) pid() string { return strconv.Itoa(p.cmd.Process.Pid) }

@@ -49,17 +49,17 @@ func archiveRollback(s *suite, sc *run) error {
 	// The rollback: the manager with the archive stops, one without it
 	// starts on the same ledger.
 	pool[0].proc.stop(10 * time.Second)
-	probe, err := testenv.FreeLocalAddr()
-	if err != nil {
-		return err
-	}
 	bare, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID("unbound"),
-		"--operator-namespace="+sc.archive.ledger, "--health-probe-bind-address="+probe)
+		"--operator-namespace="+sc.archive.ledger, "--health-probe-bind-address=127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	defer bare.proc.stop(10 * time.Second)
 	if err := bare.waitReady(s.ctx); err != nil {
+		return err
+	}
+	probe, err := bare.listening(s.ctx, bare.probeAddr)
+	if err != nil {
 		return err
 	}
 	if err := s.saysWhyAtStart(ctx, bare, probe, &counts); err != nil {

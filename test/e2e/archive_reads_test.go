@@ -189,21 +189,21 @@ func (s *suite) startArchiveAPIManager(ctx context.Context, db *archiveDB) (*man
 	if err != nil {
 		return nil, err
 	}
-	addr, err := testenv.FreeLocalAddr()
-	if err != nil {
-		return nil, err
-	}
-	port, err := testenv.PortOf(addr)
-	if err != nil {
-		return nil, err
-	}
 	m, err := s.procs.startManager(s.cluster.kubeconfig, s.nextManagerID("archive-api"), "--archive-dsn="+db.dsn,
-		"--archive-record-retention="+archiveRecordRetention.String(), "--archive-api-bind-address="+addr, "--archive-api-cert-dir="+api.CertDir)
+		"--archive-record-retention="+archiveRecordRetention.String(), "--archive-api-bind-address=127.0.0.1:0", "--archive-api-cert-dir="+api.CertDir)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.waitReady(ctx); err != nil {
 		return nil, err
+	}
+	addr, err := m.listening(ctx, m.archiveAPIAddr)
+	if err != nil {
+		return m, err
+	}
+	port, err := testenv.PortOf(addr)
+	if err != nil {
+		return m, err
 	}
 	registering, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()

@@ -560,7 +560,18 @@ type manager struct {
 	id    string
 	proc  *process
 	ready chan struct{}
+	// probeAddr and archiveAPIAddr receive where its health probes and
+	// its archive API listen, as it logs them.
+	probeAddr, archiveAPIAddr chan string
 }
+
+// Where a manager told to listen on 127.0.0.1:0 listens, from its log: the
+// kernel chooses a port as the server listens, whereas a port picked free
+// beforehand could be taken by another program before the server listens.
+var (
+	probeListening      = regexp.MustCompile(`"msg":"starting server".*"name":"health probe".*"addr":"([^"]+)"`)
+	archiveAPIListening = regexp.MustCompile(`"msg":"Serving the archive API".*"address":"([^"]+)"`)
+)
 
 // startManager runs bin/manager against the cluster as the admin user,
 // without metrics or probes listening and without leader election; extra
@@ -570,7 +581,7 @@ func (ps *processes) startManager(kubeconfig, id string, extra ...string) (*mana
 	if err != nil {
 		return nil, err
 	}
-	m := &manager{id: id, ready: make(chan struct{})}
+	m := &manager{id: id, ready: make(chan struct{}), probeAddr: make(chan string, 1), archiveAPIAddr: make(chan string, 1)}
 	var once sync.Once
 	m.proc, err = ps.start("manager-"+id, path, append([]string{
 		"--kubeconfig=" + kubeconfig,
@@ -589,8 +600,32 @@ func (ps *processes) startManager(kubeconfig, id string, extra ...string) (*mana
 		if strings.Contains(line, "Starting workers") && strings.Contains(line, `"controller":"toolaction"`) {
 			once.Do(func() { close(m.ready) })
 		}
+		for re, addr := range map[*regexp.Regexp]chan string{probeListening: m.probeAddr, archiveAPIListening: m.archiveAPIAddr} {
+			if found := re.FindStringSubmatch(line); found != nil {
+				select {
+				case addr <- found[1]:
+				default:
+				}
+			}
+		}
 	})
 	return m, err
+}
+
+// listening waits until the manager says where the server of addr (its
+// probeAddr or archiveAPIAddr) listens.
+func (m *manager) listening(ctx context.Context, addr chan string) (string, error) {
+	select {
+	case a := <-addr:
+		addr <- a
+		return a, nil
+	case <-m.proc.done:
+		return "", fmt.Errorf("manager %s exited: %w\n%s", m.id, m.proc.err, m.proc.tail(3000))
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(60 * time.Second):
+		return "", fmt.Errorf("manager %s did not say where it listens within a minute:\n%s", m.id, m.proc.tail(3000))
+	}
 }
 
 // waitReady waits until the manager's ToolAction workers run.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -111,13 +112,17 @@ var _ = Describe("The archive API", Ordered, func() {
 		dsn = server.DSN
 		api, err := testenv.NewArchiveAPI(GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
-		apiAddr, err = testenv.FreeLocalAddr()
+		// The manager serves the archive API on a listener of a port the
+		// kernel chose: a port picked free beforehand could be taken by
+		// another program before the manager listens on it.
+		apiListener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 		Expect(err).NotTo(HaveOccurred())
+		apiAddr = apiListener.Addr().String()
 		clock = clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 		stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "archive-api", LeaseGrace: time.Second,
 			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: time.Minute,
 			Namespace: env.NewOperatorNamespace(), ArchiveBindingSettle: time.Millisecond,
-			ArchiveAPIAddr: apiAddr, ArchiveAPICertDir: api.CertDir})
+			ArchiveAPIListener: apiListener, ArchiveAPICertDir: api.CertDir})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
 		port, err := testenv.PortOf(apiAddr)

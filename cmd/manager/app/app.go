@@ -156,6 +156,9 @@ type Options struct {
 	// ArchiveAPICertDir holds its serving certificate (tls.crt, tls.key).
 	ArchiveAPIAddr    string
 	ArchiveAPICertDir string
+	// ArchiveAPIListener, when set, is where the archive API listens
+	// instead of ArchiveAPIAddr: a test's, on a port the kernel chose.
+	ArchiveAPIListener net.Listener
 	// ArchiveCheckpointInterval is how often, at most, the cluster takes a
 	// checkpoint of each archived chain whose head moved;
 	// DefaultArchiveCheckpointInterval when zero.
@@ -692,7 +695,7 @@ func addArchiveAPI(mgr ctrl.Manager, opts Options, store *archive.Store) error {
 		return nil
 	}
 	server := &archiveapi.Server{
-		Addr: opts.ArchiveAPIAddr, CertDir: opts.ArchiveAPICertDir, Log: log,
+		Addr: opts.ArchiveAPIAddr, Listener: opts.ArchiveAPIListener, CertDir: opts.ArchiveAPICertDir, Log: log,
 		Handler: archiveapi.NewHandler(store, chainStates(mgr, opts), archiveapi.NewAuthenticator(mgr.GetAPIReader()), mgr.GetClient(), log),
 	}
 	if err := mgr.Add(server); err != nil {
