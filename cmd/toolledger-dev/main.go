@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -408,8 +409,12 @@ func startArchive(ctx context.Context, opts options) (string, func(), error) {
 	if !opts.archive {
 		return "", func() {}, nil
 	}
-	// The server refuses to run as root; run as root, its user must be
-	// able to reach its directory through the state directory.
+	dir, err := filepath.Abs(filepath.Join(opts.stateDir, "postgres"))
+	if err != nil {
+		return "", nil, err
+	}
+	// The server refuses to run as root; run as root, it runs as nobody,
+	// who must be able to reach its directory through the state directory.
 	if os.Geteuid() == 0 {
 		if err := os.MkdirAll(opts.stateDir, 0o700); err != nil {
 			return "", nil, err
@@ -417,10 +422,11 @@ func startArchive(ctx context.Context, opts options) (string, func(), error) {
 		if err := os.Chmod(opts.stateDir, 0o711); err != nil {
 			return "", nil, err
 		}
-	}
-	dir, err := filepath.Abs(filepath.Join(opts.stateDir, "postgres"))
-	if err != nil {
-		return "", nil, err
+		if testenv.PostgresCanEnter(opts.stateDir) != nil {
+			if dir, err = archiveOutside(dir); err != nil {
+				return "", nil, err
+			}
+		}
 	}
 	fmt.Println("toolledger-dev: starting PostgreSQL for the archive (data in " + dir + ")")
 	server, err := testenv.RunPostgres(ctx, dir)
@@ -432,4 +438,30 @@ func startArchive(ctx context.Context, opts options) (string, func(), error) {
 			fmt.Fprintln(os.Stderr, "toolledger-dev: the archive's PostgreSQL:", err)
 		}
 	}, nil
+}
+
+// archiveOutside keeps the archive's data where nobody can enter, when it
+// cannot enter the state directory (a checkout in a home directory, or in
+// a directory of mktemp -d, closed to other users): in a directory of
+// /var/tmp, which outlives a reboot as the state directory does, linked
+// from link in the state directory, so that the two go together and a
+// fresh state directory starts a fresh archive.
+func archiveOutside(link string) (string, error) {
+	if target, err := os.Readlink(link); err == nil {
+		return target, nil
+	}
+	if _, err := os.Lstat(link); err == nil {
+		return "", fmt.Errorf("PostgreSQL refuses to run as root, so it runs as nobody, who cannot enter %s, which holds the archive's data "+
+			"(a directory above it is closed to other users): run as the user who made it, or remove %s to start afresh (the ledger in etcd goes with its archive)",
+			link, filepath.Dir(link))
+	}
+	target, err := os.MkdirTemp("/var/tmp", "toolledger-dev-postgres-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Symlink(target, link); err != nil {
+		return "", errors.Join(err, os.Remove(target))
+	}
+	fmt.Printf("toolledger-dev: nobody, whom PostgreSQL runs as, cannot enter %s: the archive's data is in %s, linked from %s\n", filepath.Dir(link), target, link)
+	return target, nil
 }

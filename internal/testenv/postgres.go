@@ -83,6 +83,9 @@ func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	if p.credential, err = p.ownDir(); err != nil {
 		return nil, err
 	}
+	if err := PostgresCanEnter(dir); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := p.initialise(ctx); err != nil {
 			return nil, err
@@ -115,11 +118,37 @@ const portAttempts = 5
 // port it was given.
 var errPortTaken = errors.New("its port was taken")
 
+// PostgresCanEnter checks that the server's user can enter dir, as initdb
+// and the server must: when this process is root, that is nobody, whom a
+// directory above dir closed to other users (a home directory, or one made
+// by mktemp -d) stops. It runs the server's binary as that user in dir.
+func PostgresCanEnter(dir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	bin, err := PostgresBinDir()
+	if err != nil {
+		return err
+	}
+	probe := exec.CommandContext(context.Background(), filepath.Join(bin, "postgres"), "--version")
+	probe.Dir = dir
+	probe.SysProcAttr = &syscall.SysProcAttr{Credential: unprivileged}
+	if out, err := probe.CombinedOutput(); err != nil {
+		return fmt.Errorf("PostgreSQL refuses to run as root, so it runs as nobody, who cannot enter %s (%w%s): "+
+			"a directory above it is closed to other users; run as an ordinary user, or keep the data where other users can enter (TMPDIR for the tests)",
+			dir, err, out)
+	}
+	return nil
+}
+
 // initialise creates the cluster: trust authentication, for a server bound
 // to 127.0.0.1 of a test or a developer's machine only.
 func (p *Postgres) initialise(ctx context.Context) error {
 	initdb := exec.CommandContext(ctx, filepath.Join(p.bin, "initdb"), "-D", filepath.Join(p.Dir, "data"), "-U", "toolledger", "-A", "trust",
 		"-E", "UTF8", "--locale=C", "--no-sync")
+	// In the data's directory: initdb returns to its working directory
+	// after looking for its own, which nobody may not be able to enter.
+	initdb.Dir = p.Dir
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: p.credential}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
@@ -142,6 +171,7 @@ func (p *Postgres) serve(ctx context.Context) error {
 	// Not bound to ctx: the server outlives its start; Halt stops it.
 	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), //nolint:noctx
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	p.cmd.Dir = p.Dir // as initdb's
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Its own process group: an interrupt of the test run reaches the
 	// test, which stops the server, not the server first.
@@ -167,8 +197,11 @@ func (p *Postgres) ownDir() (*syscall.Credential, error) {
 	if err := os.Chown(p.Dir, unprivilegedUID, unprivilegedUID); err != nil {
 		return nil, fmt.Errorf("cannot hand %s to the unprivileged user: %w", p.Dir, err)
 	}
-	return &syscall.Credential{Uid: unprivilegedUID, Gid: unprivilegedUID, NoSetGroups: true}, nil
+	return unprivileged, nil
 }
+
+// unprivileged runs a command as nobody.
+var unprivileged = &syscall.Credential{Uid: unprivilegedUID, Gid: unprivilegedUID, NoSetGroups: true}
 
 // waitReady waits until the server answers; the log from logStart on says
 // why it exited, if it did.
