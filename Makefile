@@ -12,6 +12,9 @@ KUBECTL ?= $(BIN)/kubectl
 STRIPE_MOCK ?= $(BIN)/stripe-mock
 PROMTOOL ?= $(BIN)/promtool
 HELM ?= $(BIN)/helm
+# The node's components (make test-node), apart from the control plane's.
+NODE_BIN ?= $(BIN)/node
+COREDNS ?= $(NODE_BIN)/coredns
 CHART_CRDS := charts/toolledger/crds
 
 # envtest reads the control-plane binaries from here.
@@ -114,17 +117,42 @@ build: ## Build the operator, the local runner, the demo downstream, the MCP gat
 .PHONY: controlplane
 controlplane: $(KUBE_APISERVER) $(ETCD) $(KUBECTL) ## Build kube-apiserver, etcd and kubectl from source into bin/ (first time: minutes).
 
-$(KUBE_APISERVER):
-	@echo ">> building kube-apiserver from source into $(BIN); the first build takes several minutes, later ones are cached"
-	cd hack/controlplane && go build -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+# The Kubernetes version hack/controlplane/go.mod pins, linked into every
+# binary built from it: a plain build reports v0.0.0-master, which kubectl
+# version cannot parse.
+KUBE_VERSION := $(shell sed -n 's/^\tk8s.io\/kubernetes v\([0-9.]*\)$$/\1/p' hack/controlplane/go.mod)
+KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
+	-X k8s.io/component-base/version.gitTreeState=clean
+# kube-build builds the Kubernetes command $(1) from hack/controlplane into $@.
+kube-build = cd hack/controlplane && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(1)
 
-$(ETCD):
+$(KUBE_APISERVER): hack/controlplane/go.mod
+	@echo ">> building kube-apiserver from source into $(BIN); the first build takes several minutes, later ones are cached"
+	$(call kube-build,kube-apiserver)
+
+$(ETCD): hack/controlplane/go.mod
 	@echo ">> building etcd from source into $(BIN)"
 	cd hack/controlplane && go build -o $@ go.etcd.io/etcd/server/v3
 
-$(KUBECTL):
+$(KUBECTL): hack/controlplane/go.mod
 	@echo ">> building kubectl from source into $(BIN)"
-	cd hack/controlplane && go build -o $@ k8s.io/kubernetes/cmd/kubectl
+	$(call kube-build,kubectl)
+
+# The node's components: the kubelet, kube-proxy, the controller-manager and
+# the scheduler from hack/controlplane, CoreDNS from hack/coredns.
+NODE_COMMANDS := kubelet kube-proxy kube-controller-manager kube-scheduler
+.PHONY: node-binaries
+node-binaries: controlplane $(addprefix $(NODE_BIN)/,$(NODE_COMMANDS)) $(COREDNS) ## Build the node's components into bin/node (first time: about ten minutes).
+
+$(addprefix $(NODE_BIN)/,$(NODE_COMMANDS)): $(NODE_BIN)/%: hack/controlplane/go.mod
+	@echo ">> building $* from source into $(NODE_BIN)"
+	$(call kube-build,$*)
+
+$(COREDNS): hack/coredns/go.mod
+	@echo ">> building CoreDNS from source into $(NODE_BIN)"
+	cd hack/coredns && go build -o $@ github.com/coredns/coredns
 
 $(GOLANGCI_LINT): hack/lint/go.mod
 	cd hack/lint && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
@@ -215,6 +243,24 @@ $(HELM):
 
 $(DOCKERFILELINT):
 	npm install --no-audit --no-fund --no-save --prefix $(BIN)/npm dockerfilelint@$(DOCKERFILELINT_VERSION)
+
+##@ Real node
+
+NODE_TIMEOUT ?= 40m
+
+# The node runs pods with Debian's containerd, runc and CNI plugins; kube-proxy
+# needs iptables and conntrack. Installed like chromium.
+.PHONY: node-packages
+node-packages: ## Install Debian's containerd, runc, CNI plugins, iptables and conntrack for the node suite, when missing.
+	@{ command -v containerd && command -v runc && command -v iptables && command -v conntrack && ls /usr/lib/cni/bridge; } >/dev/null 2>&1 || { \
+		echo ">> installing Debian's containerd, runc, containernetworking-plugins, iptables and conntrack for the node suite"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+			containerd runc containernetworking-plugins iptables conntrack; }
+
+.PHONY: test-node
+test-node: node-binaries $(HELM) node-packages postgresql ## Install the chart on a real single-node Kubernetes made on this machine (as root) and prove the ledger there; tears it all down.
+	go test -tags node ./test/node/... -count=1 -v -timeout $(NODE_TIMEOUT)
 
 ##@ End-to-end
 
