@@ -99,24 +99,44 @@ func parseCA(certPEM, keyPEM []byte) (*CA, error) {
 // to dir as tls.crt and tls.key: a server's for dnsNames when given (and
 // 127.0.0.1), a client's otherwise.
 func (ca *CA) Issue(dir, commonName string, dnsNames ...string) error {
+	if len(dnsNames) > 0 {
+		return ca.IssueCert(dir, Cert{CommonName: commonName, DNSNames: dnsNames, IPs: loopback, Server: true})
+	}
+	return ca.IssueCert(dir, Cert{CommonName: commonName, Client: true})
+}
+
+// Cert is what a certificate the CA issues says: a user of the API server
+// is its CommonName and Organizations (groups); a server is reached by its
+// DNSNames and IPs.
+type Cert struct {
+	CommonName     string
+	Organizations  []string
+	DNSNames       []string
+	IPs            []net.IP
+	Server, Client bool
+}
+
+// IssueCert writes the certificate c, signed by the CA, and its key to dir
+// as tls.crt and tls.key.
+func (ca *CA) IssueCert(dir string, c Cert) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
 	template := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: commonName},
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: c.CommonName, Organization: c.Organizations},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(certValidity),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: c.DNSNames, IPAddresses: c.IPs,
 	}
-	if len(dnsNames) > 0 {
-		template.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		template.DNSNames = dnsNames
-		template.IPAddresses = loopback
+	if c.Server {
+		template.ExtKeyUsage = append(template.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if c.Client {
+		template.ExtKeyUsage = append(template.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, template, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return fmt.Errorf("cannot issue a certificate for %s: %w", commonName, err)
+		return fmt.Errorf("cannot issue a certificate for %s: %w", c.CommonName, err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
 	if err != nil {

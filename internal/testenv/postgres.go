@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,21 @@ type Postgres struct {
 	cmd        *exec.Cmd
 	port       int
 	exit       chan error
+	// host is the address the server listens on; clients, when valid, the
+	// network whose programs log in with a password (PostgresOn).
+	host    string
+	clients netip.Prefix
+}
+
+// PostgresOption changes how a server is started.
+type PostgresOption func(*Postgres)
+
+// PostgresOn has the server listen on host (an address of this machine)
+// instead of 127.0.0.1, trust the superuser from host itself, and let
+// programs of the network clients log in with a password: a database
+// beside a cluster, which pods reach.
+func PostgresOn(host string, clients netip.Prefix) PostgresOption {
+	return func(p *Postgres) { p.host, p.clients = host, clients }
 }
 
 // PostgresBinDir is where initdb and postgres are: pg_config's bindir, else
@@ -58,12 +74,12 @@ func PostgresBinDir() (string, error) {
 // StartPostgres initialises a cluster in a new directory under parent (the
 // system's temporary directory when empty) and starts its server on a free
 // port of 127.0.0.1. Stop stops it and removes the directory.
-func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
+func StartPostgres(ctx context.Context, parent string, opts ...PostgresOption) (*Postgres, error) {
 	dir, err := os.MkdirTemp(parent, "toolledger-postgres-")
 	if err != nil {
 		return nil, err
 	}
-	p, err := RunPostgres(ctx, dir)
+	p, err := RunPostgres(ctx, dir, opts...)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -74,12 +90,15 @@ func StartPostgres(ctx context.Context, parent string) (*Postgres, error) {
 // RunPostgres starts a server on a free port of 127.0.0.1 on the cluster in
 // dir, which it initialises on first use: its data outlives Halt, for the
 // local runner, whose ledger survives a restart.
-func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
+func RunPostgres(ctx context.Context, dir string, opts ...PostgresOption) (*Postgres, error) {
 	bin, err := PostgresBinDir()
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{Dir: dir, bin: bin}
+	p := &Postgres{Dir: dir, bin: bin, host: "127.0.0.1"}
+	for _, opt := range opts {
+		opt(p)
+	}
 	if p.credential, err = p.ownDir(); err != nil {
 		return nil, err
 	}
@@ -99,7 +118,7 @@ func RunPostgres(ctx context.Context, dir string) (*Postgres, error) {
 		if p.port, err = freePort(); err != nil {
 			return nil, err
 		}
-		p.DSN = fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+		p.DSN = fmt.Sprintf("postgres://toolledger@%s/postgres?sslmode=disable", net.JoinHostPort(p.host, strconv.Itoa(p.port)))
 		err = p.serve(ctx)
 		if err == nil {
 			return p, nil
@@ -153,7 +172,15 @@ func (p *Postgres) initialise(ctx context.Context) error {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	return nil
+	if !p.clients.IsValid() {
+		return nil
+	}
+	hba, err := os.OpenFile(filepath.Join(p.Dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(hba, "host all toolledger %s/32 trust\nhost all all %s scram-sha-256\n", p.host, p.clients)
+	return errors.Join(err, hba.Close())
 }
 
 // serve starts the server on the cluster and waits until it answers.
@@ -169,7 +196,7 @@ func (p *Postgres) serve(ctx context.Context) error {
 		return err
 	}
 	// Not bound to ctx: the server outlives its start; Halt stops it.
-	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), //nolint:noctx
+	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", p.host, "-p", strconv.Itoa(p.port), //nolint:noctx
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	p.cmd.Dir = p.Dir // as initdb's
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
@@ -241,7 +268,7 @@ func (p *Postgres) Database(ctx context.Context, name string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("cannot create database %s: %w", name, err)
 	}
-	return fmt.Sprintf("postgres://toolledger@127.0.0.1:%d/%s?sslmode=disable", p.port, name), nil
+	return fmt.Sprintf("postgres://toolledger@%s/%s?sslmode=disable", net.JoinHostPort(p.host, strconv.Itoa(p.port)), name), nil
 }
 
 // Stop stops the server (a fast shutdown) and removes its directory.
