@@ -71,6 +71,10 @@ type Members struct {
 	// Progressing reports whether this manager's workers keep up with its
 	// share; the Lease is not renewed while they do not. Nil always renews.
 	Progressing func(period time.Duration) bool
+	// Serving says why this manager may take no share of the keys at all
+	// (it may dispatch none of them); while it does, the manager holds no
+	// Lease, so that the others take every key. Nil always serves.
+	Serving func(ctx context.Context) error
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
@@ -142,6 +146,7 @@ func (s *Members) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("shards")
 	ticker := time.NewTicker(s.Renew)
 	defer ticker.Stop()
+	left := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,10 +154,26 @@ func (s *Members) Start(ctx context.Context) error {
 			return nil
 		case <-ticker.C:
 		}
-		if s.Progressing != nil && !s.Progressing(s.Duration) {
+		var refusal error
+		if s.Serving != nil {
+			refusal = s.Serving(ctx)
+		}
+		switch {
+		case refusal != nil:
+			if !left {
+				logger.Info("This manager may dispatch no key; leaving the members, so that the others take its share", "reason", refusal.Error())
+				s.leave()
+			}
+			left = true
+		case s.Progressing != nil && !s.Progressing(s.Duration):
 			logger.Info("No reconcile returned for a Lease duration with work queued; not renewing the member Lease, so that the others take this manager's share", "duration", s.Duration)
-		} else if err := s.renew(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot renew this manager's member Lease; the others take its share if it lapses")
+		default:
+			if err := s.renew(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Cannot renew this manager's member Lease; the others take its share if it lapses")
+			} else if err == nil && left {
+				logger.Info("This manager may dispatch again; joined the members")
+				left = false
+			}
 		}
 		if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Cannot list the member Leases; this manager keeps its last view for a Lease duration, then owns every key")

@@ -205,3 +205,59 @@ func TestShardsStopRenewingWhileTheWorkersAreWedged(t *testing.T) {
 		t.Fatalf("the Lease outlived its manager's stop: %v", err)
 	}
 }
+
+// A manager that may dispatch no key (refused by the archive binding)
+// deletes its Lease, so that the others own its share, and joins again
+// once it may.
+func TestMembersLeaveWhileNotServingAndJoinAgain(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	var refused atomic.Bool
+	refused.Store(true)
+	refusing := &Members{Client: c, Namespace: "toolledger-system", Identity: "a-1", Duration: time.Second, Renew: 10 * time.Millisecond,
+		Serving: func(context.Context) error {
+			if refused.Load() {
+				return fmt.Errorf("the ledger's archive is not this manager's")
+			}
+			return nil
+		}}
+	other := &Members{Client: c, Namespace: "toolledger-system", Identity: "b-2", Duration: time.Second, Renew: 10 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, m := range []*Members{refusing, other} {
+		if err := m.Join(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { _ = refusing.Start(ctx); close(stopped) }()
+	leaseOf := client.ObjectKey{Namespace: "toolledger-system", Name: refusing.leaseName()}
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !done(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	waitFor("the refused manager kept its Lease", func() bool {
+		return apierrors.IsNotFound(c.Get(ctx, leaseOf, &coordinationv1.Lease{}))
+	})
+	if err := other.refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range shardKeys()[:300] {
+		if !other.Owns(k) {
+			t.Fatalf("key %s is not the serving manager's while the other one refuses", k)
+		}
+	}
+	refused.Store(false)
+	waitFor("the manager did not join again once it may dispatch", func() bool {
+		return c.Get(ctx, leaseOf, &coordinationv1.Lease{}) == nil
+	})
+	cancel()
+	<-stopped
+}

@@ -481,6 +481,10 @@ func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActio
 			reconciler.Notifier.Poke()
 		},
 		Progressing: reconciler.Queue.Progressing,
+		// A manager refused by the archive binding (a rollback or an
+		// upgrade without the archive) takes no share: the replicas with
+		// the ledger's archive serve every key while its rollout stalls.
+		Serving: func(ctx context.Context) error { return reconciler.Binding.Check(ctx) },
 	}
 	if err := mgr.Add(reconciler.Shards); err != nil {
 		return fmt.Errorf("cannot add the member Lease: %w", err)
