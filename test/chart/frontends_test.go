@@ -123,6 +123,15 @@ func checkOwnComponent(t *testing.T, objects []*unstructured.Unstructured, front
 	if manager := labels.SelectorFromSet(deployment(t, objects, monitoringName).Spec.Selector.MatchLabels); manager.Matches(podLabels) {
 		t.Errorf("the manager's selector %s matches the pods of %s (%v)", manager, frontEnd.Name, podLabels)
 	}
+	// Every object of the front end is labelled its component, so that a
+	// selector of the manager's objects (its Service, say) never lists it.
+	for _, obj := range objects {
+		if strings.HasPrefix(obj.GetName(), frontEnd.Name) {
+			if got := obj.GetLabels()["app.kubernetes.io/component"]; got != component {
+				t.Errorf("%s %s is labelled component %q, want %s", obj.GetKind(), obj.GetName(), got, component)
+			}
+		}
+	}
 }
 
 // checkSecretVolumes: the Deployment's volumes are exactly these Secrets,

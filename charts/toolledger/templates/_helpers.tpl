@@ -27,11 +27,36 @@ the chart name, else "<release>-<chart>".
 {{- end }}
 
 {{/*
-Labels on every object.
+Labels on every object of the manager, and on the release's shared ones.
 */}}
 {{- define "toolledger.labels" -}}
-helm.sh/chart: {{ include "toolledger.chart" . }}
 {{ include "toolledger.selectorLabels" . }}
+{{ include "toolledger.commonLabels" . }}
+{{- end }}
+
+{{/*
+Labels on every object of the MCP gateway: its own component, so that a
+selector of the manager's objects (kubectl -l, a ServiceMonitor) never
+matches them.
+*/}}
+{{- define "toolledger.mcpLabels" -}}
+{{ include "toolledger.mcpSelectorLabels" . }}
+{{ include "toolledger.commonLabels" . }}
+{{- end }}
+
+{{/*
+Labels on every object of the web console: its own component.
+*/}}
+{{- define "toolledger.consoleLabels" -}}
+{{ include "toolledger.consoleSelectorLabels" . }}
+{{ include "toolledger.commonLabels" . }}
+{{- end }}
+
+{{/*
+Labels every object carries besides its component's.
+*/}}
+{{- define "toolledger.commonLabels" -}}
+helm.sh/chart: {{ include "toolledger.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: toolledger
