@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/toolledger/toolledger/internal/testenv"
 )
 
 // startEtcd starts etcd on a free port of 127.0.0.1, trying another when
@@ -22,10 +24,10 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	var err error
 	for range 3 {
 		var client, peer string
-		if client, err = freeLocalAddr(); err != nil {
+		if client, err = testenv.FreeLocalAddr(); err != nil {
 			return err
 		}
-		if peer, err = freeLocalAddr(); err != nil {
+		if peer, err = testenv.FreeLocalAddr(); err != nil {
 			return err
 		}
 		c.etcdURL = "http://" + client
@@ -207,17 +209,6 @@ func httpGetOK(ctx context.Context, client *http.Client, url string) error {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
 	return nil
-}
-
-// freeLocalAddr is a 127.0.0.1 address whose port was free just now.
-func freeLocalAddr() (string, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
 }
 
 // sysctlPath is the /proc/sys file of a tunable named with dots.
