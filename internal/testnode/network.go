@@ -24,7 +24,6 @@ func (c *Cluster) upNetwork(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c.sysctls[name] = value
 		if err := writeFile(c.path("run", "sysctl."+name), value); err != nil {
 			return err
 		}

@@ -79,8 +79,6 @@ type Cluster struct {
 	lock    *os.File
 	etcdURL string
 	procs   map[string]*process
-	// sysctls are the kernel tunables the node changes, as they were.
-	sysctls map[string]string
 }
 
 // required are the machine's programs the node runs, and the Debian
@@ -139,7 +137,7 @@ func Up(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{cfg: cfg, lock: lock, procs: map[string]*process{}, sysctls: map[string]string{}}
+	c = &Cluster{cfg: cfg, lock: lock, procs: map[string]*process{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Down(context.WithoutCancel(ctx)))

@@ -18,7 +18,6 @@ import (
 // its command line, so that a teardown after a killed suite stops that
 // process and no other that took its pid since.
 type process struct {
-	name string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -39,7 +38,7 @@ func (c *Cluster) start(name string, argv ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("cannot start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &process{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(p.done)

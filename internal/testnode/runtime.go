@@ -130,11 +130,6 @@ func (c *Cluster) importImages(ctx context.Context) error {
 	return nil
 }
 
-// ImportImage loads one more image archive into the node.
-func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
-	return run(ctx, c.ctr("images", "import", archive)...)
-}
-
 func (c *Cluster) startKubelet(ctx context.Context) error {
 	pki := c.path("pki")
 	if err := writeFile(c.path("resolv.conf"), "# the node's pods resolve cluster names only\n"); err != nil {
