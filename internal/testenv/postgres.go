@@ -140,13 +140,18 @@ var errPortTaken = errors.New("its port was taken")
 // PostgresCanEnter checks that the server's user can enter dir, as initdb
 // and the server must: when this process is root, that is nobody, whom a
 // directory above dir closed to other users (a home directory, or one made
-// by mktemp -d) stops. It runs the server's binary as that user in dir.
+// by mktemp -d) stops. It runs the server's binary as that user in dir,
+// named from the root: a relative name would be entered from this
+// process's directory, past the closed one above it.
 func PostgresCanEnter(dir string) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
 	bin, err := PostgresBinDir()
 	if err != nil {
+		return err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
 		return err
 	}
 	probe := exec.CommandContext(context.Background(), filepath.Join(bin, "postgres"), "--version")
