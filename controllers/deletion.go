@@ -15,34 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/pager"
 	"github.com/toolledger/toolledger/internal/requeue"
 )
-
-// listPage bounds what one list request of the finished ledger brings into
-// memory at once.
-const listPage = 500
-
-// eachListedAction reads the ToolActions opts select from the API server, a
-// page at a time, and hands each to visit, stopping at its first error;
-// what names them when the list fails.
-func eachListedAction(ctx context.Context, reader client.Reader, what string, opts []client.ListOption, visit func(*v1alpha1.ToolAction) error) error {
-	opts = append(opts, client.Limit(listPage))
-	for {
-		var page v1alpha1.ToolActionList
-		if err := reader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list %s: %w", what, err)
-		}
-		for i := range page.Items {
-			if err := visit(&page.Items[i]); err != nil {
-				return err
-			}
-		}
-		if page.Continue == "" {
-			return nil
-		}
-		opts = append(opts, client.Continue(page.Continue))
-	}
-}
 
 // DeletionWatch reports finished actions being deleted while they carry the
 // finalizer. The manager caches only active actions (ActiveActions), so the
@@ -88,7 +63,7 @@ func (w *DeletionWatch) Start(ctx context.Context) error {
 }
 
 func (w *DeletionWatch) list(ctx context.Context, resource metadata.Getter) (string, error) {
-	opts := metav1.ListOptions{FieldSelector: w.selector(), Limit: listPage}
+	opts := metav1.ListOptions{FieldSelector: w.selector(), Limit: pager.PageSize}
 	for {
 		page, err := resource.List(ctx, opts)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -34,7 +35,7 @@ func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.Too
 // record is commit that also returns the action as recorded: nil when the
 // record moved on without the transition.
 func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, ctrl.Result, error) {
-	recorded, err := r.Ledger().record(ctx, current, tool, t)
+	recorded, err := r.Ledger.record(ctx, current, tool, t)
 	switch {
 	case err != nil || recorded == nil:
 		return nil, ctrl.Result{}, err
@@ -48,12 +49,13 @@ func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.Too
 	return recorded, ctrl.Result{RequeueAfter: t.requeueAfter}, t.retry
 }
 
-// Ledger is the one writer of ToolAction records. Every controller that
-// changes an action hands it a transition the rules made: the ToolAction
-// controller (its claim included), and the approval and resolution
-// controllers. It writes the status, counts the change, emits the events,
-// and answers a lost race one way: nil, when a newer version of the record
-// won; its watch event brings the action back.
+// Ledger is the one writer of ToolAction records, built once where the
+// manager is wired and handed to everything that changes an action: the
+// ToolAction controller (its claim included) and the approval and
+// resolution controllers hand it a transition the rules made; the notifier
+// hands it what its deliveries settled. It writes the status, counts the
+// change, emits the events, and answers a lost race one way: nil, when a
+// newer version of the record won; its watch event brings the action back.
 type Ledger struct {
 	// client writes to the API server; reader reads it directly.
 	client client.Client
@@ -73,7 +75,7 @@ type Ledger struct {
 	// (the compensation link, retention); it reads the action afresh.
 	handBack func(types.NamespacedName)
 	// notifier delivers the events a transition owes; nil without sinks.
-	notifier *Notifier
+	notifier *notify.Notifier
 	// trustCallerTrace has the events carry the caller's trace context.
 	trustCallerTrace bool
 	// chains has the archived chains' checkpoints the events carry; nil
@@ -95,11 +97,39 @@ type Decisions struct {
 	Ledger *Ledger
 }
 
-// Ledger is this reconciler's writer, for the controllers beside it.
-func (r *ToolActionReconciler) Ledger() *Ledger {
-	return &Ledger{client: r.Client, reader: r.APIReader, recorder: r.Recorder, routine: r.RoutineEvents,
-		clock: r.Clock, executor: r.Executor, tools: r.Tools(), handBack: r.Queue.Revisit, notifier: r.Notifier,
-		trustCallerTrace: r.TrustCallerTraceContext, chains: r.Chains}
+// LedgerOptions is what the Ledger writes with.
+type LedgerOptions struct {
+	// Client writes to the API server; Reader reads it directly.
+	Client client.Client
+	Reader client.Reader
+	// Recorder emits the events of the transitions; RoutineEvents decides
+	// which of the happy path's Normal ones (nil tells every one).
+	Recorder      events.EventRecorder
+	RoutineEvents *RoutineEvents
+	Clock         clock.PassiveClock
+	// Executor names this process in the history and the logs.
+	Executor string
+	// Tools finds an action's tool for the metrics' labels.
+	Tools *Tools
+	// HandBack gives a finished action recorded outside the ToolAction
+	// controller (a decision, the last acknowledged event) to that
+	// controller's queue, which schedules what follows.
+	HandBack func(types.NamespacedName)
+	// Notifier delivers the events a transition owes; nil without sinks.
+	Notifier *notify.Notifier
+	// TrustCallerTraceContext has the events carry the caller's trace
+	// context.
+	TrustCallerTraceContext bool
+	// Chains has the archived chains' checkpoints the events carry; nil
+	// without an archive.
+	Chains *chainstate.Store
+}
+
+// NewLedger builds the manager's one writer of ToolAction records.
+func NewLedger(o LedgerOptions) *Ledger {
+	return &Ledger{client: o.Client, reader: o.Reader, recorder: o.Recorder, routine: o.RoutineEvents,
+		clock: o.Clock, executor: o.Executor, tools: o.Tools, handBack: o.HandBack, notifier: o.Notifier,
+		trustCallerTrace: o.TrustCallerTraceContext, chains: o.Chains}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -176,7 +206,7 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 func (l *Ledger) applied(ctx context.Context, base *v1alpha1.ToolAction, t transition) *v1alpha1.ToolAction {
 	next := base.DeepCopy()
 	t.apply(next)
-	sinks := l.notifier.sinkNames()
+	sinks := l.notifier.SinkNames()
 	chainHead := ""
 	if len(sinks) > 0 {
 		chainHead = l.chainHead(ctx, next.Namespace)
@@ -253,6 +283,43 @@ func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, 
 		log.FromContext(ctx).V(1).Info("Transition not reapplied: the record changed and no longer takes it", "phase", current.Status.Phase)
 	}
 	return next, nil
+}
+
+// Acknowledge records what the notifier's deliveries settled on action. A
+// transition recorded meanwhile is read and the same applied to it, so
+// that nothing is delivered again; a finished action that owes nothing
+// more is handed back, as its retention waited for its events.
+func (l *Ledger) Acknowledge(ctx context.Context, action *v1alpha1.ToolAction, settled notify.Settled) error {
+	current := action
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		next := current.DeepCopy()
+		settled.Apply(&next.Status, metav1.NewTime(l.clock.Now()))
+		if statusEqual(current, next) {
+			return nil
+		}
+		err := l.client.Status().Update(ctx, next)
+		if err == nil && !next.Status.NotificationsPending {
+			l.follow(next)
+		}
+		if apierrors.IsConflict(err) {
+			latest := &v1alpha1.ToolAction{}
+			if getErr := l.reader.Get(ctx, client.ObjectKeyFromObject(action), latest); getErr != nil {
+				return getErr
+			}
+			current = latest
+		}
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot record the delivered notifications: %w", err)
+	}
+	return nil
+}
+
+// holdsBack reports whether the record must stay until its events are
+// delivered: it owes one to a configured sink.
+func (l *Ledger) holdsBack(action *v1alpha1.ToolAction) bool {
+	return l.notifier.Owes(action)
 }
 
 // finish does what follows a finished action: a succeeded compensation is

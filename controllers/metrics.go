@@ -9,6 +9,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -105,10 +106,10 @@ var (
 // Metrics are the collectors toolledger registers in controller-runtime's
 // registry, which the manager serves on its metrics endpoint.
 func Metrics() []prometheus.Collector {
-	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), []prometheus.Collector{
+	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), notify.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
-		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges, notificationsDelivered, notificationDelay,
+		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges,
 	})
 }
 

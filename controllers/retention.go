@@ -19,6 +19,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/pager"
 )
 
 // retirement is what the retention rules make of a finished record.
@@ -97,7 +98,7 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	}
 	// Its events are owed from the record: it stays until they are
 	// delivered, when the notifier hands it back; the requeue is a safety net.
-	if r.Notifier.owes(action) {
+	if r.Ledger.holdsBack(action) {
 		log.FromContext(ctx).V(1).Info("Retention waits for the action's notifications to be delivered")
 		return ctrl.Result{RequeueAfter: 10 * time.Minute}, nil
 	}
@@ -247,8 +248,9 @@ func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, p
 	if target.namespace != "" {
 		opts = append(opts, client.InNamespace(target.namespace))
 	}
-	what := fmt.Sprintf("%s actions of %s %s", phase, target.kind, target.name)
-	return eachListedAction(ctx, r.APIReader, what, opts, func(action *v1alpha1.ToolAction) error {
+	what := fmt.Sprintf("the %s actions of %s %s", phase, target.kind, target.name)
+	actions := func(l *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return l.Items }
+	return pager.Each(ctx, r.APIReader, what, actions, opts, func(action *v1alpha1.ToolAction) error {
 		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
 			action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(action)) {
 			return nil
@@ -315,29 +317,16 @@ func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
 func (s *RetentionSweep) eachOwnedTombstone(ctx context.Context, what string, opts []client.ListOption,
 	want func(*v1alpha1.Tombstone) bool, do func(*v1alpha1.Tombstone) error) error {
 	r := s.Reconciler
-	opts = append(opts, client.Limit(listPage))
-	for {
-		var page v1alpha1.TombstoneList
-		if err := r.APIReader.List(ctx, &page, opts...); err != nil {
-			return fmt.Errorf("cannot list the Tombstones %s: %w", what, err)
-		}
-		for i := range page.Items {
-			tomb := &page.Items[i]
-			if !want(tomb) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
-				continue
-			}
-			if err := s.waitTurn(ctx, tomb.UID); err != nil {
-				return err
-			}
-			if err := do(tomb); err != nil {
-				return err
-			}
-		}
-		if page.Continue == "" {
+	tombstones := func(l *v1alpha1.TombstoneList) []v1alpha1.Tombstone { return l.Items }
+	return pager.Each(ctx, r.APIReader, "the Tombstones "+what, tombstones, opts, func(tomb *v1alpha1.Tombstone) error {
+		if !want(tomb) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
 			return nil
 		}
-		opts = append(opts, client.Continue(page.Continue))
-	}
+		if err := s.waitTurn(ctx, tomb.UID); err != nil {
+			return err
+		}
+		return do(tomb)
+	})
 }
 
 func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone, namespaceUID types.UID) error {

@@ -44,10 +44,6 @@ type ToolActionReconciler struct {
 	Adapters *adapter.Registry
 	// Recorder emits events on transitions.
 	Recorder events.EventRecorder
-	// RoutineEvents decides which actions' happy paths (a claim to
-	// Executing, a dispatch that succeeded) get their Normal events, which
-	// status.history holds too; nil tells every one.
-	RoutineEvents *RoutineEvents
 	// Clock is injected so that leases and backoff can be tested.
 	Clock clock.PassiveClock
 	// Executor identifies this reconciler in claims; unique per process.
@@ -67,9 +63,10 @@ type ToolActionReconciler struct {
 	Pacer *Pacer
 	// Dispatcher makes the downstream calls, off the reconcile workers.
 	Dispatcher *dispatch.Dispatcher
-	// Notifier delivers the CloudEvents the transitions owe; nil when no
-	// notification sink is configured.
-	Notifier *Notifier
+	// Ledger writes every transition, the claim included.
+	Ledger *Ledger
+	// Tools finds the tool an action names.
+	Tools *Tools
 	// TrustCallerTraceContext has the spans of an action's calls continue
 	// the trace its caller supplied (the traceparent annotation, the
 	// provenance), and its events carry that context. Otherwise, as a

@@ -25,15 +25,16 @@ type Tools struct {
 	operatorNamespace string
 }
 
-// Tools is how this reconciler finds tools, for the controllers beside it.
-func (r *ToolActionReconciler) Tools() *Tools {
-	return &Tools{cache: r.Client, reader: r.APIReader, operatorNamespace: r.OperatorNamespace}
+// NewTools finds tools in cache, confirming a miss with reader; the
+// Secrets of ClusterTools are in operatorNamespace.
+func NewTools(cache, reader client.Reader, operatorNamespace string) *Tools {
+	return &Tools{cache: cache, reader: reader, operatorNamespace: operatorNamespace}
 }
 
 // resolveTool finds the action's tool and the adapter that serves it, with
 // the adapter's capabilities for the tool.
 func (r *ToolActionReconciler) resolveTool(ctx context.Context, action *v1alpha1.ToolAction) resolvedTool {
-	tool, err := r.Tools().find(ctx, action)
+	tool, err := r.Tools.find(ctx, action)
 	if err != nil {
 		return resolvedTool{err: err}
 	}

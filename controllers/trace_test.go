@@ -102,3 +102,26 @@ func TestEventTraceparent(t *testing.T) {
 		}
 	}
 }
+
+// The trace context an action's caller supplied is the last invocation's,
+// from its annotation, unless that is no W3C traceparent; then the
+// provenance's.
+func TestCallerTraceparent(t *testing.T) {
+	const (
+		invocation = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
+		provenance = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	)
+	for annotation, want := range map[string]string{
+		invocation:                    invocation,
+		"":                            provenance,
+		"not-a-traceparent":           provenance,
+		"00-" + invocation[3:] + "-x": provenance,
+	} {
+		a := &v1alpha1.ToolAction{}
+		a.Annotations = map[string]string{v1alpha1.TraceparentAnnotation: annotation}
+		a.Spec.Provenance = &v1alpha1.Provenance{TraceID: provenance}
+		if got := callerTraceparent(a); got != want {
+			t.Errorf("annotation %q: %q, want %q", annotation, got, want)
+		}
+	}
+}

@@ -436,30 +436,24 @@ func refuseAPIServer(dialer *egress.Dialer, cfg *rest.Config) error {
 // holds a notifier worker this long, and no reconcile worker at all.
 const notificationTimeout = 5 * time.Second
 
-// addNotifier delivers the events the transitions owe to the sinks, when
-// any is configured; it runs on the leader under leader election, and on
-// every replica, for its share of the keys, otherwise.
-func addNotifier(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler) error {
+// newNotifier delivers the events the transitions owe to the sinks; nil
+// when none is configured. Once added, it runs on the leader under leader
+// election, and on every replica, for its share of the keys, otherwise.
+func newNotifier(mgr ctrl.Manager, opts Options) *notify.Notifier {
 	if len(opts.NotificationSinks) == 0 {
 		return nil
 	}
 	for _, sink := range opts.NotificationSinks {
 		ctrl.Log.WithName("notifier").Info("Notification sink", "sink", sink.Name, "signed", len(sink.SigningKey) > 0)
 	}
-	reconciler.Notifier = &controllers.Notifier{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: notify.NewSender(notificationTimeout),
-		Shards: reconciler.Shards, Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4, Revisit: reconciler.Queue.Revisit,
-	}
-	if err := mgr.Add(reconciler.Notifier); err != nil {
-		return fmt.Errorf("cannot add the notifier: %w", err)
-	}
-	return nil
+	return &notify.Notifier{Reader: mgr.GetAPIReader(), Sinks: opts.NotificationSinks, Sender: notify.NewSender(notificationTimeout),
+		Clock: opts.Clock, Every: opts.NotificationSweep, Workers: 4}
 }
 
 // addShards has the reconciler handle only its share of the active actions.
 // The member Leases are read and written without the cache, so that no
 // informer watches Leases across the cluster.
-func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, sweep *controllers.RetentionSweep) error {
+func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, sweep *controllers.RetentionSweep, notifier *notify.Notifier) error {
 	if opts.MemberLeaseDuration < time.Second {
 		return fmt.Errorf("the member Lease duration %s is shorter than a second", opts.MemberLeaseDuration)
 	}
@@ -478,7 +472,7 @@ func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActio
 		Resync: func(ctx context.Context, owns func(types.NamespacedName) bool) {
 			reconciler.ResyncOwned(ctx, owns)
 			sweep.Poke()
-			reconciler.Notifier.Poke()
+			notifier.Poke()
 		},
 		Progressing: reconciler.Queue.Progressing,
 		// A manager refused by the archive binding (a rollback or an
@@ -525,7 +519,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader:               mgr.GetAPIReader(),
 		Adapters:                adapters,
 		Recorder:                mgr.GetEventRecorder("toolledger"),
-		RoutineEvents:           controllers.NewRoutineEvents(opts.RoutineEventRate),
+		Tools:                   controllers.NewTools(mgr.GetClient(), mgr.GetAPIReader(), opts.Namespace),
 		Clock:                   opts.Clock,
 		Executor:                opts.ExecutorID,
 		LeaseGrace:              opts.LeaseGrace,
@@ -557,13 +551,25 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
 	sweep := &controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}
+	notifier := newNotifier(mgr, opts)
 	if !opts.NoSharding && !opts.LeaderElection {
-		if err := addShards(mgr, opts, reconciler, sweep); err != nil {
+		if err := addShards(mgr, opts, reconciler, sweep, notifier); err != nil {
 			return err
 		}
 	}
-	if err := addNotifier(mgr, opts, reconciler); err != nil {
-		return err
+	// The one writer of ToolAction records, for every controller and the
+	// notifier.
+	reconciler.Ledger = controllers.NewLedger(controllers.LedgerOptions{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: reconciler.Recorder,
+		RoutineEvents: controllers.NewRoutineEvents(opts.RoutineEventRate), Clock: opts.Clock, Executor: opts.ExecutorID,
+		Tools: reconciler.Tools, HandBack: queue.Revisit, Notifier: notifier,
+		TrustCallerTraceContext: opts.TrustCallerTraceContext, Chains: reconciler.Chains,
+	})
+	if notifier != nil {
+		notifier.Ledger, notifier.Shards = reconciler.Ledger, reconciler.Shards
+		if err := mgr.Add(notifier); err != nil {
+			return fmt.Errorf("cannot add the notifier: %w", err)
+		}
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)
@@ -582,13 +588,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("toolledger"),
 		Clock:     opts.Clock,
-		Ledger:    reconciler.Ledger(),
+		Ledger:    reconciler.Ledger,
 	}
 	resolutions := &controllers.ToolResolutionReconciler{Decisions: decisions}
 	if err := resolutions.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolResolution controller: %w", err)
 	}
-	approvals := &controllers.ToolApprovalReconciler{Decisions: decisions, Tools: reconciler.Tools()}
+	approvals := &controllers.ToolApprovalReconciler{Decisions: decisions, Tools: reconciler.Tools}
 	if err := approvals.SetupWithManager(context.Background(), mgr); err != nil {
 		return fmt.Errorf("cannot set up the ToolApproval controller: %w", err)
 	}

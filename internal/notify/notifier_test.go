@@ -1,8 +1,12 @@
-package controllers
+package notify
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 )
@@ -48,25 +52,34 @@ func TestSinkBackoff(t *testing.T) {
 	}
 }
 
-// The trace context an action's caller supplied is the last invocation's,
-// from its annotation, unless that is no W3C traceparent; then the
-// provenance's.
-func TestCallerTraceparent(t *testing.T) {
-	const (
-		invocation = "00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"
-		provenance = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	)
-	for annotation, want := range map[string]string{
-		invocation:                    invocation,
-		"":                            provenance,
-		"not-a-traceparent":           provenance,
-		"00-" + invocation[3:] + "-x": provenance,
-	} {
-		a := &v1alpha1.ToolAction{}
-		a.Annotations = map[string]string{v1alpha1.TraceparentAnnotation: annotation}
-		a.Spec.Provenance = &v1alpha1.Provenance{TraceID: provenance}
-		if got := callerTraceparent(a); got != want {
-			t.Errorf("annotation %q: %q, want %q", annotation, got, want)
-		}
+// What one pass settled leaves each event pending for the sinks that
+// neither acknowledged it nor were given up for; an event delivered to its
+// last sink says when; a sink given up twice keeps one dead letter, the
+// latest.
+func TestSettledApply(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC))
+	status := v1alpha1.ToolActionStatus{Notifications: []v1alpha1.Notification{
+		{ID: "a", Pending: []string{"audit", "broker"}},
+		{ID: "b", Pending: []string{"audit", "broker"}, DeadLetters: []v1alpha1.NotificationDeadLetter{{Sink: "broker", Reason: v1alpha1.DeadLetterRefused, Message: "old"}}},
+		{ID: "c", Pending: []string{"audit"}},
+	}, NotificationsPending: true}
+	out := newSettled()
+	out.done["a"] = []string{"audit", "broker"}
+	out.done["b"] = []string{"audit"}
+	out.giveUp("b", "broker", v1alpha1.DeadLetterMalformed, errors.New(strings.Repeat("x", 600)), at)
+	out.Apply(&status, at)
+
+	a, b, c := status.Notifications[0], status.Notifications[1], status.Notifications[2]
+	if len(a.Pending) != 0 || a.DeliveredTime == nil || !a.DeliveredTime.Equal(&at) {
+		t.Errorf("a: pending %v, delivered %v; want none pending, delivered at %s", a.Pending, a.DeliveredTime, at)
+	}
+	if len(b.Pending) != 0 || len(b.DeadLetters) != 1 || b.DeadLetters[0].Reason != v1alpha1.DeadLetterMalformed || len(b.DeadLetters[0].Message) > maxDeadLetterMessage {
+		t.Errorf("b: pending %v, dead letters %+v; want none pending and one bounded malformed dead letter", b.Pending, b.DeadLetters)
+	}
+	if len(c.Pending) != 1 || c.DeliveredTime != nil {
+		t.Errorf("c: pending %v, delivered %v; want audit still pending", c.Pending, c.DeliveredTime)
+	}
+	if !status.NotificationsPending {
+		t.Error("notificationsPending is false with c still owed")
 	}
 }

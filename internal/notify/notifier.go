@@ -1,10 +1,11 @@
-package controllers
+package notify
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,14 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/notify"
+	"github.com/toolledger/toolledger/internal/pager"
 	"github.com/toolledger/toolledger/internal/shard"
 )
 
@@ -34,21 +34,19 @@ import (
 // status says so; delivery is at least once, and the event's id is the
 // same every time.
 type Notifier struct {
-	Client client.Client
+	// Ledger records what the deliveries settled.
+	Ledger Ledger
 	// Reader reads the actions from the API server: finished ones are not
 	// in the cache.
 	Reader client.Reader
-	Sinks  []notify.Sink
-	Sender *notify.Sender
+	Sinks  []Sink
+	Sender *Sender
 	// Shards: a sweep queues the keys this replica owns; a replica that
 	// recorded a transition delivers its events itself.
 	Shards  *shard.Members
 	Clock   clock.PassiveClock
 	Every   time.Duration
 	Workers int
-	// Revisit hands a finished action whose last event was delivered back
-	// to the ToolAction controller: its retention waited for it.
-	Revisit func(types.NamespacedName)
 
 	once    sync.Once
 	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
@@ -57,11 +55,19 @@ type Notifier struct {
 	// names are the sinks' names, sorted, as an owed event lists them;
 	// byName the sinks by name.
 	names  []string
-	byName map[string]notify.Sink
+	byName map[string]Sink
 	// refusals count, by action, the refusals in a row of each of its
 	// events by each sink (keyed id/sink).
 	refusalsMu sync.Mutex
 	refusals   map[types.NamespacedName]map[string]int
+}
+
+// Ledger is the one writer of ToolAction records, which records on an
+// action what its deliveries settled, as it records every other change.
+type Ledger interface {
+	// Acknowledge records settled on action, and on any newer version of
+	// it, so that nothing settled is delivered again.
+	Acknowledge(ctx context.Context, action *v1alpha1.ToolAction, settled Settled) error
 }
 
 // The backoff of a delivery that a sink did not acknowledge.
@@ -73,8 +79,8 @@ const (
 func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedName] {
 	n.once.Do(func() {
 		n.poke = make(chan struct{}, 1)
-		n.names = notify.Names(n.Sinks)
-		n.byName = map[string]notify.Sink{}
+		n.names = Names(n.Sinks)
+		n.byName = map[string]Sink{}
 		for _, s := range n.Sinks {
 			n.byName[s.Name] = s
 		}
@@ -87,9 +93,9 @@ func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedN
 	return n.queue
 }
 
-// sinkNames are the sinks an event is owed to; none when n is nil. Every
+// SinkNames are the sinks an event is owed to; none when n is nil. Every
 // transition asks: they are derived once.
-func (n *Notifier) sinkNames() []string {
+func (n *Notifier) SinkNames() []string {
 	if n == nil {
 		return nil
 	}
@@ -97,9 +103,9 @@ func (n *Notifier) sinkNames() []string {
 	return n.names
 }
 
-// owes reports whether the action owes a configured sink an event: a sink
+// Owes reports whether the action owes a configured sink an event: a sink
 // no longer configured is owed nothing, and holds no record back.
-func (n *Notifier) owes(action *v1alpha1.ToolAction) bool {
+func (n *Notifier) Owes(action *v1alpha1.ToolAction) bool {
 	if n == nil || !action.Status.NotificationsPending {
 		return false
 	}
@@ -183,7 +189,8 @@ func (n *Notifier) Start(ctx context.Context) error {
 // a sink an event.
 func (n *Notifier) sweep(ctx context.Context) error {
 	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.notificationsPending", "true")}}
-	return eachListedAction(ctx, n.Reader, "the actions with undelivered notifications", opts, func(action *v1alpha1.ToolAction) error {
+	actions := func(l *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return l.Items }
+	return pager.Each(ctx, n.Reader, "the actions with undelivered notifications", actions, opts, func(action *v1alpha1.ToolAction) error {
 		if key := client.ObjectKeyFromObject(action); n.Shards.Owns(key) {
 			n.work().Add(key)
 		}
@@ -298,18 +305,53 @@ func (n *Notifier) sinks() *sinkBackoff {
 // not.
 const maxRefusals = 5
 
-// settled is what one pass over an action's owed events settled, by event
+// Settled is what one pass over an action's owed events settled, by event
 // id: the sinks owed it no more (acknowledged, or no longer configured),
 // and those it was given up for.
-type settled struct {
+type Settled struct {
 	done map[string][]string
 	dead map[string][]v1alpha1.NotificationDeadLetter
 }
 
-func (s *settled) any() bool { return len(s.done) > 0 || len(s.dead) > 0 }
+func newSettled() Settled {
+	return Settled{done: map[string][]string{}, dead: map[string][]v1alpha1.NotificationDeadLetter{}}
+}
 
-func (s *settled) giveUp(id, sink string, reason v1alpha1.DeadLetterReason, err error, at metav1.Time) {
+func (s *Settled) any() bool { return len(s.done) > 0 || len(s.dead) > 0 }
+
+func (s *Settled) giveUp(id, sink string, reason v1alpha1.DeadLetterReason, err error, at metav1.Time) {
 	s.dead[id] = append(s.dead[id], v1alpha1.NotificationDeadLetter{Sink: sink, Reason: reason, Message: truncate(err.Error(), maxDeadLetterMessage), Time: at})
+}
+
+// Apply removes from their pending lists the sinks that acknowledged an
+// event, or that it was given up for, and keeps the latter's dead letters;
+// an event no sink is owed any more was delivered at now, if any sink
+// acknowledged it.
+func (s Settled) Apply(status *v1alpha1.ToolActionStatus, now metav1.Time) {
+	for i := range status.Notifications {
+		owed := &status.Notifications[i]
+		acked, dead := s.done[owed.ID], s.dead[owed.ID]
+		if len(owed.Pending) == 0 || len(acked)+len(dead) == 0 {
+			continue
+		}
+		owed.Pending = slices.DeleteFunc(owed.Pending, func(name string) bool {
+			return slices.Contains(acked, name) || slices.ContainsFunc(dead, func(d v1alpha1.NotificationDeadLetter) bool { return d.Sink == name })
+		})
+		for _, d := range dead {
+			owed.DeadLetters = append(slices.DeleteFunc(owed.DeadLetters, func(old v1alpha1.NotificationDeadLetter) bool { return old.Sink == d.Sink }), d)
+		}
+		if len(owed.Pending) == 0 && len(acked) > 0 {
+			owed.DeliveredTime = &now
+		}
+	}
+	status.NotificationsPending = Pending(status)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // maxDeadLetterMessage is the longest message a dead letter keeps, as the
@@ -334,13 +376,13 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 		}
 		return client.IgnoreNotFound(err)
 	}
-	if !notify.Pending(&action.Status) {
+	if !Pending(&action.Status) {
 		n.forgetRefusals(key)
 		return nil
 	}
 	logger := log.FromContext(ctx).WithValues("namespace", key.Namespace, "key", key.Name)
 	now := metav1.NewTime(n.Clock.Now())
-	out := settled{done: map[string][]string{}, dead: map[string][]v1alpha1.NotificationDeadLetter{}}
+	out := newSettled()
 	var errs []error
 	for _, owed := range action.Status.Notifications {
 		if len(owed.Pending) == 0 {
@@ -376,7 +418,7 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 				notificationsDelivered.WithLabelValues(name, "delivered").Inc()
 				notificationDelay.WithLabelValues(name).Observe(n.Clock.Since(owed.Time.Time).Seconds())
 				out.done[owed.ID] = append(out.done[owed.ID], name)
-			case errors.Is(err, notify.ErrRefused):
+			case errors.Is(err, ErrRefused):
 				// The sink answered: it works, whatever it thinks of this event.
 				n.sinks().succeeded(name)
 				if n.refusedAgain(key, owed.ID, name) < maxRefusals {
@@ -396,19 +438,19 @@ func (n *Notifier) deliver(ctx context.Context, key types.NamespacedName) error 
 		}
 	}
 	if out.any() {
-		errs = append(errs, n.record(ctx, &action, out))
+		errs = append(errs, n.Ledger.Acknowledge(ctx, &action, out))
 	}
 	return errors.Join(errs...)
 }
 
 // encode is the delivery of notification owed of action; an error means
 // no request can carry it, for any sink.
-func encode(action *v1alpha1.ToolAction, owed v1alpha1.Notification) (notify.Delivery, error) {
-	ev, err := notify.Event(action, owed)
+func encode(action *v1alpha1.ToolAction, owed v1alpha1.Notification) (Delivery, error) {
+	ev, err := Event(action, owed)
 	if err != nil {
-		return notify.Delivery{}, err
+		return Delivery{}, err
 	}
-	return notify.Encode(ev)
+	return Encode(ev)
 }
 
 // refusedAgain counts one more refusal of event id by sink, and returns
@@ -440,52 +482,9 @@ func (n *Notifier) forgetRefusals(key types.NamespacedName) {
 	delete(n.refusals, key)
 }
 
-// record removes from their pending lists the sinks that acknowledged an
-// event, or that it was given up for, and keeps the latter's dead letters.
-// A transition recorded meanwhile is read and the same applied to it, so
-// that nothing is delivered again.
-func (n *Notifier) record(ctx context.Context, action *v1alpha1.ToolAction, out settled) error {
-	current := action
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		next := current.DeepCopy()
-		now := metav1.NewTime(n.Clock.Now())
-		for i := range next.Status.Notifications {
-			owed := &next.Status.Notifications[i]
-			acked, dead := out.done[owed.ID], out.dead[owed.ID]
-			if len(owed.Pending) == 0 || len(acked)+len(dead) == 0 {
-				continue
-			}
-			owed.Pending = slices.DeleteFunc(owed.Pending, func(name string) bool {
-				return slices.Contains(acked, name) || slices.ContainsFunc(dead, func(d v1alpha1.NotificationDeadLetter) bool { return d.Sink == name })
-			})
-			for _, d := range dead {
-				owed.DeadLetters = append(slices.DeleteFunc(owed.DeadLetters, func(old v1alpha1.NotificationDeadLetter) bool { return old.Sink == d.Sink }), d)
-			}
-			if len(owed.Pending) == 0 && len(acked) > 0 {
-				owed.DeliveredTime = &now
-			}
-		}
-		next.Status.NotificationsPending = notify.Pending(&next.Status)
-		if statusEqual(current, next) {
-			return nil
-		}
-		err := n.Client.Status().Update(ctx, next)
-		if err == nil && !next.Status.NotificationsPending && next.Status.Phase.IsTerminal() && n.Revisit != nil {
-			n.Revisit(client.ObjectKeyFromObject(next))
-		}
-		if apierrors.IsConflict(err) {
-			latest := &v1alpha1.ToolAction{}
-			if getErr := n.Reader.Get(ctx, client.ObjectKeyFromObject(action), latest); getErr != nil {
-				return getErr
-			}
-			current = latest
-		}
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("cannot record the delivered notifications: %w", err)
-	}
-	return nil
+// Metrics are the notifier's collectors, which the manager registers.
+func Metrics() []prometheus.Collector {
+	return []prometheus.Collector{notificationsDelivered, notificationDelay}
 }
 
 var (
