@@ -15,7 +15,7 @@ import (
 // Succeeded or Failed. The ledger's finished records can outnumber the active
 // ones by far, and the controller reads a finished one only to expire its key,
 // to link a compensation and to release its finalizer on deletion; those reads
-// go to the API server (see DeletionWatch and RetentionSweep), so the
+// go to the API server (see DeletionWatch and retention.Sweep), so the
 // manager's memory follows the work in flight, not the size of the ledger.
 // When an action finishes, the informer sees it leave the selection as a
 // deletion.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/retention"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -143,7 +144,7 @@ func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 		return step{kind: stepResolveTool}
 	case tool.err != nil && !isInvalid(tool.err):
 		return step{kind: stepFail, err: tool.err}
-	case !p.keepsEveryRecord && tool.err == nil && keyRetentionPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
+	case !p.keepsEveryRecord && tool.err == nil && retention.KeyPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
 		return step{kind: stepRelease}
 	}
 	return step{kind: stepBury}

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -490,74 +489,6 @@ func TestClaimLeaseFollowsTheAdapterTimeout(t *testing.T) {
 	}
 	if got := attemptTimeout(adapter.Capabilities{}); got != defaultToolTimeout {
 		t.Errorf("attemptTimeout without a figure = %s, want %s", got, defaultToolTimeout)
-	}
-}
-
-func TestRetention(t *testing.T) {
-	hours := func(h float64) *metav1.Duration {
-		return &metav1.Duration{Duration: time.Duration(h * float64(time.Hour))}
-	}
-	tests := []struct {
-		name         string
-		record, key  *metav1.Duration
-		completedAgo time.Duration
-		want         retirement
-		wantAfter    time.Duration
-	}{
-		{"no retention: kept for good", nil, nil, time.Hour, keepRecord, 0},
-		{"keyRetention alone, before: kept until it", nil, hours(2), time.Hour, keepRecord, time.Hour},
-		{"keyRetention alone, passed: the key is freed (the record deleted, no tombstone)", nil, hours(1), time.Hour, freeKey, 0},
-		{"recordRetention alone, before: kept until it", hours(3), nil, time.Hour, keepRecord, 2 * time.Hour},
-		{"recordRetention alone, passed: a tombstone keeps the key for good", hours(1), nil, 90 * time.Minute, toTombstone, 0},
-		{"both, before either: the record's end comes first", hours(2), hours(24), time.Hour, keepRecord, time.Hour},
-		{"both, record passed: a tombstone until the key's end", hours(1), hours(24), 2 * time.Hour, toTombstone, 0},
-		{"both, key passed: freed", hours(1), hours(24), 25 * time.Hour, freeKey, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tool := withTool(v1alpha1.KeyProtected).tool
-			tool.Spec.RecordRetention, tool.Spec.KeyRetention = tt.record, tt.key
-			finished := newAction(v1alpha1.PhaseSucceeded, attempts(1), completedAgo(tt.completedAgo))
-			if got, after := retention(finished, tool, t0); got != tt.want || after != tt.wantAfter {
-				t.Errorf("retention = %d, %s; want %d, %s", got, after, tt.want, tt.wantAfter)
-			}
-		})
-	}
-	if got, _ := retention(newAction(v1alpha1.PhaseSucceeded), withTool(v1alpha1.KeyProtected).tool, t0); got != keepRecord {
-		t.Errorf("retention without a completion time = %d, want keepRecord", got)
-	}
-}
-
-// With an archive, a tool that sets no recordRetention has its records
-// leave etcd after the manager's default; its own setting wins, and
-// without an archive nothing changes.
-func TestRetentionWithAnArchive(t *testing.T) {
-	hours := func(h int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(h) * time.Hour} }
-	archiving := &ToolActionReconciler{Archive: &archive.Store{}, ArchiveRecordRetention: 5 * time.Minute}
-	finished := newAction(v1alpha1.PhaseSucceeded, attempts(1), completedAgo(10*time.Minute))
-	tests := []struct {
-		name       string
-		reconciler *ToolActionReconciler
-		record     *metav1.Duration
-		want       retirement
-		wantAfter  time.Duration
-	}{
-		{"no recordRetention, an archive: the default applies", archiving, nil, toTombstone, 0},
-		{"the tool's recordRetention wins over the default", archiving, hours(1), keepRecord, 50 * time.Minute},
-		{"no archive: kept for good, as before", &ToolActionReconciler{ArchiveRecordRetention: 5 * time.Minute}, nil, keepRecord, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tool := withTool(v1alpha1.KeyProtected).tool
-			tool.Spec.RecordRetention = tt.record
-			spec := tt.reconciler.retentionOf(&tool.Spec)
-			if got, after := retention(finished, &v1alpha1.Tool{Spec: *spec}, t0); got != tt.want || after != tt.wantAfter {
-				t.Errorf("retention = %d, %s; want %d, %s", got, after, tt.want, tt.wantAfter)
-			}
-			if tool.Spec.RecordRetention != tt.record {
-				t.Error("retentionOf changed the tool's own spec")
-			}
-		})
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/retention"
 )
 
 // keyHistory keeps a key's earlier life: what a record since deleted
@@ -61,7 +62,7 @@ type tombstoneHistory struct {
 func (r *ToolActionReconciler) keys() keyHistory {
 	tombstones := tombstoneHistory{reader: r.APIReader, client: r.Client, clock: r.Clock}
 	if r.Archive != nil {
-		return archiveHistory{store: r.Archive, binding: r.Binding, namespaces: r.Client, clock: r.Clock, tombstones: tombstones, retentionOf: r.retentionOf}
+		return archiveHistory{store: r.Archive, binding: r.Binding, namespaces: r.Client, clock: r.Clock, tombstones: tombstones, defaults: r.Retention}
 	}
 	return tombstones
 }
@@ -74,8 +75,8 @@ func (h tombstoneHistory) earlier(ctx context.Context, action *v1alpha1.ToolActi
 	if tomb == nil || err != nil {
 		return nil, err
 	}
-	if sameTool(action, tomb.Record.ToolRef) && keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, h.clock.Now()) {
-		return nil, unbury(ctx, h.client, tomb)
+	if sameTool(action, tomb.Record.ToolRef) && retention.KeyPassed(tomb.Record.CompletionTime.Time, tool, h.clock.Now()) {
+		return nil, retention.Unbury(ctx, h.client, tomb)
 	}
 	return fromTombstone(tomb), nil
 }
@@ -142,9 +143,9 @@ type archiveHistory struct {
 	namespaces client.Reader
 	clock      clock.PassiveClock
 	tombstones tombstoneHistory
-	// retentionOf gives a tool the archive's default keyRetention when it
+	// defaults give a tool the archive's default keyRetention when it
 	// sets none.
-	retentionOf func(*v1alpha1.ToolSpec) *v1alpha1.ToolSpec
+	defaults retention.Defaults
 }
 
 // keyFreed reports whether the key of a record that finished at completed
@@ -153,7 +154,7 @@ func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool 
 	if tool == nil {
 		return false
 	}
-	return keyRetentionPassed(completed, &v1alpha1.Tool{Spec: *h.retentionOf(&tool.Spec)}, h.clock.Now())
+	return retention.KeyPassed(completed, &v1alpha1.Tool{Spec: *h.defaults.Of(&tool.Spec)}, h.clock.Now())
 }
 
 // archivedKeyFreed reports whether rec's key is free by tool: a record
@@ -161,7 +162,7 @@ func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool 
 // keyRetention (for good without one), whatever the archive's default.
 func (h archiveHistory) archivedKeyFreed(rec *archive.Record, tool *v1alpha1.Tool) bool {
 	if rec.FromTombstone {
-		return keyRetentionPassed(rec.CompletionTime, tool, h.clock.Now())
+		return retention.KeyPassed(rec.CompletionTime, tool, h.clock.Now())
 	}
 	return h.keyFreed(rec.CompletionTime, tool)
 }

@@ -2,98 +2,21 @@ package controllers
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/archive"
-	"github.com/toolledger/toolledger/internal/chainstate"
-	"github.com/toolledger/toolledger/internal/pager"
+	"github.com/toolledger/toolledger/internal/retention"
 )
-
-// retirement is what the retention rules make of a finished record.
-type retirement int
-
-const (
-	// keepRecord: nothing is due yet.
-	keepRecord retirement = iota
-	// toTombstone: recordRetention passed; the record is deleted, leaving a
-	// tombstone when it may have caused an effect.
-	toTombstone
-	// freeKey: keyRetention passed; the record is deleted without a
-	// tombstone and its name may mean a new intent.
-	freeKey
-)
-
-// retention applies the tool's two retentions to a finished action: what
-// is due at now, and otherwise how long until something is (zero: never).
-func retention(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (retirement, time.Duration) {
-	if a.Status.CompletionTime == nil {
-		return keepRecord, 0
-	}
-	completed := a.Status.CompletionTime.Time
-	if keyRetentionPassed(completed, tool, now) {
-		return freeKey, 0
-	}
-	if d := tool.Spec.RecordRetention; d != nil && !now.Before(completed.Add(d.Duration)) {
-		return toTombstone, 0
-	}
-	if d := earliestRetention(&tool.Spec); d != nil {
-		return keepRecord, completed.Add(*d).Sub(now)
-	}
-	return keepRecord, 0
-}
-
-// keyRetentionPassed reports whether a key whose action finished at
-// completed is free again by the tool's keyRetention.
-func keyRetentionPassed(completed time.Time, tool *v1alpha1.Tool, now time.Time) bool {
-	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(completed.Add(tool.Spec.KeyRetention.Duration))
-}
-
-// earliestRetention is the shorter of the tool's retentions: a finished
-// record is looked at once it has passed.
-func earliestRetention(spec *v1alpha1.ToolSpec) *time.Duration {
-	record, key := durationOf(spec.RecordRetention), durationOf(spec.KeyRetention)
-	if record == nil || (key != nil && *key < *record) {
-		return key
-	}
-	return record
-}
-
-// retentionOf is the spec whose retentions apply to a tool's records: with
-// an archive, a tool that sets no recordRetention keeps its finished records
-// in etcd for ArchiveRecordRetention, then in the archive, and one that
-// sets no keyRetention keeps its keys for ArchiveKeyRetention.
-func (r *ToolActionReconciler) retentionOf(spec *v1alpha1.ToolSpec) *v1alpha1.ToolSpec {
-	if r.Archive == nil {
-		return spec
-	}
-	defaulted := *spec
-	if spec.RecordRetention == nil && r.ArchiveRecordRetention > 0 {
-		defaulted.RecordRetention = &metav1.Duration{Duration: r.ArchiveRecordRetention}
-	}
-	if spec.KeyRetention == nil && r.ArchiveKeyRetention > 0 {
-		defaulted.KeyRetention = &metav1.Duration{Duration: r.ArchiveKeyRetention}
-	}
-	return &defaulted
-}
 
 // expire applies the retention rules to a finished action, at the pace the
 // Pacer allows.
 func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (ctrl.Result, error) {
-	due, after := retention(action, &v1alpha1.Tool{Spec: *r.retentionOf(&tool.Spec)}, r.Clock.Now())
-	if due == keepRecord {
+	due, after := retention.Due(action, &v1alpha1.Tool{Spec: *r.Retention.Of(&tool.Spec)}, r.Clock.Now())
+	if due == retention.KeepRecord {
 		return ctrl.Result{RequeueAfter: after}, nil
 	}
 	// Its events are owed from the record: it stays until they are
@@ -102,12 +25,12 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 		log.FromContext(ctx).V(1).Info("Retention waits for the action's notifications to be delivered")
 		return ctrl.Result{RequeueAfter: 10 * time.Minute}, nil
 	}
-	if wait := r.Pacer.turn(action.UID, time.Now()); wait > 0 {
+	if wait := r.Pacer.Turn(action.UID, time.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if r.Archive != nil || (due == toTombstone && needsTombstone(action)) {
+	if r.Archive != nil || (due == retention.ToTombstone && needsTombstone(action)) {
 		cause := v1alpha1.TombstoneCauseRecordRetention
-		if due == freeKey {
+		if due == retention.FreeKey {
 			cause = v1alpha1.TombstoneCauseKeyRetention
 		}
 		if err := r.bury(ctx, action, tool, cause); err != nil {
@@ -117,7 +40,7 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	if err := r.retire(ctx, action); err != nil {
 		return ctrl.Result{}, err
 	}
-	log.FromContext(ctx).V(1).Info("Retired a finished action", "keyFreed", due == freeKey)
+	log.FromContext(ctx).V(1).Info("Retired a finished action", "keyFreed", due == retention.FreeKey)
 	return ctrl.Result{}, nil
 }
 
@@ -131,319 +54,4 @@ func (r *ToolActionReconciler) retire(ctx context.Context, action *v1alpha1.Tool
 	}
 	err = r.Client.Delete(ctx, released, client.Preconditions{UID: &released.UID, ResourceVersion: &released.ResourceVersion})
 	return ignoreConflict(err, "cannot delete the retired action %s", action.Name)
-}
-
-// RetentionSweep applies the tools' retentions to what no executor has
-// scheduled: records finished by a ToolResolution, by a manager that has
-// since stopped or before a restart, and tombstones past their key
-// retention. It reads pages from the API server and keeps none of them.
-// Each replica sweeps the keys it owns (Shards), so replicas share a
-// backlog instead of racing through it; a dead replica's keys are swept by
-// the others from their next sweep after its Lease lapsed.
-type RetentionSweep struct {
-	Reconciler *ToolActionReconciler
-	Every      time.Duration
-
-	pokeOnce sync.Once
-	poke     chan struct{}
-}
-
-// Start sweeps at once, then every Every, and when poked.
-func (s *RetentionSweep) Start(ctx context.Context) error {
-	logger := log.FromContext(ctx).WithName("retention-sweep")
-	for {
-		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
-			logger.Error(err, "Cannot sweep expired ToolActions and Tombstones; retrying", "after", s.Every)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(s.Every):
-		case <-s.poked():
-		}
-	}
-}
-
-// Poke asks for a sweep now, or right after the one under way: a change of
-// shard members may have handed this manager the finished records of one
-// that stopped (killed, say, between an archive commit and the delete),
-// which the cache of active actions does not hold.
-func (s *RetentionSweep) Poke() {
-	select {
-	case s.poked() <- struct{}{}:
-	default: // a sweep is already asked for
-	}
-}
-
-func (s *RetentionSweep) poked() chan struct{} {
-	s.pokeOnce.Do(func() { s.poke = make(chan struct{}, 1) })
-	return s.poke
-}
-
-// sweepTarget is one tool with a retention, as the sweep lists it: spec
-// with the archive's default retentions, and the tool's own keyRetention.
-type sweepTarget struct {
-	kind, namespace, name string
-	spec                  *v1alpha1.ToolSpec
-	ownKeyRetention       *metav1.Duration
-}
-
-// sweep visits only the finished actions and tombstones of tools with a
-// retention: actions through the selectable fields status.phase and
-// spec.toolRef.name, tombstones through their tool labels.
-func (s *RetentionSweep) sweep(ctx context.Context) error {
-	r := s.Reconciler
-	var tools v1alpha1.ToolList
-	if err := r.Client.List(ctx, &tools); err != nil {
-		return fmt.Errorf("cannot list Tools: %w", err)
-	}
-	var clusterTools v1alpha1.ClusterToolList
-	if err := r.Client.List(ctx, &clusterTools); err != nil {
-		return fmt.Errorf("cannot list ClusterTools: %w", err)
-	}
-	var targets []sweepTarget
-	for i := range tools.Items {
-		t := &tools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: r.retentionOf(&t.Spec),
-			ownKeyRetention: t.Spec.KeyRetention})
-	}
-	for i := range clusterTools.Items {
-		t := &clusterTools.Items[i]
-		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: r.retentionOf(&t.Spec.ToolSpec),
-			ownKeyRetention: t.Spec.KeyRetention})
-	}
-	var errs []error
-	// Pruning is a few indexed deletes; it goes first, so that moving a
-	// backlog of Tombstones at the retention pace does not hold it up.
-	if r.Archive != nil && r.ArchiveHistoryRetention > 0 {
-		errs = append(errs, s.pruneArchive(ctx, targets))
-	}
-	if r.Archive != nil {
-		errs = append(errs, s.checkpointChains(ctx), s.archiveTombstones(ctx))
-	}
-	for _, target := range targets {
-		if earliestRetention(target.spec) != nil {
-			for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-				errs = append(errs, s.sweepActions(ctx, target, phase))
-			}
-		}
-		if target.spec.KeyRetention != nil && r.Archive == nil {
-			errs = append(errs, s.sweepTombstones(ctx, target))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// sweepActions hands the state machine only the actions whose retention has
-// passed by the listed tool's figures: it resolves the tool again (for a
-// ClusterTool, with a read of the namespace) and must not do so for every record.
-func (s *RetentionSweep) sweepActions(ctx context.Context, target sweepTarget, phase v1alpha1.Phase) error {
-	r := s.Reconciler
-	retention := *earliestRetention(target.spec)
-	selector := fields.AndSelectors(
-		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
-		fields.OneTermEqualSelector("status.phase", string(phase)),
-	)
-	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}}
-	if target.namespace != "" {
-		opts = append(opts, client.InNamespace(target.namespace))
-	}
-	what := fmt.Sprintf("the %s actions of %s %s", phase, target.kind, target.name)
-	actions := func(l *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return l.Items }
-	return pager.Each(ctx, r.APIReader, what, actions, opts, func(action *v1alpha1.ToolAction) error {
-		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-			action.Status.CompletionTime.Add(retention).After(r.Clock.Now()) || !r.Shards.Owns(client.ObjectKeyFromObject(action)) {
-			return nil
-		}
-		if err := s.waitTurn(ctx, action.UID); err != nil {
-			return err
-		}
-		// Its reconcile takes the turn waited for here.
-		r.Queue.Add(client.ObjectKeyFromObject(action))
-		return nil
-	})
-}
-
-// sweepTombstones deletes the target's tombstones whose key retention has
-// passed, at the Pacer's rate.
-func (s *RetentionSweep) sweepTombstones(ctx context.Context, target sweepTarget) error {
-	r := s.Reconciler
-	tool := &v1alpha1.Tool{Spec: *target.spec}
-	opts := []client.ListOption{
-		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(target.name), v1alpha1.LabelToolKind: target.kind})},
-	}
-	if target.namespace != "" {
-		opts = append(opts, client.InNamespace(target.namespace))
-	}
-	expired := func(tomb *v1alpha1.Tombstone) bool {
-		return keyRetentionPassed(tomb.Record.CompletionTime.Time, tool, r.Clock.Now())
-	}
-	return s.eachOwnedTombstone(ctx, fmt.Sprintf("of %s %s", target.kind, target.name), opts, expired, func(tomb *v1alpha1.Tombstone) error {
-		if r.Pacer.turn(tomb.UID, time.Now()) > 0 {
-			return nil // the clock has not reached the turn (an injected one)
-		}
-		return unbury(ctx, r.Client, tomb)
-	})
-}
-
-// archiveTombstones moves the Tombstones written before the manager had an
-// archive into it, at the Pacer's rate: each is archived, then deleted, so
-// that the key is kept at every moment. Nothing moves while the ledger's
-// binding to the archive is new or another's, nor into a decommissioned
-// archive, whose keys go the other way.
-func (s *RetentionSweep) archiveTombstones(ctx context.Context) error {
-	r := s.Reconciler
-	if err := r.Binding.MayKeep(ctx, time.Now()); err != nil {
-		log.FromContext(ctx).V(1).Info("Tombstones stay out of the archive for now", "reason", err.Error())
-		return nil
-	}
-	every := func(*v1alpha1.Tombstone) bool { return true }
-	err := s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
-		ns, err := archive.CurrentNamespace(ctx, r.Client, tomb.Namespace)
-		if err != nil {
-			return err
-		}
-		return archiveTombstone(ctx, r.Archive, r.Client, tomb, ns.UID)
-	})
-	if errors.Is(err, archive.ErrDecommissioned) {
-		return nil
-	}
-	return err
-}
-
-// eachOwnedTombstone reads the Tombstones opts select from the API server,
-// a page at a time, and hands do, each at its turn of the Pacer, those of
-// this replica's keys that want accepts; what names them in errors.
-func (s *RetentionSweep) eachOwnedTombstone(ctx context.Context, what string, opts []client.ListOption,
-	want func(*v1alpha1.Tombstone) bool, do func(*v1alpha1.Tombstone) error) error {
-	r := s.Reconciler
-	tombstones := func(l *v1alpha1.TombstoneList) []v1alpha1.Tombstone { return l.Items }
-	return pager.Each(ctx, r.APIReader, "the Tombstones "+what, tombstones, opts, func(tomb *v1alpha1.Tombstone) error {
-		if !want(tomb) || !r.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
-			return nil
-		}
-		if err := s.waitTurn(ctx, tomb.UID); err != nil {
-			return err
-		}
-		return do(tomb)
-	})
-}
-
-func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone, namespaceUID types.UID) error {
-	rec, err := archive.RecordFromTombstone(tomb, namespaceUID)
-	if err != nil {
-		return err
-	}
-	if err := store.Keep(ctx, rec); err != nil {
-		return err
-	}
-	err = c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("cannot delete the archived Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
-	}
-	log.FromContext(ctx).V(1).Info("Moved a Tombstone into the archive", "tombstone", client.ObjectKeyFromObject(tomb))
-	return nil
-}
-
-// waitTurn holds the sweep until the Pacer gives uid its turn.
-func (s *RetentionSweep) waitTurn(ctx context.Context, uid types.UID) error {
-	wait := s.Reconciler.Pacer.reserve(uid, time.Now())
-	if wait <= 0 {
-		return nil
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(wait):
-		return nil
-	}
-}
-
-// unbury deletes a tombstone whose key retention passed: its key may now
-// mean a new intent.
-func unbury(ctx context.Context, c client.Client, tomb *v1alpha1.Tombstone) error {
-	err := c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("cannot delete the expired Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
-	}
-	log.FromContext(ctx).V(1).Info("Deleted a tombstone whose key retention passed", "tombstone", client.ObjectKeyFromObject(tomb))
-	return nil
-}
-
-func durationOf(d *metav1.Duration) *time.Duration {
-	if d == nil {
-		return nil
-	}
-	return &d.Duration
-}
-
-// pruneArchive deletes the archived records of each tool whose key was
-// freed more than ArchiveHistoryRetention ago, by the tool's keyRetention
-// (or the archive's default) as the key check reads it; a record moved from
-// a Tombstone by the tool's own. Records of a tool that keeps its keys for
-// good stay, and so do those of a tool that no longer exists: created
-// again, it may keep its keys longer than it did. The records of a
-// namespace deleted since, whose keys answer nobody, go once the history
-// retention passed since they were archived.
-func (s *RetentionSweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
-	r := s.Reconciler
-	now := r.Clock.Now()
-	var cutoffs []archive.Cutoff
-	for _, t := range targets {
-		if t.spec.KeyRetention == nil {
-			continue
-		}
-		c := archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-t.spec.KeyRetention.Duration - r.ArchiveHistoryRetention)}
-		if t.ownKeyRetention != nil {
-			c.TombstonesBefore = now.Add(-t.ownKeyRetention.Duration - r.ArchiveHistoryRetention)
-		}
-		cutoffs = append(cutoffs, c)
-	}
-	pruned, err := r.Archive.Prune(ctx, cutoffs)
-	if err != nil {
-		return err
-	}
-	live := func(name string) (archive.Namespace, bool, error) {
-		ns, err := archive.CurrentNamespace(ctx, r.Client, name)
-		if apierrors.IsNotFound(err) {
-			return ns, false, nil
-		}
-		return ns, err == nil, err
-	}
-	gone, err := r.Archive.PruneNamespaces(ctx, live, now.Add(-r.ArchiveHistoryRetention))
-	if pruned+gone > 0 {
-		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
-	}
-	return err
-}
-
-// checkpointChains has the cluster keep the head of each archived chain
-// whose namespace this replica owns, when it moved since the last
-// checkpoint and that one is ArchiveCheckpointEvery old: a rewrite of the
-// database, heads included, then shows against it (docs/audit.md).
-func (s *RetentionSweep) checkpointChains(ctx context.Context) error {
-	r := s.Reconciler
-	heads, err := r.Archive.Heads(ctx)
-	if err != nil {
-		return err
-	}
-	now := r.Clock.Now()
-	var errs []error
-	for namespace, head := range heads {
-		if !r.Shards.Owns(types.NamespacedName{Name: namespace}) {
-			continue
-		}
-		current, err := r.Chains.Read(ctx, namespace)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !chainstate.Checkpoint(current, head, now, r.ArchiveCheckpointEvery) {
-			continue
-		}
-		errs = append(errs, r.Chains.Update(ctx, namespace, func(state *chainstate.State) bool {
-			return chainstate.Checkpoint(state, head, now, r.ArchiveCheckpointEvery)
-		}))
-	}
-	return errors.Join(errs...)
 }

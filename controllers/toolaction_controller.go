@@ -21,9 +21,9 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
-	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/requeue"
+	"github.com/toolledger/toolledger/internal/retention"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
@@ -60,7 +60,10 @@ type ToolActionReconciler struct {
 	// OperatorNamespace holds the Secrets of ClusterTools.
 	OperatorNamespace string
 	// Pacer bounds the rate of retention work; nil leaves it unbounded.
-	Pacer *Pacer
+	Pacer *retention.Pacer
+	// Retention are the retentions of a tool that sets none: with an
+	// archive, how long finished records stay in etcd and keys are kept.
+	Retention retention.Defaults
 	// Dispatcher makes the downstream calls, off the reconcile workers.
 	Dispatcher *dispatch.Dispatcher
 	// Ledger writes every transition, the claim included.
@@ -82,23 +85,9 @@ type ToolActionReconciler struct {
 	// Archive keeps finished records and their keys outside etcd; nil
 	// keeps keys in Tombstones.
 	Archive *archive.Store
-	// ArchiveRecordRetention is how long, with an archive, the finished
-	// records of a tool that sets no recordRetention stay in etcd.
-	ArchiveRecordRetention time.Duration
-	// ArchiveKeyRetention is how long, with an archive, the keys of a tool
-	// that sets no keyRetention are kept; zero keeps them for good.
-	ArchiveKeyRetention time.Duration
-	// ArchiveHistoryRetention is how long archived records stay readable
-	// after their key is freed; zero keeps them for good.
-	ArchiveHistoryRetention time.Duration
 	// Binding says whether the ledger's archive binding lets this manager
 	// check a new key, and keep records in its archive.
 	Binding *archivebinding.Guard
-	// Chains keeps the archive's chains' checkpoints, which the retention
-	// sweep takes every ArchiveCheckpointEvery and the events carry; nil
-	// without an archive.
-	Chains                 *chainstate.Store
-	ArchiveCheckpointEvery time.Duration
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

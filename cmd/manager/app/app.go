@@ -44,6 +44,7 @@ import (
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/requeue"
+	"github.com/toolledger/toolledger/internal/retention"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
@@ -453,7 +454,7 @@ func newNotifier(mgr ctrl.Manager, opts Options) *notify.Notifier {
 // addShards has the reconciler handle only its share of the active actions.
 // The member Leases are read and written without the cache, so that no
 // informer watches Leases across the cluster.
-func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, sweep *controllers.RetentionSweep, notifier *notify.Notifier) error {
+func addShards(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, sweep *retention.Sweep, notifier *notify.Notifier) error {
 	if opts.MemberLeaseDuration < time.Second {
 		return fmt.Errorf("the member Lease duration %s is shorter than a second", opts.MemberLeaseDuration)
 	}
@@ -528,19 +529,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		OperatorNamespace:       opts.Namespace,
 		// Turns one after another, no burst: a backlog's retirements spread
 		// evenly beside the live actions instead of a second's worth at once.
-		Pacer:                   controllers.NewPacer(opts.RetentionRate, 1),
+		Pacer:                   retention.NewPacer(opts.RetentionRate, 1),
 		Dispatcher:              dispatcher,
 		Queue:                   queue,
-		ArchiveRecordRetention:  opts.ArchiveRecordRetention,
-		ArchiveKeyRetention:     max(opts.ArchiveKeyRetention, 0),
-		ArchiveHistoryRetention: opts.ArchiveHistoryRetention,
 		TrustCallerTraceContext: opts.TrustCallerTraceContext,
 	}
+	var chains *chainstate.Store
 	if opts.ArchiveDSN != "" {
 		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
 			return err
 		}
-		reconciler.Chains, reconciler.ArchiveCheckpointEvery = chainStates(mgr, opts), opts.ArchiveCheckpointInterval
+		reconciler.Retention = retention.Defaults{Record: opts.ArchiveRecordRetention, Key: max(opts.ArchiveKeyRetention, 0)}
+		chains = chainStates(mgr, opts)
 		if err := addArchiveAPI(mgr, opts, reconciler.Archive); err != nil {
 			return err
 		}
@@ -550,12 +550,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
-	sweep := &controllers.RetentionSweep{Reconciler: reconciler, Every: opts.RetentionSweep}
+	sweep := &retention.Sweep{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock, Queue: queue, Pacer: reconciler.Pacer,
+		Defaults: reconciler.Retention, Archive: reconciler.Archive, Binding: reconciler.Binding, Chains: chains,
+		HistoryRetention: opts.ArchiveHistoryRetention, CheckpointEvery: opts.ArchiveCheckpointInterval, Every: opts.RetentionSweep}
 	notifier := newNotifier(mgr, opts)
 	if !opts.NoSharding && !opts.LeaderElection {
 		if err := addShards(mgr, opts, reconciler, sweep, notifier); err != nil {
 			return err
 		}
+		sweep.Shards = reconciler.Shards
 	}
 	// The one writer of ToolAction records, for every controller and the
 	// notifier.
@@ -563,7 +566,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: reconciler.Recorder,
 		RoutineEvents: controllers.NewRoutineEvents(opts.RoutineEventRate), Clock: opts.Clock, Executor: opts.ExecutorID,
 		Tools: reconciler.Tools, HandBack: queue.Revisit, Notifier: notifier,
-		TrustCallerTraceContext: opts.TrustCallerTraceContext, Chains: reconciler.Chains,
+		TrustCallerTraceContext: opts.TrustCallerTraceContext, Chains: chains,
 	})
 	if notifier != nil {
 		notifier.Ledger, notifier.Shards = reconciler.Ledger, reconciler.Shards

@@ -1,4 +1,4 @@
-package controllers
+package retention
 
 import (
 	"sync"
@@ -32,17 +32,17 @@ func NewPacer(perSecond float64, burst int) *Pacer {
 	return &Pacer{limiter: rate.NewLimiter(rate.Limit(perSecond), max(burst, 1)), turns: map[types.UID]time.Time{}}
 }
 
-// turn reports how long the record uid must wait before its retention work;
+// Turn reports how long the record uid must wait before its retention work;
 // zero means now. A record that comes back at its reserved time takes that
 // turn, not another.
-func (p *Pacer) turn(uid types.UID, now time.Time) time.Duration {
+func (p *Pacer) Turn(uid types.UID, now time.Time) time.Duration {
 	return p.schedule(uid, now, false)
 }
 
-// reserve takes uid's turn for a caller that waits for it itself (the
+// Reserve takes uid's turn for a caller that waits for it itself (the
 // sweep) and hands it on: the record's own turn call at or after the
 // returned wait goes ahead without taking another.
-func (p *Pacer) reserve(uid types.UID, now time.Time) time.Duration {
+func (p *Pacer) Reserve(uid types.UID, now time.Time) time.Duration {
 	return p.schedule(uid, now, true)
 }
 

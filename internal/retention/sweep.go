@@ -1,0 +1,349 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/pager"
+	"github.com/toolledger/toolledger/internal/requeue"
+	"github.com/toolledger/toolledger/internal/shard"
+)
+
+// Sweep applies the tools' retentions to what no executor has
+// scheduled: records finished by a ToolResolution, by a manager that has
+// since stopped or before a restart, and tombstones past their key
+// retention. It reads pages from the API server and keeps none of them.
+// Each replica sweeps the keys it owns (Shards), so replicas share a
+// backlog instead of racing through it; a dead replica's keys are swept by
+// the others from their next sweep after its Lease lapsed.
+type Sweep struct {
+	// Client reads Tools and ClusterTools from the cache and deletes
+	// Tombstones; Reader lists the finished records from the API server.
+	Client client.Client
+	Reader client.Reader
+	Clock  clock.PassiveClock
+	// Shards says which keys this replica sweeps.
+	Shards *shard.Members
+	// Queue hands a record due to retire to the ToolAction controller.
+	Queue *requeue.Queue
+	// Pacer spreads the sweep's work beside the controller's.
+	Pacer *Pacer
+	// Defaults are the retentions of a tool that sets none.
+	Defaults Defaults
+	// Archive, when set, keeps the finished records and their keys: the
+	// Tombstones written before it move into it (when Binding allows), its
+	// records are pruned HistoryRetention after their keys were freed
+	// (zero keeps them), and its chains' heads are checkpointed in Chains
+	// every CheckpointEvery.
+	Archive          *archive.Store
+	Binding          *archivebinding.Guard
+	Chains           *chainstate.Store
+	HistoryRetention time.Duration
+	CheckpointEvery  time.Duration
+	Every            time.Duration
+
+	pokeOnce sync.Once
+	poke     chan struct{}
+}
+
+// Start sweeps at once, then every Every, and when poked.
+func (s *Sweep) Start(ctx context.Context) error {
+	logger := log.FromContext(ctx).WithName("retention-sweep")
+	for {
+		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Cannot sweep expired ToolActions and Tombstones; retrying", "after", s.Every)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.Every):
+		case <-s.poked():
+		}
+	}
+}
+
+// Poke asks for a sweep now, or right after the one under way: a change of
+// shard members may have handed this manager the finished records of one
+// that stopped (killed, say, between an archive commit and the delete),
+// which the cache of active actions does not hold.
+func (s *Sweep) Poke() {
+	select {
+	case s.poked() <- struct{}{}:
+	default: // a sweep is already asked for
+	}
+}
+
+func (s *Sweep) poked() chan struct{} {
+	s.pokeOnce.Do(func() { s.poke = make(chan struct{}, 1) })
+	return s.poke
+}
+
+// sweepTarget is one tool with a retention, as the sweep lists it: spec
+// with the archive's default retentions, and the tool's own keyRetention.
+type sweepTarget struct {
+	kind, namespace, name string
+	spec                  *v1alpha1.ToolSpec
+	ownKeyRetention       *metav1.Duration
+}
+
+// sweep visits only the finished actions and tombstones of tools with a
+// retention: actions through the selectable fields status.phase and
+// spec.toolRef.name, tombstones through their tool labels.
+func (s *Sweep) sweep(ctx context.Context) error {
+	var tools v1alpha1.ToolList
+	if err := s.Client.List(ctx, &tools); err != nil {
+		return fmt.Errorf("cannot list Tools: %w", err)
+	}
+	var clusterTools v1alpha1.ClusterToolList
+	if err := s.Client.List(ctx, &clusterTools); err != nil {
+		return fmt.Errorf("cannot list ClusterTools: %w", err)
+	}
+	var targets []sweepTarget
+	for i := range tools.Items {
+		t := &tools.Items[i]
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindTool, namespace: t.Namespace, name: t.Name, spec: s.Defaults.Of(&t.Spec),
+			ownKeyRetention: t.Spec.KeyRetention})
+	}
+	for i := range clusterTools.Items {
+		t := &clusterTools.Items[i]
+		targets = append(targets, sweepTarget{kind: v1alpha1.KindClusterTool, name: t.Name, spec: s.Defaults.Of(&t.Spec.ToolSpec),
+			ownKeyRetention: t.Spec.KeyRetention})
+	}
+	var errs []error
+	// Pruning is a few indexed deletes; it goes first, so that moving a
+	// backlog of Tombstones at the retention pace does not hold it up.
+	if s.Archive != nil && s.HistoryRetention > 0 {
+		errs = append(errs, s.pruneArchive(ctx, targets))
+	}
+	if s.Archive != nil {
+		errs = append(errs, s.checkpointChains(ctx), s.archiveTombstones(ctx))
+	}
+	for _, target := range targets {
+		if Earliest(target.spec) != nil {
+			for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
+				errs = append(errs, s.sweepActions(ctx, target, phase))
+			}
+		}
+		if target.spec.KeyRetention != nil && s.Archive == nil {
+			errs = append(errs, s.sweepTombstones(ctx, target))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sweepActions hands the state machine only the actions whose retention has
+// passed by the listed tool's figures: it resolves the tool again (for a
+// ClusterTool, with a read of the namespace) and must not do so for every record.
+func (s *Sweep) sweepActions(ctx context.Context, target sweepTarget, phase v1alpha1.Phase) error {
+	retention := *Earliest(target.spec)
+	selector := fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
+		fields.OneTermEqualSelector("status.phase", string(phase)),
+	)
+	opts := []client.ListOption{client.MatchingFieldsSelector{Selector: selector}}
+	if target.namespace != "" {
+		opts = append(opts, client.InNamespace(target.namespace))
+	}
+	what := fmt.Sprintf("the %s actions of %s %s", phase, target.kind, target.name)
+	actions := func(l *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return l.Items }
+	return pager.Each(ctx, s.Reader, what, actions, opts, func(action *v1alpha1.ToolAction) error {
+		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
+			action.Status.CompletionTime.Add(retention).After(s.Clock.Now()) || !s.Shards.Owns(client.ObjectKeyFromObject(action)) {
+			return nil
+		}
+		if err := s.waitTurn(ctx, action.UID); err != nil {
+			return err
+		}
+		// Its reconcile takes the turn waited for here.
+		s.Queue.Add(client.ObjectKeyFromObject(action))
+		return nil
+	})
+}
+
+// sweepTombstones deletes the target's tombstones whose key retention has
+// passed, at the Pacer's rate.
+func (s *Sweep) sweepTombstones(ctx context.Context, target sweepTarget) error {
+	tool := &v1alpha1.Tool{Spec: *target.spec}
+	opts := []client.ListOption{
+		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{v1alpha1.LabelTool: v1alpha1.ToolLabelValue(target.name), v1alpha1.LabelToolKind: target.kind})},
+	}
+	if target.namespace != "" {
+		opts = append(opts, client.InNamespace(target.namespace))
+	}
+	expired := func(tomb *v1alpha1.Tombstone) bool {
+		return KeyPassed(tomb.Record.CompletionTime.Time, tool, s.Clock.Now())
+	}
+	return s.eachOwnedTombstone(ctx, fmt.Sprintf("of %s %s", target.kind, target.name), opts, expired, func(tomb *v1alpha1.Tombstone) error {
+		if s.Pacer.Turn(tomb.UID, time.Now()) > 0 {
+			return nil // the clock has not reached the turn (an injected one)
+		}
+		return Unbury(ctx, s.Client, tomb)
+	})
+}
+
+// archiveTombstones moves the Tombstones written before the manager had an
+// archive into it, at the Pacer's rate: each is archived, then deleted, so
+// that the key is kept at every moment. Nothing moves while the ledger's
+// binding to the archive is new or another's, nor into a decommissioned
+// archive, whose keys go the other way.
+func (s *Sweep) archiveTombstones(ctx context.Context) error {
+	if err := s.Binding.MayKeep(ctx, time.Now()); err != nil {
+		log.FromContext(ctx).V(1).Info("Tombstones stay out of the archive for now", "reason", err.Error())
+		return nil
+	}
+	every := func(*v1alpha1.Tombstone) bool { return true }
+	err := s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
+		ns, err := archive.CurrentNamespace(ctx, s.Client, tomb.Namespace)
+		if err != nil {
+			return err
+		}
+		return archiveTombstone(ctx, s.Archive, s.Client, tomb, ns.UID)
+	})
+	if errors.Is(err, archive.ErrDecommissioned) {
+		return nil
+	}
+	return err
+}
+
+// eachOwnedTombstone reads the Tombstones opts select from the API server,
+// a page at a time, and hands do, each at its turn of the Pacer, those of
+// this replica's keys that want accepts; what names them in errors.
+func (s *Sweep) eachOwnedTombstone(ctx context.Context, what string, opts []client.ListOption,
+	want func(*v1alpha1.Tombstone) bool, do func(*v1alpha1.Tombstone) error) error {
+	tombstones := func(l *v1alpha1.TombstoneList) []v1alpha1.Tombstone { return l.Items }
+	return pager.Each(ctx, s.Reader, "the Tombstones "+what, tombstones, opts, func(tomb *v1alpha1.Tombstone) error {
+		if !want(tomb) || !s.Shards.Owns(client.ObjectKeyFromObject(tomb)) {
+			return nil
+		}
+		if err := s.waitTurn(ctx, tomb.UID); err != nil {
+			return err
+		}
+		return do(tomb)
+	})
+}
+
+func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone, namespaceUID types.UID) error {
+	rec, err := archive.RecordFromTombstone(tomb, namespaceUID)
+	if err != nil {
+		return err
+	}
+	if err := store.Keep(ctx, rec); err != nil {
+		return err
+	}
+	err = c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("cannot delete the archived Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Moved a Tombstone into the archive", "tombstone", client.ObjectKeyFromObject(tomb))
+	return nil
+}
+
+// waitTurn holds the sweep until the Pacer gives uid its turn.
+func (s *Sweep) waitTurn(ctx context.Context, uid types.UID) error {
+	wait := s.Pacer.Reserve(uid, time.Now())
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// Unbury deletes a tombstone whose key retention passed: its key may now
+// mean a new intent.
+func Unbury(ctx context.Context, c client.Client, tomb *v1alpha1.Tombstone) error {
+	err := c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("cannot delete the expired Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	log.FromContext(ctx).V(1).Info("Deleted a tombstone whose key retention passed", "tombstone", client.ObjectKeyFromObject(tomb))
+	return nil
+}
+
+// pruneArchive deletes the archived records of each tool whose key was
+// freed more than HistoryRetention ago, by the tool's keyRetention
+// (or the archive's default) as the key check reads it; a record moved from
+// a Tombstone by the tool's own. Records of a tool that keeps its keys for
+// good stay, and so do those of a tool that no longer exists: created
+// again, it may keep its keys longer than it did. The records of a
+// namespace deleted since, whose keys answer nobody, go once the history
+// retention passed since they were archived.
+func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
+	now := s.Clock.Now()
+	var cutoffs []archive.Cutoff
+	for _, t := range targets {
+		if t.spec.KeyRetention == nil {
+			continue
+		}
+		c := archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-t.spec.KeyRetention.Duration - s.HistoryRetention)}
+		if t.ownKeyRetention != nil {
+			c.TombstonesBefore = now.Add(-t.ownKeyRetention.Duration - s.HistoryRetention)
+		}
+		cutoffs = append(cutoffs, c)
+	}
+	pruned, err := s.Archive.Prune(ctx, cutoffs)
+	if err != nil {
+		return err
+	}
+	live := func(name string) (archive.Namespace, bool, error) {
+		ns, err := archive.CurrentNamespace(ctx, s.Client, name)
+		if apierrors.IsNotFound(err) {
+			return ns, false, nil
+		}
+		return ns, err == nil, err
+	}
+	gone, err := s.Archive.PruneNamespaces(ctx, live, now.Add(-s.HistoryRetention))
+	if pruned+gone > 0 {
+		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
+	}
+	return err
+}
+
+// checkpointChains has the cluster keep the head of each archived chain
+// whose namespace this replica owns, when it moved since the last
+// checkpoint and that one is CheckpointEvery old: a rewrite of the
+// database, heads included, then shows against it (docs/audit.md).
+func (s *Sweep) checkpointChains(ctx context.Context) error {
+	heads, err := s.Archive.Heads(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.Clock.Now()
+	var errs []error
+	for namespace, head := range heads {
+		if !s.Shards.Owns(types.NamespacedName{Name: namespace}) {
+			continue
+		}
+		current, err := s.Chains.Read(ctx, namespace)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !chainstate.Checkpoint(current, head, now, s.CheckpointEvery) {
+			continue
+		}
+		errs = append(errs, s.Chains.Update(ctx, namespace, func(state *chainstate.State) bool {
+			return chainstate.Checkpoint(state, head, now, s.CheckpointEvery)
+		}))
+	}
+	return errors.Join(errs...)
+}
