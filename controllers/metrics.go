@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/deletions"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/shard"
@@ -97,19 +98,15 @@ var (
 		Help:    "A duplicate's age as a fraction of its tool's keyRetention, by source (tools with a keyRetention only); above 0.8 the retention is close to too short.",
 		Buckets: sdk.DuplicateRetentionRatioBuckets,
 	}, slices.Concat(toolOfActionLabels, []string{"source"}))
-	deletionWatchSynced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "toolledger_deletion_watch_synced",
-		Help: "1 while the watch for deletions of finished actions in a phase runs on a complete list; 0 while it lists, or retries a failed list or watch.",
-	}, []string{"phase"})
 )
 
 // Metrics are the collectors toolledger registers in controller-runtime's
 // registry, which the manager serves on its metrics endpoint.
 func Metrics() []prometheus.Collector {
-	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), notify.Metrics(), []prometheus.Collector{
+	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), notify.Metrics(), deletions.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
-		duplicateRetentionRatio, deletionWatchSynced, ledgerGauges,
+		duplicateRetentionRatio, ledgerGauges,
 	})
 }
 

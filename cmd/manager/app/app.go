@@ -40,6 +40,7 @@ import (
 	"github.com/toolledger/toolledger/internal/archiveapi"
 	"github.com/toolledger/toolledger/internal/archivebinding"
 	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/deletions"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
@@ -578,7 +579,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("cannot set up the ToolAction controller: %w", err)
 	}
 	for _, phase := range []v1alpha1.Phase{v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-		watch := &controllers.DeletionWatch{Client: metadataClient, Phase: phase, Queue: queue, Retry: time.Second}
+		watch := &deletions.Watch{Client: metadataClient, Phase: phase, Queue: queue, Retry: time.Second}
 		if err := mgr.Add(watch); err != nil {
 			return fmt.Errorf("cannot add the deletion watch: %w", err)
 		}
