@@ -10,9 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -138,6 +140,8 @@ type result struct {
 	Events      []string
 	Requeue     time.Duration
 	Reapplies   bool
+	// Owes is the CloudEvent type the transition owes the sinks.
+	Owes string
 }
 
 var kindNames = map[stepKind]string{
@@ -158,7 +162,7 @@ func summarizeTransition(a *v1alpha1.ToolAction, t transition) result {
 	next := a.DeepCopy()
 	t.apply(next)
 	r := result{Phase: next.Status.Phase, ExternalRef: next.Status.ExternalRef, Replayed: next.Status.ReplayedByDownstream,
-		Requeue: t.requeueAfter, Reapplies: t.reapplyWhile != nil}
+		Requeue: t.requeueAfter, Reapplies: t.reapplyWhile != nil, Owes: owedEvent(a.Status.Phase, next)}
 	if e := next.Status.Error; e != nil {
 		r.Class, r.ErrorReason = e.Class, e.Reason
 	}
@@ -179,7 +183,7 @@ func TestDecide(t *testing.T) {
 	keyProtected := withTool(v1alpha1.KeyProtected)
 	invalid := &resolvedTool{err: &invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonToolNotFound, message: `tool "charge" not found`}}
 	transient := &resolvedTool{err: errors.New("connection refused")}
-	escalated := result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+	escalated := result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 		ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}
 	redispatch := result{Kind: "attempt", Reason: ReasonRedispatch}
 	tests := []struct {
@@ -191,11 +195,11 @@ func TestDecide(t *testing.T) {
 		{"new action: the tool is resolved first", newAction(""), nil, result{Kind: "resolveTool"}},
 		{"new action: first attempt", newAction(""), keyProtected, result{Kind: "attempt", Reason: ReasonExecuting}},
 		{"new action: tool missing fails before dispatch", newAction(""), invalid, result{Kind: "record",
-			Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/ToolNotFound"}}},
+			Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/ToolNotFound"}}},
 		{"new action: tool unreadable is retried", newAction(""), transient, result{Kind: "fail"}},
 		{"new action: a key longer than the adapter sends fails before dispatch", newAction(""),
 			withTool(v1alpha1.KeyProtected, func(c *adapter.Capabilities) { c.MaxKeyLength = 10 }), result{Kind: "record",
-				Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/KeyTooLong"}}},
+				Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/KeyTooLong"}}},
 		{"accepted action deleted: released", newAction(v1alpha1.PhaseAccepted, deleting), nil, result{Kind: "release"}},
 		{"succeeded action answered by a tombstone, deleted: released", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(0)), nil, result{Kind: "release"}},
 		{"dispatched action deleted: the tool is resolved for its key retention", newAction(v1alpha1.PhaseSucceeded, deleting, attempts(1), completedAgo(time.Hour)), nil,
@@ -229,9 +233,9 @@ func TestDecide(t *testing.T) {
 		{"succeeded, tool unreadable: retried", newAction(v1alpha1.PhaseSucceeded), transient, result{Kind: "fail"}},
 		{"retry due, but the key is now longer than the adapter sends: escalated, an attempt may have applied",
 			newAction(v1alpha1.PhaseRetryScheduled, nextAttemptIn(-time.Second)), withTool(v1alpha1.KeyProtected, func(c *adapter.Capabilities) { c.MaxKeyLength = 10 }),
-			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/Escalated"}}},
+			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/Escalated"}}},
 		{"unknown without its tool: escalated, nothing can look it up", newAction(v1alpha1.PhaseUnknown), invalid, result{Kind: "record",
-			Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/Escalated"}}},
+			Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/Escalated"}}},
 		{"unknown, lookup not yet due: waits", newAction(v1alpha1.PhaseUnknown, nextAttemptIn(4*time.Second)), keyProtected, result{Kind: "wait", After: 4 * time.Second}},
 	}
 	for _, class := range []v1alpha1.IdempotencyClass{v1alpha1.ReadOnly, v1alpha1.NaturallyIdempotent, v1alpha1.KeyProtected, v1alpha1.Compensatable} {
@@ -315,19 +319,19 @@ func TestAfterDispatch(t *testing.T) {
 		err     error
 		want    result
 	}{
-		{"applied", executing(1), adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
+		{"applied", executing(1), adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded, ExternalRef: "ch_1",
 			Events: []string{"Normal/Succeeded (routine)"}, Reapplies: true}},
-		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded,
+		{"applied with an incomplete response", executing(1), adapter.Outcome{Warnings: []string{"no /id in the response"}}, nil, result{Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded,
 			Events: []string{"Normal/Succeeded (routine)", "Warning/IncompleteResponse"}, Reapplies: true}},
-		{"applied and replayed", executing(2), adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1",
+		{"applied and replayed", executing(2), adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded, ExternalRef: "ch_1",
 			Replayed: true, Events: []string{"Normal/Succeeded (routine)", "Normal/ReplayedByDownstream"}, Reapplies: true}},
 		{"applied with an external reference longer than the API accepts: not stored, with a warning", executing(1),
-			adapter.Outcome{ExternalRef: strings.Repeat("r", 600)}, nil, result{Phase: v1alpha1.PhaseSucceeded,
+			adapter.Outcome{ExternalRef: strings.Repeat("r", 600)}, nil, result{Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded,
 				Events: []string{"Normal/Succeeded (routine)", "Warning/IncompleteResponse"}, Reapplies: true}},
 		{"invalid input", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.InvalidInput, Reason: "HTTP400", Err: errors.New("bad amount")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: "HTTP400", Events: []string{"Warning/HTTP400"}, Reapplies: true}},
 		{"denied", executing(1), adapter.Outcome{}, &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassDenied, ErrorReason: "HTTP403", Events: []string{"Warning/HTTP403"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassDenied, ErrorReason: "HTTP403", Events: []string{"Warning/HTTP403"}, Reapplies: true}},
 		{"definitely not applied: retried with backoff", executing(2), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP503", NextAttempt: 2 * time.Second,
 				Requeue: 2 * time.Second, Events: []string{"Warning/HTTP503"}, Reapplies: true}},
@@ -335,21 +339,21 @@ func TestAfterDispatch(t *testing.T) {
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP429", NextAttempt: 30 * time.Second,
 				Requeue: 30 * time.Second, Events: []string{"Warning/HTTP429"}, Reapplies: true}},
 		{"retries spent", executing(3), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"retries spent after an unknown outcome: escalated, not failed", executing(3, wasUnknown), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("in progress")},
-			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
 		{"retries spent after an unknown outcome that a lookup proved absent: failed, the 503s say the rest", executing(3, wasUnknown, provedAbsent, failedRetryably),
 			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"retries spent after an unknown outcome a resolver found safe to retry: failed", executing(3, wasUnknown, resolvedRetrySafe, failedRetryably),
 			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
 		{"retries spent after an absence proved, then another unknown outcome: escalated", executing(3, wasUnknown, provedAbsent, wasUnknown),
 			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
 		{"retries spent, older history dropped and nothing kept settles it: escalated", executing(3, historyDropped, failedRetryably),
 			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
+			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
 		{"the claim's lease spent before the send: not sent, retried", executing(1), adapter.Outcome{},
 			&adapter.RetryableError{Reason: ReasonLeaseSpent, Err: errors.New("not sent")},
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: ReasonLeaseSpent, NextAttempt: time.Second,
@@ -382,18 +386,18 @@ func TestAfterLookup(t *testing.T) {
 		want    result
 	}{
 		{"response lost after success: found, with the original reference", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected),
-			adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1", Events: []string{"Normal/FoundByLookup"}}},
+			adapter.Outcome{ExternalRef: "ch_1"}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded, ExternalRef: "ch_1", Events: []string{"Normal/FoundByLookup"}}},
 		{"absent: attempted again under the same key", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable), adapter.Outcome{}, adapter.ErrNotFound,
 			result{Kind: "attempt", Reason: ReasonAbsentByLookup}},
 		{"absent while deleting: released", newAction(v1alpha1.PhaseUnknown, deleting), withTool(v1alpha1.KeyProtected), adapter.Outcome{}, adapter.ErrNotFound,
 			result{Kind: "release"}},
 		{"absent with every attempt spent: failed, reported like every outcome", newAction(v1alpha1.PhaseUnknown, attempts(3)), withTool(v1alpha1.KeyProtected),
-			adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseFailed, Class: v1alpha1.ErrorClassRetriesExhausted,
+			adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted,
 				ErrorReason: ReasonAbsentByLookup, Events: []string{"Warning/AbsentByLookup"}}},
 		{"lookup unsupported, KeyProtected: re-sent under the same key", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected), adapter.Outcome{},
 			fmt.Errorf("wrapped: %w", adapter.ErrLookupUnsupported), result{Kind: "attempt", Reason: ReasonRedispatch}},
 		{"lookup unsupported, Compensatable: escalated", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable), adapter.Outcome{},
-			adapter.ErrLookupUnsupported, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+			adapter.ErrLookupUnsupported, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
 		{"inconclusive: looked up again with backoff", newAction(v1alpha1.PhaseUnknown, unknownSince(time.Minute)), withTool(v1alpha1.KeyProtected),
 			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseUnknown, NextAttempt: time.Second, Requeue: time.Second}},
@@ -402,14 +406,14 @@ func TestAfterLookup(t *testing.T) {
 			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseUnknown,
 				NextAttempt: time.Second, Requeue: time.Second}},
 		{"replayed by the downstream: found, with the replay recorded and reported", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected),
-			adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, ExternalRef: "ch_1", Replayed: true,
+			adapter.Outcome{ExternalRef: "ch_1", Replayed: true}, nil, result{Kind: "record", Phase: v1alpha1.PhaseSucceeded, Owes: notify.TypeSucceeded, ExternalRef: "ch_1", Replayed: true,
 				Events: []string{"Normal/FoundByLookup", "Normal/ReplayedByDownstream"}}},
 		{"the provider's replay window closed: escalated at once, well before the deadline", newAction(v1alpha1.PhaseUnknown, unknownSince(time.Minute)),
 			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, fmt.Errorf("%w: after 24h", adapter.ErrLookupWindowClosed),
-			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonLookupWindowClosed, Events: []string{"Warning/Escalated"}}},
 		{"no proof by the deadline: escalated", newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute)), withTool(v1alpha1.KeyProtected),
-			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
 	}
 	for _, tt := range tests {
@@ -701,6 +705,38 @@ func TestResolvedIsRecognisedAsApplied(t *testing.T) {
 		p.resolved(resolution).apply(next)
 		if !appliedTo(next, p.by) {
 			t.Errorf("%s: history %+v does not show the resolution applied", outcome, next.Status.History)
+		}
+	}
+}
+
+// A transition into AwaitingApproval, Escalated, Succeeded or Failed owes
+// the sinks one event; a write within the phase, any other arrival, and a
+// record answered by its key's Tombstone or archived record owe none.
+func TestOwedEvent(t *testing.T) {
+	settled := func(reason string) actionOption {
+		return func(a *v1alpha1.ToolAction) {
+			meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionSucceeded, Status: metav1.ConditionTrue, Reason: reason})
+		}
+	}
+	for _, tc := range []struct {
+		from v1alpha1.Phase
+		next *v1alpha1.ToolAction
+		want string
+	}{
+		{v1alpha1.PhaseAccepted, newAction(v1alpha1.PhaseAwaitingApproval), notify.TypeAwaitingApproval},
+		{v1alpha1.PhaseUnknown, newAction(v1alpha1.PhaseEscalated), notify.TypeEscalated},
+		{v1alpha1.PhaseExecuting, newAction(v1alpha1.PhaseSucceeded, settled("Succeeded")), notify.TypeSucceeded},
+		{v1alpha1.PhaseUnknown, newAction(v1alpha1.PhaseSucceeded, settled(v1alpha1.ReasonFoundByLookup)), notify.TypeSucceeded},
+		{v1alpha1.PhaseExecuting, newAction(v1alpha1.PhaseFailed), notify.TypeFailed},
+		{"", newAction(v1alpha1.PhaseSucceeded, settled(v1alpha1.ReasonSettledByTombstone)), ""},
+		{"", newAction(v1alpha1.PhaseSucceeded, settled(v1alpha1.ReasonSettledByArchive)), ""},
+		{v1alpha1.PhaseAccepted, newAction(v1alpha1.PhaseExecuting), ""},
+		{v1alpha1.PhaseExecuting, newAction(v1alpha1.PhaseUnknown), ""},
+		{v1alpha1.PhaseSucceeded, newAction(v1alpha1.PhaseSucceeded), ""},
+		{v1alpha1.PhaseEscalated, newAction(v1alpha1.PhaseEscalated), ""},
+	} {
+		if got := owedEvent(tc.from, tc.next); got != tc.want {
+			t.Errorf("%s → %s (%v): owes %q, want %q", tc.from, tc.next.Status.Phase, tc.next.Status.Conditions, got, tc.want)
 		}
 	}
 }

@@ -211,7 +211,7 @@ func (l *Ledger) applied(ctx context.Context, base *v1alpha1.ToolAction, t trans
 	if len(sinks) > 0 {
 		chainHead = l.chainHead(ctx, next.Namespace)
 	}
-	notify.Owe(base.Status.Phase, next, sinks, l.clock.Now(), l.eventTraceparent(next), chainHead)
+	notify.Owe(owedEvent(base.Status.Phase, next), next, sinks, l.clock.Now(), l.eventTraceparent(next), chainHead)
 	return next
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -47,6 +48,20 @@ type report struct {
 	// decides; opensStory marks the one that begins an action's story (its
 	// first claim).
 	routine, opensStory bool
+}
+
+// owedEvent is the CloudEvent type a transition from the phase from to
+// next owes the notification sinks: an arrival at a phase that someone
+// waits on (AwaitingApproval, Escalated, Succeeded, Failed) owes one; a
+// write within a phase owes none, and neither does a record made again
+// under a deleted key and answered by its Tombstone or archived record,
+// whose outcome was told when the original reached it (that record was
+// kept until its events were delivered).
+func owedEvent(from v1alpha1.Phase, next *v1alpha1.ToolAction) string {
+	if next.Status.Phase == from || next.Status.SettledByEarlierRecord() {
+		return ""
+	}
+	return notify.TypeOf(next.Status.Phase)
 }
 
 func warning(reason, verb, message string) report {

@@ -23,7 +23,7 @@ func TestEventsSink(t *testing.T) {
 	a.Spec.ToolRef.Name = "charge"
 	a.Status.Phase = v1alpha1.PhaseSucceeded
 	a.Status.ExternalRef = "ch_1"
-	notify.Owe(v1alpha1.PhaseExecuting, a, []string{"demo"}, time.Now(), "", "")
+	notify.Owe(notify.TypeOf(a.Status.Phase), a, []string{"demo"}, time.Now(), "", "")
 	ev, err := notify.Event(a, a.Status.Notifications[0])
 	if err != nil {
 		t.Fatal(err)

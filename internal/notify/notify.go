@@ -48,8 +48,9 @@ const (
 	TypeFailed           = "dev.toolledger.toolaction.failed.v1"
 )
 
-// typeOf is the event type a transition to phase owes; "" for none.
-func typeOf(phase v1alpha1.Phase) string {
+// TypeOf is the event type of an arrival at phase; "" for a phase that
+// owes none.
+func TypeOf(phase v1alpha1.Phase) string {
 	switch phase {
 	case v1alpha1.PhaseAwaitingApproval:
 		return TypeAwaitingApproval
@@ -196,21 +197,15 @@ func Names(sinks []Sink) []string {
 	return names
 }
 
-// Owe records in next the event that its transition from the phase from
-// owes to sinks, if any, and reports whether it did. It is called on the
-// status about to be written with the transition, so that the event is
-// stored with it: a manager that stops right after the write still owes it.
-// traceparent is the span the action's calls continue, "" for none;
-// chainHead the newest checkpoint of the namespace's archived chain,
-// SEQUENCE:HASH, "" for none.
-//
-// A record made again under a deleted key and answered by the key's
-// tombstone or archived record owes nothing: that outcome was told when
-// the original record reached it, and its record was kept until it was
-// delivered.
-func Owe(from v1alpha1.Phase, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent, chainHead string) bool {
-	eventType := typeOf(next.Status.Phase)
-	if len(sinks) == 0 || eventType == "" || next.Status.Phase == from || next.Status.SettledByEarlierRecord() {
+// Owe records in next the event of eventType that its transition owes to
+// sinks (the transition rules say which, "" for none), and reports whether
+// it did. It is called on the status about to be written with the
+// transition, so that the event is stored with it: a manager that stops
+// right after the write still owes it. traceparent is the span the
+// action's calls continue, "" for none; chainHead the newest checkpoint of
+// the namespace's archived chain, SEQUENCE:HASH, "" for none.
+func Owe(eventType string, next *v1alpha1.ToolAction, sinks []string, at time.Time, traceparent, chainHead string) bool {
+	if len(sinks) == 0 || eventType == "" {
 		return false
 	}
 	var seq int32
@@ -326,7 +321,7 @@ func Event(action *v1alpha1.ToolAction, n v1alpha1.Notification) (cloudevents.Ev
 
 func phaseOf(eventType string) v1alpha1.Phase {
 	for _, p := range []v1alpha1.Phase{v1alpha1.PhaseAwaitingApproval, v1alpha1.PhaseEscalated, v1alpha1.PhaseSucceeded, v1alpha1.PhaseFailed} {
-		if typeOf(p) == eventType {
+		if TypeOf(p) == eventType {
 			return p
 		}
 	}
