@@ -12,7 +12,6 @@ package archiveapi
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -299,7 +298,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			limit, unpaged = min(n, MaxPage), false
 		}
 	}
-	from, err := decodeContinue(query.Get("continue"), namespace)
+	from, err := decodeContinue(query.Get("continue"), namespace, filter)
 	if err != nil {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
@@ -350,7 +349,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	}
 	var token string
 	if next != nil {
-		token = encodeContinue(*next)
+		token = history.EncodeContinue(filter, *next)
 	}
 	out.finish(token)
 }
@@ -406,24 +405,15 @@ func retryLater(message string) *apierrors.StatusError {
 	return status
 }
 
-// A continue token is the position of the page's last record, so that a
-// page is one query however deep it starts.
-func encodeContinue(next archive.Position) string {
-	encoded, _ := json.Marshal(next)
-	return base64.RawURLEncoding.EncodeToString(encoded)
-}
-
-func decodeContinue(token, namespace string) (archive.Position, error) {
+// decodeContinue is where a list of namespace under filter goes on: a
+// token is bound to the filter it was made under, and to its namespace.
+func decodeContinue(token, namespace string, filter history.Filter) (archive.Position, error) {
 	if token == "" {
 		return archive.Position{}, nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	var from archive.Position
-	if err == nil {
-		err = json.Unmarshal(raw, &from)
-	}
+	from, err := history.DecodeContinue[archive.Position](filter, token)
 	if err != nil {
-		return archive.Position{}, errors.New("the continue token is not one this API gave")
+		return archive.Position{}, err
 	}
 	if namespace != "" && from.Namespace != namespace {
 		return archive.Position{}, fmt.Errorf("the continue token is for namespace %q, not %q", from.Namespace, namespace)

@@ -296,6 +296,41 @@ func TestAListWithoutALimitIsWholeOrRefused(t *testing.T) {
 	}
 }
 
+// A continue token goes on with the list it was made for: the same filter,
+// however spelled; under another it would skip or repeat records, and is
+// refused.
+func TestAContinueTokenIsBoundToItsFilter(t *testing.T) {
+	p := newProxy(t)
+	f := &records{}
+	for i := range 5 {
+		f.rows = append(f.rows, row(fmt.Sprintf("order-%d", i), 1, time.Now()))
+	}
+	h := handler(t, p, f, allowAll)
+	charges := "?fieldSelector=" + url.QueryEscape("spec.toolRef.name=charge") + "&completedFrom=2026-12-01T00:00:00Z"
+	rec, _ := get(h, &p, "alice", shop+charges+"&limit=2")
+	var list archivev1alpha1.ArchivedToolActionList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue == "" {
+		t.Fatalf("limit=2: %d %s", rec.Code, rec.Body)
+	}
+	next := "&limit=2&continue=" + list.Continue
+	const refused = "the continue token is for a list with another filter (fieldSelector, completedFrom, completedUntil, keyPrefix): list again from the start"
+	for _, c := range []struct {
+		name, query string
+		code        int
+		message     string
+	}{
+		{"the same filter", charges, http.StatusOK, ""},
+		{"the same filter, spelled otherwise", "?fieldSelector=" + url.QueryEscape("spec.toolRef.name==charge") + "&completedFrom=2026-12-01T01:00:00%2B01:00", http.StatusOK, ""},
+		{"another tool", "?fieldSelector=" + url.QueryEscape("spec.toolRef.name=refund") + "&completedFrom=2026-12-01T00:00:00Z", http.StatusBadRequest, refused},
+		{"a filter more", charges + "&keyPrefix=order-", http.StatusBadRequest, refused},
+		{"no filter", "?", http.StatusBadRequest, refused},
+	} {
+		if rec, status := get(h, &p, "alice", shop+c.query+next); rec.Code != c.code || status.Message != c.message {
+			t.Errorf("%s: %d %q, want %d %q", c.name, rec.Code, status.Message, c.code, c.message)
+		}
+	}
+}
+
 func TestTheArchiveAPIAnswersOnlyWhatItMay(t *testing.T) {
 	p := newProxy(t)
 	f := &records{rows: []archive.Record{row("order-1", 1, time.Now())}}

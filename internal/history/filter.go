@@ -1,9 +1,10 @@
 // Package history declares, once, what a search of the ledger's history
 // selects: the Filter that the plugin's and the web console's searches
 // take, the archive API's query that carries it, the SQL that answers it
-// from the archive, and its check of a ToolAction read from etcd or the
-// archive. It imports no other package of the project but the API types,
-// so that the archive, its API and the front ends' client all may.
+// from the archive, its check of a ToolAction read from etcd or the
+// archive, and the continue token of a list made under it. It imports no
+// other package of the project but the API types, so that the archive,
+// its API and the front ends' client all may.
 package history
 
 import (
