@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 // Store is the archive in one PostgreSQL database, shared by every replica.
@@ -471,71 +472,13 @@ type Position struct {
 	UID            types.UID `json:"u"`
 }
 
-// Filter narrows a List to the records that match every field set.
-type Filter struct {
-	// Tool is the tool's name; Phase the outcome; ExternalRef the
-	// downstream's reference.
-	Tool        string
-	Phase       string
-	ExternalRef string
-	// RequestedBy is the user who created the action (its
-	// toolledger.dev/requested-by annotation); DecidedBy the user who
-	// approved or denied it.
-	RequestedBy string
-	DecidedBy   string
-	// CompletedFrom and CompletedUntil bound the completion time: from is
-	// included, until is not. Zero leaves the side open.
-	CompletedFrom, CompletedUntil time.Time
-	// KeyPrefix keeps the keys that start with it.
-	KeyPrefix string
-	// Of keeps the records archived from that namespace: a namespace's
-	// current life, whose own records alone its list shows (one created
-	// again under a name starts a new history). Nil keeps every record.
-	Of *Namespace
-}
-
-// where is the filter's SQL condition, numbering its arguments from
-// len(args)+1, and args with its values appended.
-func (f Filter) where(args []any) (string, []any) {
-	var conds []string
-	add := func(cond string, value any) {
-		args = append(args, value)
-		conds = append(conds, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
-	}
-	if f.Tool != "" {
-		add("tool_name = ?", f.Tool)
-	}
-	if f.Phase != "" {
-		add("phase = ?", f.Phase)
-	}
-	if f.ExternalRef != "" {
-		add("external_ref = ?", f.ExternalRef)
-	}
-	if f.RequestedBy != "" {
-		add("action->'metadata'->'annotations'->>'"+v1alpha1.RequestedByAnnotation+"' = ?", f.RequestedBy)
-	}
-	if f.DecidedBy != "" {
-		add("action->'status'->'approval'->>'decidedBy' = ?", f.DecidedBy)
-	}
-	if !f.CompletedFrom.IsZero() {
-		add("completion_time >= ?", f.CompletedFrom)
-	}
-	if !f.CompletedUntil.IsZero() {
-		add("completion_time < ?", f.CompletedUntil)
-	}
-	if f.KeyPrefix != "" {
-		// starts_with, not LIKE: no escaping, and the same under any
-		// collation; the namespace's index narrows what it scans.
-		add("starts_with(key, ?)", f.KeyPrefix)
-	}
-	if f.Of != nil {
-		args = append(args, string(f.Of.UID), f.Of.Created)
-		conds = append(conds, archivedFrom(fmt.Sprintf("$%d", len(args)-1), fmt.Sprintf("$%d", len(args))))
-	}
-	if len(conds) == 0 {
-		return "", args
-	}
-	return " AND " + strings.Join(conds, " AND "), args
+// Scope is where a List or Count reads: the records of Namespace ("" for
+// every namespace) and, when Life is set, only those archived from that
+// life of it, whose own records alone its list shows (a namespace created
+// again under the name starts a new history).
+type Scope struct {
+	Namespace string
+	Life      *Namespace
 }
 
 // listColumns are recordColumns with the action's parameters and its
@@ -560,26 +503,32 @@ func scanListed(row pgx.CollectableRow) (Record, error) {
 	return r, err
 }
 
-// listQuery is the condition and the arguments of the records of namespace
-// ("" for every namespace) that match filter, after from; $6 is left for
-// the limit.
-func listQuery(namespace string, filter Filter, from Position, limit int) (string, []any) {
+// listQuery is the condition and the arguments of the records in the
+// scope in that match filter, after from; $6 is left for the limit.
+func listQuery(in Scope, filter history.Filter, from Position, limit int) (string, []any) {
 	// Two statements, so that each keeps an index plan for its own shape.
 	where := `WHERE namespace = $1 AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
-	if namespace == "" {
+	if in.Namespace == "" {
 		where = `WHERE $1 = '' AND (namespace, key, completion_time, uid) > ($2, $3, $4, $5)`
 	}
-	filtered, args := filter.where([]any{namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit})
-	return where + filtered, args
+	conds, args := filter.Where([]any{in.Namespace, from.Namespace, from.Key, from.CompletionTime, string(from.UID), limit})
+	if in.Life != nil {
+		args = append(args, string(in.Life.UID), in.Life.Created)
+		conds = append(conds, archivedFrom(fmt.Sprintf("$%d", len(args)-1), fmt.Sprintf("$%d", len(args))))
+	}
+	for _, cond := range conds {
+		where += " AND " + cond
+	}
+	return where, args
 }
 
-// List calls each with the records of namespace ("" for every namespace)
-// that match filter, after from, ordered by namespace, key, completion
-// time and uid, at most limit, one at a time as the database sends them,
-// until each returns false. Their actions leave out what Omitted names.
-// Each call is one query on the primary ordering, however deep it starts.
-func (s *Store) List(ctx context.Context, namespace string, filter Filter, from Position, limit int, each func(*Record) bool) error {
-	where, args := listQuery(namespace, filter, from, limit)
+// List calls each with the records in the scope in that match filter,
+// after from, ordered by namespace, key, completion time and uid, at most
+// limit, one at a time as the database sends them, until each returns
+// false. Their actions leave out what Omitted names. Each call is one
+// query on the primary ordering, however deep it starts.
+func (s *Store) List(ctx context.Context, in Scope, filter history.Filter, from Position, limit int, each func(*Record) bool) error {
+	where, args := listQuery(in, filter, from, limit)
 	rows, err := s.reads.Query(ctx, `
 SELECT `+listColumns+`
 FROM toolledger_records
@@ -591,7 +540,7 @@ LIMIT $6`, args...)
 	}
 	observe("list", err)
 	if err != nil {
-		return fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(namespace), err)
+		return fmt.Errorf("%w: cannot list the records of %s: %w", ErrUnavailable, scope(in.Namespace), err)
 	}
 	return nil
 }
@@ -611,16 +560,16 @@ func forEach(rows pgx.Rows, each func(*Record) bool) error {
 	return rows.Err()
 }
 
-// Count counts the records a List of namespace and filter from the start
-// would return, up to atMost: so that a list that must not be cut short
+// Count counts the records a List in the scope in and of filter from the
+// start would return, up to atMost: so that a list that must not be cut short
 // can be refused before it starts, at a cost bounded however many match.
-func (s *Store) Count(ctx context.Context, namespace string, filter Filter, atMost int) (int, error) {
-	where, args := listQuery(namespace, filter, Position{}, atMost)
+func (s *Store) Count(ctx context.Context, in Scope, filter history.Filter, atMost int) (int, error) {
+	where, args := listQuery(in, filter, Position{}, atMost)
 	var n int
 	err := s.reads.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM toolledger_records `+where+` LIMIT $6) matched`, args...).Scan(&n)
 	observe("list", err)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cannot count the records of %s: %w", ErrUnavailable, scope(namespace), err)
+		return 0, fmt.Errorf("%w: cannot count the records of %s: %w", ErrUnavailable, scope(in.Namespace), err)
 	}
 	return n, nil
 }

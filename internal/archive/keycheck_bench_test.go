@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 // BenchmarkKeyCheckBesideHistoryReads times key checks of absent keys, one
@@ -55,14 +56,14 @@ func BenchmarkKeyCheckBesideHistoryReads(b *testing.B) {
 	var wg sync.WaitGroup
 	lists := make([]int, readers)
 	for r := range readers {
-		filter := archive.Filter{}
+		filter := history.Filter{}
 		if r%2 == 1 {
 			filter.RequestedBy = fmt.Sprintf("agent-%d", r%20)
 		}
 		wg.Go(func() {
 			for flooding.Err() == nil {
 				// A failure here is the flood's end: its context cancelled.
-				_ = s.List(flooding, "shop", filter, archive.Position{}, 500, func(*archive.Record) bool { return true })
+				_ = s.List(flooding, archive.Scope{Namespace: "shop"}, filter, archive.Position{}, 500, func(*archive.Record) bool { return true })
 				lists[r]++
 			}
 		})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 func TestListSelectsByEveryFilter(t *testing.T) {
@@ -35,41 +36,41 @@ func TestListSelectsByEveryFilter(t *testing.T) {
 	keep("refund-4", "refund", v1alpha1.PhaseSucceeded, "alice", "", t0.Add(3*time.Hour))
 	for _, c := range []struct {
 		name   string
-		filter archive.Filter
+		filter history.Filter
 		want   []string
 	}{
-		{"nothing", archive.Filter{}, []string{"order-1", "order-2", "order-3", "refund-4"}},
-		{"tool", archive.Filter{Tool: "refund"}, []string{"order-3", "refund-4"}},
-		{"phase", archive.Filter{Phase: "Failed"}, []string{"order-2"}},
-		{"requester", archive.Filter{RequestedBy: "alice"}, []string{"order-1", "order-2", "refund-4"}},
-		{"approver", archive.Filter{DecidedBy: "bob"}, []string{"order-1", "order-3"}},
-		{"external reference", archive.Filter{ExternalRef: "ch_order-3"}, []string{"order-3"}},
-		{"completed from", archive.Filter{CompletedFrom: t0.Add(2 * time.Hour)}, []string{"order-3", "refund-4"}},
-		{"completed until", archive.Filter{CompletedUntil: t0.Add(time.Hour)}, []string{"order-1"}},
-		{"key prefix", archive.Filter{KeyPrefix: "order-"}, []string{"order-1", "order-2", "order-3"}},
-		{"a prefix with LIKE's wildcards", archive.Filter{KeyPrefix: "order_"}, nil},
-		{"several", archive.Filter{RequestedBy: "alice", Tool: "charge", Phase: "Succeeded"}, []string{"order-1"}},
+		{"nothing", history.Filter{}, []string{"order-1", "order-2", "order-3", "refund-4"}},
+		{"tool", history.Filter{Tool: "refund"}, []string{"order-3", "refund-4"}},
+		{"phase", history.Filter{Phase: "Failed"}, []string{"order-2"}},
+		{"requester", history.Filter{RequestedBy: "alice"}, []string{"order-1", "order-2", "refund-4"}},
+		{"approver", history.Filter{DecidedBy: "bob"}, []string{"order-1", "order-3"}},
+		{"external reference", history.Filter{ExternalRef: "ch_order-3"}, []string{"order-3"}},
+		{"completed from", history.Filter{CompletedFrom: t0.Add(2 * time.Hour)}, []string{"order-3", "refund-4"}},
+		{"completed until", history.Filter{CompletedUntil: t0.Add(time.Hour)}, []string{"order-1"}},
+		{"key prefix", history.Filter{KeyPrefix: "order-"}, []string{"order-1", "order-2", "order-3"}},
+		{"a prefix with LIKE's wildcards", history.Filter{KeyPrefix: "order_"}, nil},
+		{"several", history.Filter{RequestedBy: "alice", Tool: "charge", Phase: "Succeeded"}, []string{"order-1"}},
 	} {
 		if keys := list(t, s, c.filter, archive.Position{}, 10); !slices.Equal(keys, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, keys, c.want)
 		}
-		if n, err := s.Count(ctx, "shop", c.filter, 2); err != nil || n != min(len(c.want), 2) {
+		if n, err := s.Count(ctx, archive.Scope{Namespace: "shop"}, c.filter, 2); err != nil || n != min(len(c.want), 2) {
 			t.Errorf("%s: counted %d up to 2 (%v), want %d", c.name, n, err, min(len(c.want), 2))
 		}
 	}
 	// A filtered list goes on from where it stopped.
-	first := list(t, s, archive.Filter{RequestedBy: "alice"}, archive.Position{}, 2)
+	first := list(t, s, history.Filter{RequestedBy: "alice"}, archive.Position{}, 2)
 	from := archive.Position{Namespace: "shop", Key: "order-2", CompletionTime: t0.Add(time.Hour), UID: "order-2"}
-	if rest := list(t, s, archive.Filter{RequestedBy: "alice"}, from, 2); !slices.Equal(first, []string{"order-1", "order-2"}) || !slices.Equal(rest, []string{"refund-4"}) {
+	if rest := list(t, s, history.Filter{RequestedBy: "alice"}, from, 2); !slices.Equal(first, []string{"order-1", "order-2"}) || !slices.Equal(rest, []string{"refund-4"}) {
 		t.Fatalf("two pages: %v then %v", first, rest)
 	}
 }
 
 // list is the keys List hands over.
-func list(t *testing.T, s *archive.Store, filter archive.Filter, from archive.Position, limit int) []string {
+func list(t *testing.T, s *archive.Store, filter history.Filter, from archive.Position, limit int) []string {
 	t.Helper()
 	var keys []string
-	err := s.List(context.Background(), "shop", filter, from, limit, func(r *archive.Record) bool {
+	err := s.List(context.Background(), archive.Scope{Namespace: "shop"}, filter, from, limit, func(r *archive.Record) bool {
 		keys = append(keys, r.Key)
 		return true
 	})
@@ -90,7 +91,7 @@ func TestAListLeavesTheParametersOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	var listed []archive.Record
-	if err := s.List(ctx, "shop", archive.Filter{}, archive.Position{}, 10, func(r *archive.Record) bool {
+	if err := s.List(ctx, archive.Scope{Namespace: "shop"}, history.Filter{}, archive.Position{}, 10, func(r *archive.Record) bool {
 		listed = append(listed, *r)
 		return false
 	}); err != nil || len(listed) != 1 {

@@ -90,7 +90,7 @@ func TestTheHistoryFiltersUseTheirIndexes(t *testing.T) {
 	if _, err := execSQL(ctx, dsn, `ANALYZE toolledger_records`); err != nil {
 		t.Fatal(err)
 	}
-	// The conditions Filter.where writes, in the list's statement.
+	// The conditions history.Filter.Where writes, in the list's statement.
 	for _, c := range []struct{ index, condition string }{
 		{"toolledger_records_by_requester", `action->'metadata'->'annotations'->>'` + v1alpha1.RequestedByAnnotation + `' = 'agent-7'`},
 		{"toolledger_records_by_approver", `action->'status'->'approval'->>'decidedBy' = 'approver-7'`},

@@ -12,7 +12,6 @@ package archiveapi
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +34,7 @@ import (
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 // MaxPage is the most records one list response holds; a list asking for
@@ -67,8 +67,8 @@ const (
 // Records is the archive as the API reads it.
 type Records interface {
 	Read(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
-	List(ctx context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error
-	Count(ctx context.Context, namespace string, filter archive.Filter, atMost int) (int, error)
+	List(ctx context.Context, in archive.Scope, filter history.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error
+	Count(ctx context.Context, in archive.Scope, filter history.Filter, atMost int) (int, error)
 	Verify(ctx context.Context, namespace string, from archive.VerifyFrom) (*archive.Verification, error)
 	Namespaces(ctx context.Context) ([]string, error)
 }
@@ -279,10 +279,10 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name st
 func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string) {
 	query := r.URL.Query()
 	if v := query.Get("labelSelector"); v != "" {
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by labelSelector (%q): select by fieldSelector (%s)", groupResource, v, strings.Join(selectableFields, ", "))))
+		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by labelSelector (%q): select by fieldSelector (%s)", groupResource, v, history.SelectableFields())))
 		return
 	}
-	filter, err := parseFilter(query)
+	filter, err := history.ParseQuery(query)
 	if err != nil {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
@@ -298,7 +298,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			limit, unpaged = min(n, MaxPage), false
 		}
 	}
-	from, err := decodeContinue(query.Get("continue"), namespace)
+	from, err := decodeContinue(query.Get("continue"), namespace, filter)
 	if err != nil {
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
@@ -306,6 +306,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	ctx := r.Context()
 	// A namespace lists the records of its current life: one created again
 	// under the name starts a new history; a cluster-wide list shows all.
+	in := archive.Scope{Namespace: namespace}
 	if namespace != "" {
 		ns, err := archive.CurrentNamespace(ctx, h.kube, namespace)
 		switch {
@@ -315,14 +316,14 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			writeStatus(w, apierrors.NewInternalError(err))
 			return
 		}
-		filter.Of = &ns
+		in.Life = &ns
 	}
 	out := &listWriter{w: w, table: wantsTable(r), includeObject: query.Get("includeObject")}
 	var next *archive.Position
 	if unpaged {
 		// Known before the first byte: past that, no status can be sent.
 		var counted int
-		counted, err = h.records.Count(ctx, namespace, filter, MaxUnpaged+1)
+		counted, err = h.records.Count(ctx, in, filter, MaxUnpaged+1)
 		switch {
 		case err != nil:
 			writeStatus(w, h.unavailable(err))
@@ -332,10 +333,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 			return
 		}
 		for more := &from; more != nil && err == nil; {
-			more, err = h.page(ctx, out, namespace, filter, *more, MaxPage)
+			more, err = h.page(ctx, out, in, filter, *more, MaxPage)
 		}
 	} else {
-		next, err = h.page(ctx, out, namespace, filter, from, limit)
+		next, err = h.page(ctx, out, in, filter, from, limit)
 	}
 	if err != nil {
 		if out.started {
@@ -348,7 +349,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 	}
 	var token string
 	if next != nil {
-		token = encodeContinue(*next)
+		token = history.EncodeContinue(filter, *next)
 	}
 	out.finish(token)
 }
@@ -356,13 +357,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string)
 // page writes the records after from, up to limit of them or PageBytes of
 // their JSON, to out as the database sends them; it returns where the next
 // page starts, nil at the end.
-func (h *Handler) page(ctx context.Context, out *listWriter, namespace string, filter archive.Filter, from archive.Position, limit int) (*archive.Position, error) {
+func (h *Handler) page(ctx context.Context, out *listWriter, in archive.Scope, filter history.Filter, from archive.Position, limit int) (*archive.Position, error) {
 	var (
 		next, last *archive.Position
 		n, size    int
 		failed     error
 	)
-	err := h.records.List(ctx, namespace, filter, from, limit+1, func(record *archive.Record) bool {
+	err := h.records.List(ctx, in, filter, from, limit+1, func(record *archive.Record) bool {
 		if n == limit {
 			next = last
 			return false
@@ -404,24 +405,15 @@ func retryLater(message string) *apierrors.StatusError {
 	return status
 }
 
-// A continue token is the position of the page's last record, so that a
-// page is one query however deep it starts.
-func encodeContinue(next archive.Position) string {
-	encoded, _ := json.Marshal(next)
-	return base64.RawURLEncoding.EncodeToString(encoded)
-}
-
-func decodeContinue(token, namespace string) (archive.Position, error) {
+// decodeContinue is where a list of namespace under filter goes on: a
+// token is bound to the filter it was made under, and to its namespace.
+func decodeContinue(token, namespace string, filter history.Filter) (archive.Position, error) {
 	if token == "" {
 		return archive.Position{}, nil
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	var from archive.Position
-	if err == nil {
-		err = json.Unmarshal(raw, &from)
-	}
+	from, err := history.DecodeContinue[archive.Position](filter, token)
 	if err != nil {
-		return archive.Position{}, errors.New("the continue token is not one this API gave")
+		return archive.Position{}, err
 	}
 	if namespace != "" && from.Namespace != namespace {
 		return archive.Position{}, fmt.Errorf("the continue token is for namespace %q, not %q", from.Namespace, namespace)

@@ -34,6 +34,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 // records is an archive of a few records in memory: the handler's paging
@@ -43,8 +44,9 @@ type records struct {
 	rows   []archive.Record
 	chains []archive.Verification
 	err    error
-	// filter is the last list's; copied the last verification's.
-	filter archive.Filter
+	// in and filter are the last list's; copied the last verification's.
+	in     archive.Scope
+	filter history.Filter
 	copied *archive.Link
 	from   archive.VerifyFrom
 	// block, when set, holds every list until it is closed: a slow reader.
@@ -95,9 +97,9 @@ func (f *records) find(namespace, key string, guarding bool) (*archive.Record, e
 	return found, f.err
 }
 
-func (f *records) List(_ context.Context, namespace string, filter archive.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error {
+func (f *records) List(_ context.Context, in archive.Scope, filter history.Filter, from archive.Position, limit int, each func(*archive.Record) bool) error {
 	f.mu.Lock()
-	f.filter = filter
+	f.in, f.filter = in, filter
 	f.mu.Unlock()
 	if f.block != nil {
 		<-f.block
@@ -111,7 +113,7 @@ func (f *records) List(_ context.Context, namespace string, filter archive.Filte
 	if fail {
 		return f.err
 	}
-	for _, r := range f.matching(namespace, from) {
+	for _, r := range f.matching(in.Namespace, from) {
 		if limit == 0 || !each(&r) {
 			break
 		}
@@ -120,14 +122,14 @@ func (f *records) List(_ context.Context, namespace string, filter archive.Filte
 	return nil
 }
 
-func (f *records) Count(_ context.Context, namespace string, _ archive.Filter, atMost int) (int, error) {
+func (f *records) Count(_ context.Context, in archive.Scope, _ history.Filter, atMost int) (int, error) {
 	f.mu.Lock()
 	fail := f.listsBeforeErr == 0 && f.err != nil
 	f.mu.Unlock()
 	if fail {
 		return 0, f.err
 	}
-	return min(len(f.matching(namespace, archive.Position{})), atMost), nil
+	return min(len(f.matching(in.Namespace, archive.Position{})), atMost), nil
 }
 
 func (f *records) matching(namespace string, from archive.Position) []archive.Record {
@@ -291,6 +293,41 @@ func TestAListWithoutALimitIsWholeOrRefused(t *testing.T) {
 	other := "/apis/archive.toolledger.dev/v1alpha1/namespaces/other/archivedtoolactions?limit=2&continue=" + list.Continue
 	if rec, status = get(h, &p, "alice", other); rec.Code != http.StatusBadRequest || status.Message != `the continue token is for namespace "shop", not "other"` {
 		t.Errorf("another namespace's continue token: %d %q", rec.Code, status.Message)
+	}
+}
+
+// A continue token goes on with the list it was made for: the same filter,
+// however spelled; under another it would skip or repeat records, and is
+// refused.
+func TestAContinueTokenIsBoundToItsFilter(t *testing.T) {
+	p := newProxy(t)
+	f := &records{}
+	for i := range 5 {
+		f.rows = append(f.rows, row(fmt.Sprintf("order-%d", i), 1, time.Now()))
+	}
+	h := handler(t, p, f, allowAll)
+	charges := "?fieldSelector=" + url.QueryEscape("spec.toolRef.name=charge") + "&completedFrom=2026-12-01T00:00:00Z"
+	rec, _ := get(h, &p, "alice", shop+charges+"&limit=2")
+	var list archivev1alpha1.ArchivedToolActionList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || list.Continue == "" {
+		t.Fatalf("limit=2: %d %s", rec.Code, rec.Body)
+	}
+	next := "&limit=2&continue=" + list.Continue
+	const refused = "the continue token is for a list with another filter (fieldSelector, completedFrom, completedUntil, keyPrefix): list again from the start"
+	for _, c := range []struct {
+		name, query string
+		code        int
+		message     string
+	}{
+		{"the same filter", charges, http.StatusOK, ""},
+		{"the same filter, spelled otherwise", "?fieldSelector=" + url.QueryEscape("spec.toolRef.name==charge") + "&completedFrom=2026-12-01T01:00:00%2B01:00", http.StatusOK, ""},
+		{"another tool", "?fieldSelector=" + url.QueryEscape("spec.toolRef.name=refund") + "&completedFrom=2026-12-01T00:00:00Z", http.StatusBadRequest, refused},
+		{"a filter more", charges + "&keyPrefix=order-", http.StatusBadRequest, refused},
+		{"no filter", "?", http.StatusBadRequest, refused},
+	} {
+		if rec, status := get(h, &p, "alice", shop+c.query+next); rec.Code != c.code || status.Message != c.message {
+			t.Errorf("%s: %d %q, want %d %q", c.name, rec.Code, status.Message, c.code, c.message)
+		}
 	}
 }
 
@@ -489,17 +526,16 @@ func TestAListSelectsByFieldsAndRanges(t *testing.T) {
 	if rec, _ := get(h, &p, "alice", shop+query); rec.Code != http.StatusOK {
 		t.Fatalf("list: %d %s", rec.Code, rec.Body)
 	}
-	want := archive.Filter{Tool: "charge", Phase: "Succeeded", RequestedBy: "alice", DecidedBy: "bob", ExternalRef: "ch_1",
+	want := history.Filter{Tool: "charge", Phase: "Succeeded", RequestedBy: "alice", DecidedBy: "bob", ExternalRef: "ch_1",
 		CompletedFrom: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), CompletedUntil: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), KeyPrefix: "order-"}
 	if !f.filter.CompletedFrom.Equal(want.CompletedFrom) || !f.filter.CompletedUntil.Equal(want.CompletedUntil) {
 		t.Errorf("range %v–%v, want %v–%v", f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil)
 	}
 	// The namespace's current life, whose records alone its list shows.
-	if of := f.filter.Of; of == nil || of.Name != "shop" || of.UID != "shop-uid" {
+	if of := f.in.Life; of == nil || of.Name != "shop" || of.UID != "shop-uid" {
 		t.Errorf("listed records of %+v, want those of namespace shop, uid shop-uid", of)
 	}
 	f.filter.CompletedFrom, f.filter.CompletedUntil, want.CompletedFrom, want.CompletedUntil = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	f.filter.Of = nil
 	if f.filter != want {
 		t.Errorf("filter %+v, want %+v", f.filter, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/history"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
@@ -16,7 +17,7 @@ func newHistoryCommand(c *console) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool
-		filter        ledgerclient.HistoryFilter
+		filter        history.Filter
 		since         time.Duration
 		from, until   string
 		limit         int

@@ -7,30 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/history"
 )
-
-// HistoryFilter selects records of the ledger's history; a field left
-// empty selects everything.
-type HistoryFilter struct {
-	Tool, Phase, ExternalRef string
-	// RequestedBy is the user who created the action; DecidedBy the one
-	// who approved or denied it.
-	RequestedBy, DecidedBy string
-	// CompletedFrom (included) and CompletedUntil (not) bound the
-	// completion time; an action not finished has none and is left out
-	// when either is set.
-	CompletedFrom, CompletedUntil time.Time
-	KeyPrefix                     string
-}
 
 // Where a history record was read.
 const (
@@ -71,14 +55,15 @@ var ErrTooMuchHistory = fmt.Errorf("the search matches more than %d records: nar
 // order of completion, the unfinished last by creation; a record read in
 // both places (archived, not yet deleted from etcd) once. matched counts
 // every match; archived reports whether the archive was searched.
-func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFilter, newest int) (records []HistoryRecord, matched int, archived bool, err error) {
+func (l *Ledger) History(ctx context.Context, namespace string, filter history.Filter, newest int) (records []HistoryRecord, matched int, archived bool, err error) {
 	// Only the records in etcd can also be in the archive.
 	inEtcd := map[types.UID]bool{}
-	add := func(r HistoryRecord) error {
-		if inEtcd[r.UID] || !filter.matches(&r) {
+	add := func(a *v1alpha1.ToolAction, source string) error {
+		if inEtcd[a.UID] || !filter.Matches(a) {
 			return nil
 		}
-		if r.Source == SourceEtcd {
+		r := recordOf(a, source)
+		if source == SourceEtcd {
 			inEtcd[r.UID] = true
 		}
 		matched++
@@ -92,19 +77,12 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFi
 		return nil
 	}
 	// The selectable fields narrow the list on the API server.
-	var selectors []fields.Selector
-	if filter.Tool != "" {
-		selectors = append(selectors, fields.OneTermEqualSelector("spec.toolRef.name", filter.Tool))
-	}
-	if filter.Phase != "" {
-		selectors = append(selectors, fields.OneTermEqualSelector("status.phase", filter.Phase))
-	}
-	opts := metav1.ListOptions{FieldSelector: fields.AndSelectors(selectors...).String()}
+	opts := metav1.ListOptions{FieldSelector: filter.ToolActionSelector()}
 	var addErr error
 	err = listPages(ctx, l, resourceActions, namespace, opts, func(page *v1alpha1.ToolActionList) {
 		for i := range page.Items {
 			if addErr == nil {
-				addErr = add(recordOfAction(&page.Items[i]))
+				addErr = add(&page.Items[i], SourceEtcd)
 			}
 		}
 	})
@@ -115,7 +93,10 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFi
 	if namespace != "" {
 		req = req.Namespace(namespace)
 	}
-	req = filter.archiveParams(req)
+	// The archive answers to the second; Matches checks its answer again.
+	for param, values := range filter.Query() {
+		req = req.Param(param, values[0])
+	}
 	for cont := ""; ; {
 		var page archivev1alpha1.ArchivedToolActionList
 		r := req
@@ -131,7 +112,7 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter HistoryFi
 		}
 		archived = true
 		for i := range page.Items {
-			if err := add(recordOfArchived(&page.Items[i])); err != nil {
+			if err := add(ActionOf(&page.Items[i]), SourceArchive); err != nil {
 				return nil, 0, false, err
 			}
 		}
@@ -171,62 +152,13 @@ func compareHistory(a, b HistoryRecord) int {
 	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Key, b.Key), strings.Compare(string(a.UID), string(b.UID)))
 }
 
-func (f HistoryFilter) matches(r *HistoryRecord) bool {
-	equal := func(want, got string) bool { return want == "" || want == got }
-	if !equal(f.Tool, r.Tool) || !equal(f.Phase, r.Phase) || !equal(f.ExternalRef, r.ExternalRef) ||
-		!equal(f.RequestedBy, r.RequestedBy) || !equal(f.DecidedBy, r.DecidedBy) || !strings.HasPrefix(r.Key, f.KeyPrefix) {
-		return false
-	}
-	if f.CompletedFrom.IsZero() && f.CompletedUntil.IsZero() {
-		return true
-	}
-	if r.CompletionTime == nil {
-		return false
-	}
-	t := r.CompletionTime.Time
-	return (f.CompletedFrom.IsZero() || !t.Before(f.CompletedFrom)) && (f.CompletedUntil.IsZero() || t.Before(f.CompletedUntil))
-}
-
-// archiveParams asks the archive API for what f selects; matches checks
-// its answer again, to the nanosecond.
-func (f HistoryFilter) archiveParams(req *rest.Request) *rest.Request {
-	var terms []fields.Selector
-	for _, term := range []struct{ field, value string }{
-		{archivev1alpha1.FieldTool, f.Tool}, {archivev1alpha1.FieldPhase, f.Phase}, {archivev1alpha1.FieldExternalRef, f.ExternalRef},
-		{archivev1alpha1.FieldRequestedBy, f.RequestedBy}, {archivev1alpha1.FieldDecidedBy, f.DecidedBy},
-	} {
-		if term.value != "" {
-			terms = append(terms, fields.OneTermEqualSelector(term.field, term.value))
-		}
-	}
-	if len(terms) > 0 {
-		req = req.Param("fieldSelector", fields.AndSelectors(terms...).String())
-	}
-	if !f.CompletedFrom.IsZero() {
-		req = req.Param(archivev1alpha1.ParamCompletedFrom, f.CompletedFrom.UTC().Truncate(time.Second).Format(time.RFC3339))
-	}
-	if !f.CompletedUntil.IsZero() {
-		// Rounded up, so that the archive returns every record before it.
-		req = req.Param(archivev1alpha1.ParamCompletedUntil, f.CompletedUntil.UTC().Add(time.Second-1).Truncate(time.Second).Format(time.RFC3339))
-	}
-	if f.KeyPrefix != "" {
-		req = req.Param(archivev1alpha1.ParamKeyPrefix, f.KeyPrefix)
-	}
-	return req
-}
-
-func recordOfAction(a *v1alpha1.ToolAction) HistoryRecord {
+// recordOf is the history record of a, read from source.
+func recordOf(a *v1alpha1.ToolAction, source string) HistoryRecord {
 	r := HistoryRecord{Namespace: a.Namespace, Key: a.Name, UID: a.UID, Tool: a.Spec.ToolRef.Name, Phase: string(a.Status.Phase),
 		ExternalRef: a.Status.ExternalRef, RequestedBy: a.Annotations[v1alpha1.RequestedByAnnotation], Attempts: a.Status.Attempts,
-		Created: a.CreationTimestamp, CompletionTime: a.Status.CompletionTime, Source: SourceEtcd}
+		Created: a.CreationTimestamp, CompletionTime: a.Status.CompletionTime, Source: source}
 	if a.Status.Approval != nil {
 		r.DecidedBy = a.Status.Approval.DecidedBy
 	}
-	return r
-}
-
-func recordOfArchived(a *archivev1alpha1.ArchivedToolAction) HistoryRecord {
-	r := recordOfAction(ActionOf(a))
-	r.Source = SourceArchive
 	return r
 }

@@ -14,6 +14,7 @@ import (
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/history"
 )
 
 func historyAction(key, uid string, completed *metav1.Time) v1alpha1.ToolAction {
@@ -82,7 +83,7 @@ func TestHistoryMergesEtcdAndTheArchiveInOrder(t *testing.T) {
 		}
 		return out
 	}
-	records, matched, archived, err := ledger.History(t.Context(), "shop", HistoryFilter{RequestedBy: "alice"}, 0)
+	records, matched, archived, err := ledger.History(t.Context(), "shop", history.Filter{RequestedBy: "alice"}, 0)
 	if err != nil || !archived || matched != 5 {
 		t.Fatalf("History: %d matched, archived %v, %v", matched, archived, err)
 	}
@@ -93,11 +94,11 @@ func TestHistoryMergesEtcdAndTheArchiveInOrder(t *testing.T) {
 	if len(queries) != 2 || queries[0] != "fieldSelector=metadata.annotations.toolledger.dev%2Frequested-by%3Dalice&limit=250" {
 		t.Errorf("archive queries %q, want the requester's field selector, in two pages", queries)
 	}
-	records, matched, _, err = ledger.History(t.Context(), "shop", HistoryFilter{}, 2)
+	records, matched, _, err = ledger.History(t.Context(), "shop", history.Filter{}, 2)
 	if err != nil || matched != 5 || !slices.Equal(keys(records), []string{"e1@etcd", "e2@etcd"}) {
 		t.Errorf("the newest 2: %v of %d, %v", keys(records), matched, err)
 	}
-	records, matched, _, err = ledger.History(t.Context(), "shop", HistoryFilter{CompletedFrom: now.Add(time.Minute), CompletedUntil: now.Add(3 * time.Minute)}, 0)
+	records, matched, _, err = ledger.History(t.Context(), "shop", history.Filter{CompletedFrom: now.Add(time.Minute), CompletedUntil: now.Add(3 * time.Minute)}, 0)
 	if err != nil || matched != 2 || !slices.Equal(keys(records), []string{"dup@etcd", "a2@archive"}) {
 		t.Errorf("completed in [1m, 3m): %v of %d, %v", keys(records), matched, err)
 	}
@@ -105,7 +106,7 @@ func TestHistoryMergesEtcdAndTheArchiveInOrder(t *testing.T) {
 
 func TestHistoryWithoutAnArchiveSearchesEtcd(t *testing.T) {
 	ledger := historyServer(t, false, nil)
-	records, matched, archived, err := ledger.History(t.Context(), "shop", HistoryFilter{}, 0)
+	records, matched, archived, err := ledger.History(t.Context(), "shop", history.Filter{}, 0)
 	if err != nil || archived || matched != 3 || len(records) != 3 {
 		t.Fatalf("History without an archive API: %d records of %d, archived %v, %v", len(records), matched, archived, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/history"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
@@ -58,7 +59,7 @@ func (s *Server) historyPage(w http.ResponseWriter, r *http.Request, u *user) {
 	page := historyPage{Namespace: s.namespaceOf(r), Tool: field("tool"), Outcome: field("outcome"), Requester: field("requester"),
 		Approver: field("approver"), ExternalRef: field("externalRef"), From: field("from"), Until: field("until"),
 		KeyPrefix: field("keyPrefix"), Phases: historyPhases, Verify: q.Get("verify") != ""}
-	filter := ledgerclient.HistoryFilter{Tool: page.Tool, Phase: page.Outcome, RequestedBy: page.Requester, DecidedBy: page.Approver,
+	filter := history.Filter{Tool: page.Tool, Phase: page.Outcome, RequestedBy: page.Requester, DecidedBy: page.Approver,
 		ExternalRef: page.ExternalRef, KeyPrefix: page.KeyPrefix}
 	var problems []string
 	if problem := validNamespace(page.Namespace); problem != "" {
