@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -84,58 +83,33 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		(applied.Status == metav1.ConditionTrue || slices.Contains(finalRefusals, applied.Reason)) {
 		return ctrl.Result{}, nil
 	}
-	var action v1alpha1.ToolAction
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: approval.Namespace, Name: approval.Spec.ActionName}, &action)
-	switch {
-	case apierrors.IsNotFound(err):
-		// An approval may come first (applied with its action, say): the
-		// action's creation brings it back.
-		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonActionNotFound,
-			fmt.Sprintf("ToolAction %q not found in namespace %q; the approval is applied if it is created and awaits approval", approval.Spec.ActionName, approval.Namespace))
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
-	}
-	if uid := approval.Spec.ActionUID; uid != "" && uid != action.UID {
-		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonActionReplaced,
-			fmt.Sprintf("the approval is for ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s), created again, and needs a decision of its own",
-				action.Name, uid, action.UID))
-	}
-	if decided := action.Status.Approval; decided != nil {
-		if decided.Name == approval.Name && decided.Decision == approval.Spec.Decision && decided.RequestDigest == approval.Spec.RequestDigest {
-			// Applied before a crash or a failed mark.
-			r.Ledger.follow(&action)
-			return ctrl.Result{}, r.markApplied(ctx, &approval, &action)
-		}
-		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonAlreadyDecided,
-			fmt.Sprintf("ToolAction %q was already %s by %s (ToolApproval %s)", action.Name, decisionVerb(decided.Decision), decided.DecidedBy, decided.Name))
-	}
-	switch phase := action.Status.Phase; {
-	case phase == "" || phase == v1alpha1.PhasePending:
-		// Not accepted yet: it awaits approval, if at all, once its digest
-		// is known, and that change brings the approval back.
-		return ctrl.Result{}, nil
-	case phase.IsTerminal():
-		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonNotAwaitingApproval,
-			fmt.Sprintf("ToolAction %q is %s: it finished without awaiting this approval", action.Name, phase))
-	case phase != v1alpha1.PhaseAwaitingApproval:
-		return ctrl.Result{}, r.refuse(ctx, &approval, nil, ReasonNotAwaitingApproval,
-			fmt.Sprintf("ToolAction %q is %s and does not await an approval; the approval is applied if it starts to", action.Name, phase))
-	}
-
-	refused, err := r.refusal(ctx, &approval, &action)
+	facts, err := r.facts(ctx, &approval)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if refused != nil {
+	action := facts.action
+	switch step := decideApproval(facts); step.kind {
+	case decisionWait:
+		return ctrl.Result{}, nil
+	case decisionRetry:
+		return ctrl.Result{}, step.err
+	case decisionRefuse:
+		var about *v1alpha1.ToolAction
+		if step.aboutAction {
+			about = action
+		}
 		result := ctrl.Result{}
-		if refused.toolUnresolved {
+		if step.recheck {
 			result.RequeueAfter = unresolvedToolRecheck
 		}
-		return result, r.refuse(ctx, &approval, &action, refused.reason, refused.message)
+		return result, r.refuse(ctx, &approval, about, step.reason, step.message)
+	case decisionApplied:
+		r.Ledger.follow(action)
+		return ctrl.Result{}, r.markApplied(ctx, &approval, action)
 	}
 	rules := r.Ledger.rules()
 	rules.by = approvalActor(&approval)
-	recorded, err := r.Ledger.decided(ctx, &action, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
+	recorded, err := r.Ledger.decided(ctx, action, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)
@@ -145,52 +119,23 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	return ctrl.Result{}, r.markApplied(ctx, &approval, recorded)
 }
 
-// refused says why an approval is not applied to an action awaiting one.
-type refused struct {
-	reason, message string
-	// toolUnresolved: the action's tool cannot be resolved now, which may
-	// change.
-	toolUnresolved bool
-}
-
-// refusal says why the approval cannot be applied to an action awaiting
-// one; nil when it can.
-func (r *ToolApprovalReconciler) refusal(ctx context.Context, approval *v1alpha1.ToolApproval, action *v1alpha1.ToolAction) (*refused, error) {
-	if exp := approval.Spec.ExpiresAt; exp != nil && !r.Clock.Now().Before(exp.Time) {
-		return &refused{reason: ReasonApprovalExpired, message: fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339))}, nil
-	}
-	approver := approval.Annotations[v1alpha1.DecidedByAnnotation]
-	if approver == "" {
-		return &refused{reason: ReasonApproverUnverified, message: "the approval has no " + v1alpha1.DecidedByAnnotation +
-			" annotation: the API server stamps the approver only where the identity admission policies are installed (config/admission/identity_policy.yaml)"}, nil
-	}
-	if want := action.Status.RequestDigest; approval.Spec.RequestDigest != want {
-		return &refused{reason: ReasonDigestMismatch, message: fmt.Sprintf(
-			"the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
-			approval.Spec.RequestDigest, action.Name, want, want)}, nil
-	}
-	tool, err := r.Tools.find(ctx, action)
-	var invalid *invalidError
+// facts reads what an approval is decided from: the action it names, and
+// that action's tool while it awaits a decision.
+func (r *ToolApprovalReconciler) facts(ctx context.Context, approval *v1alpha1.ToolApproval) (approvalFacts, error) {
+	f := approvalFacts{approval: approval, now: r.Clock.Now()}
+	var action v1alpha1.ToolAction
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: approval.Namespace, Name: approval.Spec.ActionName}, &action)
 	switch {
-	case errors.As(err, &invalid):
-		return &refused{reason: invalid.reason, message: invalid.message, toolUnresolved: true}, nil
+	case apierrors.IsNotFound(err):
+		return f, nil
 	case err != nil:
-		return nil, err
+		return f, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
 	}
-	if tool.Spec.SelfApprovalAllowed {
-		return nil, nil
+	f.action = &action
+	if action.Status.Phase == v1alpha1.PhaseAwaitingApproval && action.Status.Approval == nil {
+		f.tool, f.toolErr = r.Tools.find(ctx, &action)
 	}
-	switch requester := action.Annotations[v1alpha1.RequestedByAnnotation]; requester {
-	case "":
-		return &refused{reason: ReasonRequesterUnverified, message: fmt.Sprintf(
-			"ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
-			action.Name, v1alpha1.RequestedByAnnotation, tool.Name)}, nil
-	case approver:
-		return &refused{reason: ReasonSelfApproval, message: fmt.Sprintf(
-			"%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
-			approver, action.Name, tool.Name)}, nil
-	}
-	return nil, nil
+	return f, nil
 }
 
 // approvalActor names an approval in the action's history.

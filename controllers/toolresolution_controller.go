@@ -47,33 +47,21 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if meta.FindStatusCondition(resolution.Status.Conditions, v1alpha1.ConditionApplied) != nil {
 		return ctrl.Result{}, nil
 	}
-	var action v1alpha1.ToolAction
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: resolution.Namespace, Name: resolution.Spec.ActionName}, &action)
-	switch {
-	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, ReasonActionNotFound,
-			fmt.Sprintf("ToolAction %q not found in namespace %q", resolution.Spec.ActionName, resolution.Namespace))
-	case err != nil:
-		return ctrl.Result{}, fmt.Errorf("cannot get ToolAction %s: %w", resolution.Spec.ActionName, err)
+	action, err := r.action(ctx, &resolution)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	by := resolutionActor(&resolution)
-	if appliedTo(&action, by) {
+	switch step := decideResolution(&resolution, action); step.kind {
+	case decisionRefuse:
+		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, step.reason, step.message)
+	case decisionApplied:
 		// Applied before a crash or a failed mark: what follows is scheduled again.
-		r.Ledger.follow(&action)
+		r.Ledger.follow(action)
 		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 	}
-	if refused := bindingRefusal(&resolution, &action); refused != nil {
-		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, refused.reason, refused.message)
-	}
-	phase := action.Status.Phase
-	if phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
-		return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionFalse, ReasonNotResolvable,
-			fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
-	}
-
 	rules := r.Ledger.rules()
-	rules.by = by
-	recorded, err := r.Ledger.decided(ctx, &action, rules.resolved(&resolution))
+	rules.by = resolutionActor(&resolution)
+	recorded, err := r.Ledger.decided(ctx, action, rules.resolved(&resolution))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)
@@ -83,21 +71,17 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
 }
 
-// bindingRefusal says why a resolution is not about the action as it is
-// now: another object under the name, or another attempt than the one the
-// resolver judged. nil when it is.
-func bindingRefusal(resolution *v1alpha1.ToolResolution, action *v1alpha1.ToolAction) *refused {
-	if uid := resolution.Spec.ActionUID; uid != "" && uid != action.UID {
-		return &refused{reason: ReasonActionReplaced, message: fmt.Sprintf(
-			"the resolution is about ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s) and needs a resolution of its own",
-			action.Name, uid, action.UID)}
+// action reads the action a resolution names; nil when there is none.
+func (r *ToolResolutionReconciler) action(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolAction, error) {
+	var action v1alpha1.ToolAction
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: resolution.Namespace, Name: resolution.Spec.ActionName}, &action)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot get ToolAction %s: %w", resolution.Spec.ActionName, err)
 	}
-	if judged, now := resolution.Spec.Attempt, action.Status.Attempts; judged != now {
-		return &refused{reason: ReasonStaleAttempt, message: fmt.Sprintf(
-			"the resolution judged attempt %d of ToolAction %q, which is at attempt %d (%s) now: a finding about an earlier attempt is never applied to a later one, which may have applied; judge attempt %d and create another resolution",
-			judged, action.Name, now, phaseOrPending(action.Status.Phase), now)}
-	}
-	return nil
+	return &action, nil
 }
 
 // resolutionActor names a resolution in the action's history.
