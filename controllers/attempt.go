@@ -111,7 +111,7 @@ type claimedAttempt struct {
 // version of the record) won, and nothing is dispatched (nil is returned).
 func (r *ToolActionReconciler) claim(ctx context.Context, action *v1alpha1.ToolAction, tool *resolvedTool, conn adapter.Connection,
 	reason string, facts attemptFacts) (*claimedAttempt, error) {
-	claimed, _, err := r.record(ctx, action, tool.tool, r.rules().claimed(action, attemptTimeout(conn.Capabilities)+r.LeaseGrace, reason, facts.requestDigest, facts.target))
+	claimed, _, err := r.commitRecorded(ctx, action, tool.tool, r.rules().claimed(action, attemptTimeout(conn.Capabilities)+r.LeaseGrace, reason, facts.requestDigest, facts.target))
 	if err != nil || claimed == nil {
 		return nil, err
 	}

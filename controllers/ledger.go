@@ -28,13 +28,13 @@ import (
 // not resolved: what follows a finished action is then left to the caller
 // (a revisit, or the retention sweep).
 func (r *ToolActionReconciler) commit(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (ctrl.Result, error) {
-	_, result, err := r.record(ctx, current, tool, t)
+	_, result, err := r.commitRecorded(ctx, current, tool, t)
 	return result, err
 }
 
-// record is commit that also returns the action as recorded: nil when the
+// commitRecorded is commit that also returns the action as recorded: nil when the
 // record moved on without the transition.
-func (r *ToolActionReconciler) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, ctrl.Result, error) {
+func (r *ToolActionReconciler) commitRecorded(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, ctrl.Result, error) {
 	recorded, err := r.Ledger.record(ctx, current, tool, t)
 	switch {
 	case err != nil || recorded == nil:
@@ -141,10 +141,10 @@ func rulesAt(c clock.PassiveClock, executor string) rules {
 	return rules{now: c.Now(), by: executor, random: rand.Float64}
 }
 
-// decided records a transition decided outside the ToolAction controller
+// recordDecision records a transition decided outside the ToolAction controller
 // (an approval, a resolution) and hands a finished action back to that
 // controller. It returns nil when a newer version of the record won.
-func (l *Ledger) decided(ctx context.Context, current *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
+func (l *Ledger) recordDecision(ctx context.Context, current *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
 	recorded, err := l.record(withActionLog(ctx, current, l.executor), current, nil, t)
 	if err != nil || recorded == nil {
 		return recorded, err

@@ -109,7 +109,7 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	rules := r.Ledger.rules()
 	rules.by = approvalActor(&approval)
-	recorded, err := r.Ledger.decided(ctx, action, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
+	recorded, err := r.Ledger.recordDecision(ctx, action, rules.decided(&approval, approval.Annotations[v1alpha1.DecidedByAnnotation]))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply approval %s to %s: %w", approval.Name, action.Name, err)

@@ -61,7 +61,7 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	}
 	rules := r.Ledger.rules()
 	rules.by = resolutionActor(&resolution)
-	recorded, err := r.Ledger.decided(ctx, action, rules.resolved(&resolution))
+	recorded, err := r.Ledger.recordDecision(ctx, action, rules.resolved(&resolution))
 	switch {
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("cannot apply resolution %s to %s: %w", resolution.Name, action.Name, err)

@@ -25,7 +25,7 @@ const (
 
 var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-func newApprovalsCommand(c *console) *cobra.Command {
+func newApprovalsCommand(c *commandEnv) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool
@@ -113,7 +113,7 @@ type decideOptions struct {
 	format    output
 }
 
-func newApproveCommand(c *console) *cobra.Command {
+func newApproveCommand(c *commandEnv) *cobra.Command {
 	return newDecideCommand(c, v1alpha1.Approved, "approve", "Approve an action that awaits approval, for the request digest you reviewed",
 		`Create a ToolApproval with decision Approved for the ToolAction named KEY, bound
 to that object (spec.actionUID) and to the request digest you reviewed, as
@@ -129,7 +129,7 @@ own requester unless the tool sets selfApprovalAllowed.`,
   kubectl toolledger approve order-1004-charge --digest sha256:77ab… --reason "checked" --expires-in 1h`)
 }
 
-func newDenyCommand(c *console) *cobra.Command {
+func newDenyCommand(c *commandEnv) *cobra.Command {
 	return newDecideCommand(c, v1alpha1.Denied, "deny", "Deny an action that awaits approval: it fails with class Denied, never dispatched",
 		`Create a ToolApproval with decision Denied for the ToolAction named KEY, bound
 to that object and its request digest: the controller fails the action with
@@ -139,7 +139,7 @@ action records it. Otherwise as approve.`,
 		`  kubectl toolledger deny order-1005-charge -n shop --reason "amount exceeds the customer's limit"`)
 }
 
-func newDecideCommand(c *console, decision v1alpha1.ApprovalDecision, verb, short, long, example string) *cobra.Command {
+func newDecideCommand(c *commandEnv, decision v1alpha1.ApprovalDecision, verb, short, long, example string) *cobra.Command {
 	opts := decideOptions{decision: decision, timeout: time.Minute}
 	digestUsage := "--digest DIGEST"
 	if decision == v1alpha1.Denied {
@@ -219,7 +219,7 @@ func (o decideOptions) approval(action *v1alpha1.ToolAction, now time.Time) *v1a
 	return a
 }
 
-func (c *console) decide(ctx context.Context, key string, opts decideOptions) error {
+func (c *commandEnv) decide(ctx context.Context, key string, opts decideOptions) error {
 	if err := opts.validate(); err != nil {
 		return err
 	}

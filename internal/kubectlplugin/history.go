@@ -13,7 +13,7 @@ import (
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
-func newHistoryCommand(c *console) *cobra.Command {
+func newHistoryCommand(c *commandEnv) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool

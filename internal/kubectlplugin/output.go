@@ -52,7 +52,7 @@ func addOutputFlag(cmd *cobra.Command, o *output, what string) {
 // printList prints a list command's result: v as format asks, or as text
 // the table write draws, or, when there is nothing to draw, the sentence
 // none on standard error.
-func (c *console) printList(format output, v any, empty bool, none string, write func(io.Writer) error) error {
+func (c *commandEnv) printList(format output, v any, empty bool, none string, write func(io.Writer) error) error {
 	if format != outputText {
 		return printStructured(c.streams.Out, format, v)
 	}

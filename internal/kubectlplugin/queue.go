@@ -14,7 +14,7 @@ import (
 // queueMessageWidth bounds the MESSAGE column of the table.
 const queueMessageWidth = 160
 
-func newQueueCommand(c *console) *cobra.Command {
+func newQueueCommand(c *commandEnv) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool

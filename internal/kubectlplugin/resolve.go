@@ -43,7 +43,7 @@ type resolveOptions struct {
 	format      output
 }
 
-func newResolveCommand(c *console) *cobra.Command {
+func newResolveCommand(c *commandEnv) *cobra.Command {
 	opts := resolveOptions{timeout: time.Minute}
 	cmd := &cobra.Command{
 		Use:   "resolve KEY --attempt N --outcome Succeeded|Failed|RetrySafe --reason TEXT [--external-ref REF] [--name NAME] [--wait] [flags]",
@@ -153,7 +153,7 @@ func (o resolveOptions) resolution(namespace, key string) *v1alpha1.ToolResoluti
 	return r
 }
 
-func (c *console) resolve(ctx context.Context, key string, opts resolveOptions) error {
+func (c *commandEnv) resolve(ctx context.Context, key string, opts resolveOptions) error {
 	if err := opts.validate(); err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ type appliedRecord interface {
 // until its Applied condition is set, for at most timeout, and then the
 // action's phase. kind and short (kubectl's short name) name the record.
 // A record that was not applied is an error.
-func report[T appliedRecord](ctx context.Context, c *console, l *ledgerclient.Ledger, created T, kind, short, key string, format output, wait bool,
+func report[T appliedRecord](ctx context.Context, c *commandEnv, l *ledgerclient.Ledger, created T, kind, short, key string, format output, wait bool,
 	timeout time.Duration, read func(context.Context) (T, []metav1.Condition, error)) error {
 	if !wait {
 		if format != outputText {

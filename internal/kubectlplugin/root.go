@@ -36,7 +36,7 @@ const (
 // commands builds the subcommands, one file each. A new command joins by
 // adding its constructor here; the root command and the connection flags
 // stay as they are.
-var commands = []func(*console) *cobra.Command{
+var commands = []func(*commandEnv) *cobra.Command{
 	newStatusCommand,
 	newQueueCommand,
 	newTombstonesCommand,
@@ -48,15 +48,15 @@ var commands = []func(*console) *cobra.Command{
 	newHistoryCommand,
 }
 
-// console is what every command shares: the streams, the kubectl connection
+// commandEnv is what every command shares: the streams, the kubectl connection
 // flags and the clock.
-type console struct {
+type commandEnv struct {
 	streams genericiooptions.IOStreams
 	config  *genericclioptions.ConfigFlags
 	now     func() time.Time
 }
 
-// Run executes the console with args (without the program name) and returns
+// Run executes the plugin with args (without the program name) and returns
 // the process exit code.
 func Run(ctx context.Context, streams genericiooptions.IOStreams, args []string) int {
 	root := NewCommand(streams)
@@ -72,7 +72,7 @@ func Run(ctx context.Context, streams genericiooptions.IOStreams, args []string)
 // subcommand and kubectl's connection flags (--kubeconfig, --context,
 // --namespace/-n, ...).
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	c := &console{
+	c := &commandEnv{
 		streams: streams,
 		config:  genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams),
 		now:     time.Now,
@@ -121,7 +121,7 @@ not applied, or a wait that timed out.`,
 
 // namespace is the namespace of the request: --namespace, else the
 // kubeconfig context's, else "default", as kubectl decides it.
-func (c *console) namespace() (string, error) {
+func (c *commandEnv) namespace() (string, error) {
 	ns, _, err := c.config.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return "", fmt.Errorf("cannot determine the namespace from the kubeconfig: %w", err)
@@ -131,7 +131,7 @@ func (c *console) namespace() (string, error) {
 
 // connect returns the namespace of the request and a ledger client for the
 // API server that the kubeconfig and flags select.
-func (c *console) connect() (string, *ledgerclient.Ledger, error) {
+func (c *commandEnv) connect() (string, *ledgerclient.Ledger, error) {
 	namespace, err := c.namespace()
 	if err != nil {
 		return "", nil, err
@@ -145,7 +145,7 @@ func (c *console) connect() (string, *ledgerclient.Ledger, error) {
 
 // connectList is connect for a list command: with all, the namespace is
 // "", every namespace.
-func (c *console) connectList(all bool) (string, *ledgerclient.Ledger, error) {
+func (c *commandEnv) connectList(all bool) (string, *ledgerclient.Ledger, error) {
 	if all {
 		ledger, err := c.ledger()
 		return "", ledger, err
@@ -154,7 +154,7 @@ func (c *console) connectList(all bool) (string, *ledgerclient.Ledger, error) {
 }
 
 // ledger connects to the API server that the kubeconfig and flags select.
-func (c *console) ledger() (*ledgerclient.Ledger, error) {
+func (c *commandEnv) ledger() (*ledgerclient.Ledger, error) {
 	cfg, err := c.config.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cannot load the kubeconfig: %w", err)

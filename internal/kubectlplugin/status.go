@@ -22,7 +22,7 @@ import (
 // carries the whole ToolAction.
 const statusValueWidth = 200
 
-func newStatusCommand(c *console) *cobra.Command {
+func newStatusCommand(c *commandEnv) *cobra.Command {
 	var format output
 	cmd := &cobra.Command{
 		Use:   "status KEY",

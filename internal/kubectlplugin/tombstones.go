@@ -15,7 +15,7 @@ import (
 	"github.com/toolledger/toolledger/internal/ledgerclient"
 )
 
-func newTombstonesCommand(c *console) *cobra.Command {
+func newTombstonesCommand(c *commandEnv) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool

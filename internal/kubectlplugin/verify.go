@@ -13,7 +13,7 @@ import (
 	"github.com/toolledger/toolledger/internal/printable"
 )
 
-func newVerifyCommand(c *console) *cobra.Command {
+func newVerifyCommand(c *commandEnv) *cobra.Command {
 	var (
 		format        output
 		allNamespaces bool
