@@ -76,8 +76,11 @@ func endCallSpan(span trace.Span, result string, outcome adapter.Outcome, err er
 // the last invocation's traceparent, else the provenance's; one that is
 // not a valid W3C traceparent is passed over.
 func callerTraceparent(action *v1alpha1.ToolAction) string {
-	if tp := adapter.ValidTraceparent(action.Annotations[v1alpha1.TraceparentAnnotation]); tp != "" {
+	if tp := tracing.ValidTraceparent(action.Annotations[v1alpha1.TraceparentAnnotation]); tp != "" {
 		return tp
 	}
-	return adapter.Traceparent(action.Spec.Provenance)
+	if p := action.Spec.Provenance; p != nil {
+		return tracing.ValidTraceparent(p.TraceID)
+	}
+	return ""
 }

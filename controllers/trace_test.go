@@ -124,4 +124,7 @@ func TestCallerTraceparent(t *testing.T) {
 			t.Errorf("annotation %q: %q, want %q", annotation, got, want)
 		}
 	}
+	if got := callerTraceparent(&v1alpha1.ToolAction{}); got != "" {
+		t.Errorf("no annotation, no provenance: %q, want none", got)
+	}
 }

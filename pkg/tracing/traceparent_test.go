@@ -1,13 +1,12 @@
-package adapter_test
+package tracing_test
 
 import (
 	"testing"
 
-	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/pkg/adapter"
+	"github.com/toolledger/toolledger/pkg/tracing"
 )
 
-func TestTraceparent(t *testing.T) {
+func TestValidTraceparent(t *testing.T) {
 	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, c := range []struct {
 		name, traceID, want string
@@ -28,12 +27,9 @@ func TestTraceparent(t *testing.T) {
 		{"a short parent id is invalid", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902-01", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := adapter.Traceparent(&v1alpha1.Provenance{TraceID: c.traceID}); got != c.want {
-				t.Errorf("Traceparent(%q) = %q, want %q", c.traceID, got, c.want)
+			if got := tracing.ValidTraceparent(c.traceID); got != c.want {
+				t.Errorf("ValidTraceparent(%q) = %q, want %q", c.traceID, got, c.want)
 			}
 		})
-	}
-	if got := adapter.Traceparent(nil); got != "" {
-		t.Errorf("Traceparent(nil) = %q, want empty", got)
 	}
 }
