@@ -22,6 +22,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/pager"
 	"github.com/toolledger/toolledger/internal/shard"
+	"github.com/toolledger/toolledger/internal/wake"
 )
 
 // Notifier delivers the CloudEvents the actions owe (status.notifications)
@@ -50,7 +51,7 @@ type Notifier struct {
 
 	once    sync.Once
 	queue   workqueue.TypedRateLimitingInterface[types.NamespacedName]
-	poke    chan struct{}
+	early   wake.Early
 	backoff *sinkBackoff
 	// names are the sinks' names, sorted, as an owed event lists them;
 	// byName the sinks by name.
@@ -78,7 +79,6 @@ const (
 
 func (n *Notifier) work() workqueue.TypedRateLimitingInterface[types.NamespacedName] {
 	n.once.Do(func() {
-		n.poke = make(chan struct{}, 1)
 		n.names = Names(n.Sinks)
 		n.byName = map[string]Sink{}
 		for _, s := range n.Sinks {
@@ -130,13 +130,8 @@ func (n *Notifier) Owed(key types.NamespacedName) {
 // Poke asks for a sweep now: a change of shard members may have handed
 // this replica the keys of one that stopped owing events.
 func (n *Notifier) Poke() {
-	if n == nil {
-		return
-	}
-	n.work()
-	select {
-	case n.poke <- struct{}{}:
-	default: // a sweep is already asked for
+	if n != nil {
+		n.early.Wake()
 	}
 }
 
@@ -174,13 +169,10 @@ func (n *Notifier) Start(ctx context.Context) error {
 				logger.Error(err, "Cannot sweep; retrying", "after", n.Every)
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !n.early.Sleep(ctx, next) {
 			queue.ShutDown()
 			wg.Wait()
 			return nil
-		case <-time.After(next):
-		case <-n.poke:
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +22,7 @@ import (
 	"github.com/toolledger/toolledger/internal/pager"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/shard"
+	"github.com/toolledger/toolledger/internal/wake"
 )
 
 // Sweep applies the tools' retentions to what no executor has
@@ -58,8 +58,7 @@ type Sweep struct {
 	CheckpointEvery  time.Duration
 	Every            time.Duration
 
-	pokeOnce sync.Once
-	poke     chan struct{}
+	early wake.Early
 }
 
 // Start sweeps at once, then every Every, and when poked.
@@ -69,11 +68,8 @@ func (s *Sweep) Start(ctx context.Context) error {
 		if err := s.sweep(ctx); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Cannot sweep expired ToolActions and Tombstones; retrying", "after", s.Every)
 		}
-		select {
-		case <-ctx.Done():
+		if !s.early.Sleep(ctx, s.Every) {
 			return nil
-		case <-time.After(s.Every):
-		case <-s.poked():
 		}
 	}
 }
@@ -82,17 +78,7 @@ func (s *Sweep) Start(ctx context.Context) error {
 // shard members may have handed this manager the finished records of one
 // that stopped (killed, say, between an archive commit and the delete),
 // which the cache of active actions does not hold.
-func (s *Sweep) Poke() {
-	select {
-	case s.poked() <- struct{}{}:
-	default: // a sweep is already asked for
-	}
-}
-
-func (s *Sweep) poked() chan struct{} {
-	s.pokeOnce.Do(func() { s.poke = make(chan struct{}, 1) })
-	return s.poke
-}
+func (s *Sweep) Poke() { s.early.Wake() }
 
 // sweepTarget is one tool with a retention, as the sweep lists it: spec
 // with the archive's default retentions, and the tool's own keyRetention.
