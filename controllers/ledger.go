@@ -97,6 +97,20 @@ type Decisions struct {
 	Ledger *Ledger
 }
 
+// action reads, from the API server, the action a decision names; nil
+// when there is none.
+func (d Decisions) action(ctx context.Context, namespace, name string) (*v1alpha1.ToolAction, error) {
+	var action v1alpha1.ToolAction
+	err := d.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &action)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("cannot get ToolAction %s: %w", name, err)
+	}
+	return &action, nil
+}
+
 // LedgerOptions is what the Ledger writes with.
 type LedgerOptions struct {
 	// Client writes to the API server; Reader reads it directly.

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,17 +121,13 @@ func (r *ToolApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // that action's tool while it awaits a decision.
 func (r *ToolApprovalReconciler) facts(ctx context.Context, approval *v1alpha1.ToolApproval) (approvalFacts, error) {
 	f := approvalFacts{approval: approval, now: r.Clock.Now()}
-	var action v1alpha1.ToolAction
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: approval.Namespace, Name: approval.Spec.ActionName}, &action)
-	switch {
-	case apierrors.IsNotFound(err):
-		return f, nil
-	case err != nil:
-		return f, fmt.Errorf("cannot get ToolAction %s: %w", approval.Spec.ActionName, err)
+	action, err := r.action(ctx, approval.Namespace, approval.Spec.ActionName)
+	if err != nil || action == nil {
+		return f, err
 	}
-	f.action = &action
+	f.action = action
 	if action.Status.Phase == v1alpha1.PhaseAwaitingApproval && action.Status.Approval == nil {
-		f.tool, f.toolErr = r.Tools.find(ctx, &action)
+		f.tool, f.toolErr = r.Tools.find(ctx, action)
 	}
 	return f, nil
 }

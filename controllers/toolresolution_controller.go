@@ -6,10 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,7 +45,7 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if meta.FindStatusCondition(resolution.Status.Conditions, v1alpha1.ConditionApplied) != nil {
 		return ctrl.Result{}, nil
 	}
-	action, err := r.action(ctx, &resolution)
+	action, err := r.action(ctx, resolution.Namespace, resolution.Spec.ActionName)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -69,19 +67,6 @@ func (r *ToolResolutionReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		return lostRace(ctx, action.Name), nil
 	}
 	return ctrl.Result{}, r.mark(ctx, &resolution, metav1.ConditionTrue, ReasonApplied, "applied to ToolAction "+action.Name)
-}
-
-// action reads the action a resolution names; nil when there is none.
-func (r *ToolResolutionReconciler) action(ctx context.Context, resolution *v1alpha1.ToolResolution) (*v1alpha1.ToolAction, error) {
-	var action v1alpha1.ToolAction
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: resolution.Namespace, Name: resolution.Spec.ActionName}, &action)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("cannot get ToolAction %s: %w", resolution.Spec.ActionName, err)
-	}
-	return &action, nil
 }
 
 // resolutionActor names a resolution in the action's history.
