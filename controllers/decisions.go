@@ -41,7 +41,8 @@ const (
 	decisionRetry
 )
 
-func refuse(reason, message string) decisionStep {
+// refused is the step of a decision that is not applied, and why.
+func refused(reason, message string) decisionStep {
 	return decisionStep{kind: decisionRefuse, reason: reason, message: message}
 }
 
@@ -64,11 +65,11 @@ func decideApproval(f approvalFacts) decisionStep {
 	if action == nil {
 		// An approval may come first (applied with its action, say): the
 		// action's creation brings it back.
-		return refuse(ReasonActionNotFound, fmt.Sprintf("ToolAction %q not found in namespace %q; the approval is applied if it is created and awaits approval",
+		return refused(ReasonActionNotFound, fmt.Sprintf("ToolAction %q not found in namespace %q; the approval is applied if it is created and awaits approval",
 			approval.Spec.ActionName, approval.Namespace))
 	}
 	if uid := approval.Spec.ActionUID; uid != "" && uid != action.UID {
-		return refuse(ReasonActionReplaced, fmt.Sprintf(
+		return refused(ReasonActionReplaced, fmt.Sprintf(
 			"the approval is for ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s), created again, and needs a decision of its own",
 			action.Name, uid, action.UID))
 	}
@@ -76,7 +77,7 @@ func decideApproval(f approvalFacts) decisionStep {
 		if decided.Name == approval.Name && decided.Decision == approval.Spec.Decision && decided.RequestDigest == approval.Spec.RequestDigest {
 			return decisionStep{kind: decisionApplied}
 		}
-		return refuse(ReasonAlreadyDecided, fmt.Sprintf("ToolAction %q was already %s by %s (ToolApproval %s)",
+		return refused(ReasonAlreadyDecided, fmt.Sprintf("ToolAction %q was already %s by %s (ToolApproval %s)",
 			action.Name, decisionVerb(decided.Decision), decided.DecidedBy, decided.Name))
 	}
 	switch phase := action.Status.Phase; {
@@ -85,9 +86,9 @@ func decideApproval(f approvalFacts) decisionStep {
 		// is known, and that change brings the approval back.
 		return decisionStep{kind: decisionWait}
 	case phase.IsTerminal():
-		return refuse(ReasonNotAwaitingApproval, fmt.Sprintf("ToolAction %q is %s: it finished without awaiting this approval", action.Name, phase))
+		return refused(ReasonNotAwaitingApproval, fmt.Sprintf("ToolAction %q is %s: it finished without awaiting this approval", action.Name, phase))
 	case phase != v1alpha1.PhaseAwaitingApproval:
-		return refuse(ReasonNotAwaitingApproval, fmt.Sprintf("ToolAction %q is %s and does not await an approval; the approval is applied if it starts to", action.Name, phase))
+		return refused(ReasonNotAwaitingApproval, fmt.Sprintf("ToolAction %q is %s and does not await an approval; the approval is applied if it starts to", action.Name, phase))
 	}
 	step := approvalRefusal(f)
 	step.aboutAction = step.kind == decisionRefuse
@@ -99,22 +100,22 @@ func decideApproval(f approvalFacts) decisionStep {
 func approvalRefusal(f approvalFacts) decisionStep {
 	approval, action := f.approval, f.action
 	if exp := approval.Spec.ExpiresAt; exp != nil && !f.now.Before(exp.Time) {
-		return refuse(ReasonApprovalExpired, fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339)))
+		return refused(ReasonApprovalExpired, fmt.Sprintf("the approval expired at %s before it was applied", exp.UTC().Format(time.RFC3339)))
 	}
 	approver := approval.Annotations[v1alpha1.DecidedByAnnotation]
 	if approver == "" {
-		return refuse(ReasonApproverUnverified, "the approval has no "+v1alpha1.DecidedByAnnotation+
+		return refused(ReasonApproverUnverified, "the approval has no "+v1alpha1.DecidedByAnnotation+
 			" annotation: the API server stamps the approver only where the identity admission policies are installed (config/admission/identity_policy.yaml)")
 	}
 	if want := action.Status.RequestDigest; approval.Spec.RequestDigest != want {
-		return refuse(ReasonDigestMismatch, fmt.Sprintf(
+		return refused(ReasonDigestMismatch, fmt.Sprintf(
 			"the approval is for request %s, but ToolAction %q records request %s: a decision about other parameters is never applied; approve %s to dispatch it",
 			approval.Spec.RequestDigest, action.Name, want, want))
 	}
 	var invalid *invalidError
 	switch {
 	case errors.As(f.toolErr, &invalid):
-		step := refuse(invalid.reason, invalid.message)
+		step := refused(invalid.reason, invalid.message)
 		step.recheck = true
 		return step
 	case f.toolErr != nil:
@@ -126,11 +127,11 @@ func approvalRefusal(f approvalFacts) decisionStep {
 	}
 	switch requester := action.Annotations[v1alpha1.RequestedByAnnotation]; requester {
 	case "":
-		return refuse(ReasonRequesterUnverified, fmt.Sprintf(
+		return refused(ReasonRequesterUnverified, fmt.Sprintf(
 			"ToolAction %q has no %s annotation, so separation of duties cannot be checked (tool %q does not set selfApprovalAllowed)",
 			action.Name, v1alpha1.RequestedByAnnotation, tool.Name))
 	case approver:
-		return refuse(ReasonSelfApproval, fmt.Sprintf(
+		return refused(ReasonSelfApproval, fmt.Sprintf(
 			"%s requested ToolAction %q and cannot approve it too: tool %q requires someone else's approval (selfApprovalAllowed is not set)",
 			approver, action.Name, tool.Name))
 	}
@@ -142,23 +143,23 @@ func approvalRefusal(f approvalFacts) decisionStep {
 // attempt its resolver judged.
 func decideResolution(resolution *v1alpha1.ToolResolution, action *v1alpha1.ToolAction) decisionStep {
 	if action == nil {
-		return refuse(ReasonActionNotFound, fmt.Sprintf("ToolAction %q not found in namespace %q", resolution.Spec.ActionName, resolution.Namespace))
+		return refused(ReasonActionNotFound, fmt.Sprintf("ToolAction %q not found in namespace %q", resolution.Spec.ActionName, resolution.Namespace))
 	}
 	if appliedTo(action, resolutionActor(resolution)) {
 		return decisionStep{kind: decisionApplied}
 	}
 	if uid := resolution.Spec.ActionUID; uid != "" && uid != action.UID {
-		return refuse(ReasonActionReplaced, fmt.Sprintf(
+		return refused(ReasonActionReplaced, fmt.Sprintf(
 			"the resolution is about ToolAction %q with UID %s, which was deleted; the ToolAction of that name now is another object (UID %s) and needs a resolution of its own",
 			action.Name, uid, action.UID))
 	}
 	if judged, now := resolution.Spec.Attempt, action.Status.Attempts; judged != now {
-		return refuse(ReasonStaleAttempt, fmt.Sprintf(
+		return refused(ReasonStaleAttempt, fmt.Sprintf(
 			"the resolution judged attempt %d of ToolAction %q, which is at attempt %d (%s) now: a finding about an earlier attempt is never applied to a later one, which may have applied; judge attempt %d and create another resolution",
 			judged, action.Name, now, phaseOrPending(action.Status.Phase), now))
 	}
 	if phase := action.Status.Phase; phase != v1alpha1.PhaseUnknown && phase != v1alpha1.PhaseEscalated {
-		return refuse(ReasonNotResolvable, fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
+		return refused(ReasonNotResolvable, fmt.Sprintf("ToolAction %q is %s; only Unknown or Escalated actions take a resolution", action.Name, phaseOrPending(phase)))
 	}
 	return decisionStep{kind: decisionApply}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/notify"
+	"github.com/toolledger/toolledger/internal/printable"
 )
 
 // commit is the one path by which the ToolAction controller's transitions
@@ -206,7 +207,7 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 	l.observe(ctx, current, recorded, tool, t.tally)
 	// The budget bounds the load on the API server: real time, like the Pacer's.
 	for _, e := range l.routine.tell(recorded.UID, t.events, time.Now()) {
-		l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", truncate(e.message, maxEventNote))
+		l.recorder.Eventf(recorded, e.related, e.eventType, e.reason, e.verb, "%s", printable.Truncate(e.message, maxEventNote))
 	}
 	if recorded.Status.Phase.IsTerminal() {
 		l.routine.finished(recorded.UID)

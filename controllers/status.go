@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"slices"
-	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/printable"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -192,7 +192,7 @@ func succeed(a *v1alpha1.ToolAction, now time.Time, by, reason, message string, 
 func setFailed(a *v1alpha1.ToolAction, now time.Time, by string, class v1alpha1.ErrorClass, reason, message string) {
 	from := a.Status.Phase
 	a.Status.Phase = v1alpha1.PhaseFailed
-	a.Status.Error = &v1alpha1.ActionError{Class: class, Reason: reason, Message: truncate(message, maxErrorMessage)}
+	a.Status.Error = &v1alpha1.ActionError{Class: class, Reason: reason, Message: printable.Truncate(message, maxErrorMessage)}
 	a.Status.NextAttemptTime = nil
 	a.Status.CompletionTime = metaTimePtr(now)
 	set(a, now, v1alpha1.ConditionSucceeded, metav1.ConditionFalse, string(class), message)
@@ -247,7 +247,7 @@ func record(a *v1alpha1.ToolAction, now time.Time, from v1alpha1.Phase, reason, 
 		Reason:   reason,
 		Attempt:  a.Status.Attempts,
 		Executor: by,
-		Message:  truncate(message, maxHistoryMessage),
+		Message:  printable.Truncate(message, maxHistoryMessage),
 	})
 	if excess := len(a.Status.History) - v1alpha1.MaxHistory; excess > 0 {
 		a.Status.History = append([]v1alpha1.Transition(nil), a.Status.History[excess:]...)
@@ -261,7 +261,7 @@ func set(a *v1alpha1.ToolAction, now time.Time, conditionType string, status met
 		Type:               conditionType,
 		Status:             status,
 		Reason:             reason,
-		Message:            truncate(message, maxConditionMessage),
+		Message:            printable.Truncate(message, maxConditionMessage),
 		ObservedGeneration: a.Generation,
 		LastTransitionTime: metav1.NewTime(now),
 	})
@@ -281,13 +281,6 @@ const (
 	// maxEventNote is the events.k8s.io limit of an Event's note.
 	maxEventNote = 1024
 )
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
-}
 
 // statusEqual ignores condition timestamps, which change on every write.
 func statusEqual(a, b *v1alpha1.ToolAction) bool {

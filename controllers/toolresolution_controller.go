@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/printable"
 )
 
 // Reasons of the Applied condition of a ToolResolution.
@@ -79,7 +80,7 @@ func resolutionActor(resolution *v1alpha1.ToolResolution) string {
 func setApplied(conditions *[]metav1.Condition, appliedTime **metav1.Time, generation int64, now time.Time,
 	status metav1.ConditionStatus, reason, message string) {
 	meta.SetStatusCondition(conditions, metav1.Condition{
-		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: truncate(message, maxConditionMessage),
+		Type: v1alpha1.ConditionApplied, Status: status, Reason: reason, Message: printable.Truncate(message, maxConditionMessage),
 		ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 	})
 	if status == metav1.ConditionTrue {

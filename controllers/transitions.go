@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/notify"
+	"github.com/toolledger/toolledger/internal/printable"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
 
@@ -276,7 +277,7 @@ func (p rules) resolved(resolution *v1alpha1.ToolResolution) transition {
 			// Keep the operator's words in the history whatever the outcome,
 			// under the reason that names the resolution as its author.
 			last := &a.Status.History[len(a.Status.History)-1]
-			last.Reason, last.Message = ReasonResolved, truncate(message, maxHistoryMessage)
+			last.Reason, last.Message = ReasonResolved, printable.Truncate(message, maxHistoryMessage)
 		},
 		events: []report{{eventType: corev1.EventTypeNormal, reason: ReasonResolved, verb: "Resolve", message: message, related: resolution}},
 		tally:  tally{resolution: resolution.Spec.Outcome},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/pager"
+	"github.com/toolledger/toolledger/internal/printable"
 	"github.com/toolledger/toolledger/internal/shard"
 	"github.com/toolledger/toolledger/internal/wake"
 )
@@ -312,7 +312,7 @@ func newSettled() Settled {
 func (s *Settled) any() bool { return len(s.done) > 0 || len(s.dead) > 0 }
 
 func (s *Settled) giveUp(id, sink string, reason v1alpha1.DeadLetterReason, err error, at metav1.Time) {
-	s.dead[id] = append(s.dead[id], v1alpha1.NotificationDeadLetter{Sink: sink, Reason: reason, Message: truncate(err.Error(), maxDeadLetterMessage), Time: at})
+	s.dead[id] = append(s.dead[id], v1alpha1.NotificationDeadLetter{Sink: sink, Reason: reason, Message: printable.Truncate(err.Error(), maxDeadLetterMessage), Time: at})
 }
 
 // Apply removes from their pending lists the sinks that acknowledged an
@@ -337,13 +337,6 @@ func (s Settled) Apply(status *v1alpha1.ToolActionStatus, now metav1.Time) {
 		}
 	}
 	status.NotificationsPending = Pending(status)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // maxDeadLetterMessage is the longest message a dead letter keeps, as the

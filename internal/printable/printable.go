@@ -42,3 +42,13 @@ func isPrintable(s string) bool {
 func shows(r rune) bool {
 	return r != unicode.ReplacementChar && (unicode.IsGraphic(r) || r == ' ')
 }
+
+// Truncate bounds s to n bytes for a field the API limits (a condition's
+// message, an event's note): a longer s is cut, at a whole rune, to end in
+// "…" within n.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
