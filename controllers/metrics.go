@@ -12,7 +12,7 @@ import (
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/shard"
-	"github.com/toolledger/toolledger/pkg/sdk"
+	"github.com/toolledger/toolledger/pkg/duplicates"
 )
 
 // Metric labels. An action is counted by its tenant and tool, never by its
@@ -47,11 +47,11 @@ var (
 		Help: "Actions that reached Succeeded or Failed, by phase and error class (empty on success).",
 	}, slices.Concat(actionLabels, []string{"phase", "error_class"}))
 	duplicateHits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolledger_duplicate_hits_total",
+		Name: duplicates.HitsName,
 		Help: "Repeats of a recorded intent answered without a second effect, by where they were seen: tombstone (a key re-created after its record went), downstream_replay (the downstream answered with its stored response); the SDK counts sdk in the agent's process.",
 	}, slices.Concat(toolOfActionLabels, []string{"source"}))
 	keyConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "toolledger_key_conflicts_total",
+		Name: duplicates.KeyConflictsName,
 		Help: "Keys used again for a different request, refused without executing it, by where they were seen: tombstone here; the SDK counts sdk.",
 	}, slices.Concat(toolOfActionLabels, []string{"source"}))
 	lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -89,14 +89,14 @@ var (
 		Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600},
 	}, slices.Concat(actionLabels, []string{"phase"}))
 	duplicateAge = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "toolledger_duplicate_age_seconds",
+		Name:    duplicates.AgeName,
 		Help:    "How long after the first attempt's completion a duplicate arrived, by source: whether key retention covers the delayed retries that really happen.",
-		Buckets: sdk.DuplicateAgeBuckets,
+		Buckets: duplicates.AgeBuckets,
 	}, slices.Concat(toolOfActionLabels, []string{"source"}))
 	duplicateRetentionRatio = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "toolledger_duplicate_age_retention_ratio",
+		Name:    duplicates.RetentionRatioName,
 		Help:    "A duplicate's age as a fraction of its tool's keyRetention, by source (tools with a keyRetention only); above 0.8 the retention is close to too short.",
-		Buckets: sdk.DuplicateRetentionRatioBuckets,
+		Buckets: duplicates.RetentionRatioBuckets,
 	}, slices.Concat(toolOfActionLabels, []string{"source"}))
 )
 

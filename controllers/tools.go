@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/toolref"
+	"github.com/toolledger/toolledger/pkg/toolref"
 )
 
 // Tools finds the tool an action names, for every controller that needs

@@ -68,7 +68,9 @@ func (w *Watch) Start(ctx context.Context) error {
 
 func (w *Watch) list(ctx context.Context, resource metadata.Getter) (string, error) {
 	opts := metav1.ListOptions{FieldSelector: w.selector(), Limit: pager.PageSize}
-	for {
+	var version string
+	err := pager.Walk(func(cont string) (string, error) {
+		opts.Continue = cont
 		page, err := resource.List(ctx, opts)
 		if err != nil {
 			return "", fmt.Errorf("cannot list ToolActions: %w", err)
@@ -76,11 +78,10 @@ func (w *Watch) list(ctx context.Context, resource metadata.Getter) (string, err
 		for i := range page.Items {
 			w.consider(&page.Items[i])
 		}
-		if page.Continue == "" {
-			return page.ResourceVersion, nil
-		}
-		opts.Continue = page.Continue
-	}
+		version = page.ResourceVersion
+		return page.Continue, nil
+	})
+	return version, err
 }
 
 // watch follows changes from version until the watch fails; a watch the

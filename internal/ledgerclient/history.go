@@ -3,7 +3,6 @@ package ledgerclient
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/history"
+	"github.com/toolledger/toolledger/internal/pager"
 )
 
 // Where a history record was read.
@@ -78,15 +78,15 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter history.F
 	}
 	// The selectable fields narrow the list on the API server.
 	opts := metav1.ListOptions{FieldSelector: filter.ToolActionSelector()}
-	var addErr error
-	err = listPages(ctx, l, resourceActions, namespace, opts, func(page *v1alpha1.ToolActionList) {
+	err = listPages(ctx, l, resourceActions, namespace, opts, func(page *v1alpha1.ToolActionList) error {
 		for i := range page.Items {
-			if addErr == nil {
-				addErr = add(&page.Items[i], SourceEtcd)
+			if err := add(&page.Items[i], SourceEtcd); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
-	if err = errors.Join(err, addErr); err != nil {
+	if err != nil {
 		return nil, 0, false, fmt.Errorf("cannot search the ToolActions in %s: %w", Scope(namespace), err)
 	}
 	req := l.archive.Get().Resource(archivev1alpha1.Resource).Param("limit", fmt.Sprint(listPageSize))
@@ -97,7 +97,7 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter history.F
 	for param, values := range filter.Query() {
 		req = req.Param(param, values[0])
 	}
-	for cont := ""; ; {
+	err = pager.Walk(func(cont string) (string, error) {
 		var page archivev1alpha1.ArchivedToolActionList
 		r := req
 		if cont != "" {
@@ -105,20 +105,21 @@ func (l *Ledger) History(ctx context.Context, namespace string, filter history.F
 		}
 		err := r.Do(ctx).Into(&page)
 		if isNoArchiveAPI(err) {
-			break
+			return "", nil
 		}
 		if err != nil {
-			return nil, 0, false, fmt.Errorf("cannot search the archive in %s: %w", Scope(namespace), err)
+			return "", fmt.Errorf("cannot search the archive in %s: %w", Scope(namespace), err)
 		}
 		archived = true
 		for i := range page.Items {
 			if err := add(ActionOf(&page.Items[i]), SourceArchive); err != nil {
-				return nil, 0, false, err
+				return "", err
 			}
 		}
-		if cont = page.Continue; cont == "" {
-			break
-		}
+		return page.Continue, nil
+	})
+	if err != nil {
+		return nil, 0, false, err
 	}
 	if newest > 0 {
 		return newestOf(records, newest), matched, archived, nil

@@ -19,8 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/toolref"
+	"github.com/toolledger/toolledger/internal/pager"
 	"github.com/toolledger/toolledger/pkg/sdk"
+	"github.com/toolledger/toolledger/pkg/toolref"
 )
 
 const (
@@ -171,9 +172,8 @@ func lastSightings(actions []v1alpha1.ToolAction) []v1alpha1.ToolAction {
 // ListActions reads the ToolActions of a namespace ("" for all) that match
 // the field selector.
 func (l *Ledger) ListActions(ctx context.Context, namespace, fieldSelector string) ([]v1alpha1.ToolAction, error) {
-	var items []v1alpha1.ToolAction
-	err := listPages(ctx, l, resourceActions, namespace, metav1.ListOptions{FieldSelector: fieldSelector},
-		func(page *v1alpha1.ToolActionList) { items = append(items, page.Items...) })
+	items, err := listAll(ctx, l, resourceActions, namespace, metav1.ListOptions{FieldSelector: fieldSelector},
+		func(page *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return page.Items })
 	if err != nil {
 		return nil, fmt.Errorf("cannot list ToolActions (%s) in %s: %w", fieldSelector, Scope(namespace), err)
 	}
@@ -183,9 +183,8 @@ func (l *Ledger) ListActions(ctx context.Context, namespace, fieldSelector strin
 // ListTombstones reads the Tombstones of a namespace ("" for all) that match
 // the label selector.
 func (l *Ledger) ListTombstones(ctx context.Context, namespace, labelSelector string) ([]v1alpha1.Tombstone, error) {
-	var items []v1alpha1.Tombstone
-	err := listPages(ctx, l, resourceTombstones, namespace, metav1.ListOptions{LabelSelector: labelSelector},
-		func(page *v1alpha1.TombstoneList) { items = append(items, page.Items...) })
+	items, err := listAll(ctx, l, resourceTombstones, namespace, metav1.ListOptions{LabelSelector: labelSelector},
+		func(page *v1alpha1.TombstoneList) []v1alpha1.Tombstone { return page.Items })
 	if err != nil {
 		return nil, fmt.Errorf("cannot list Tombstones in %s: %w", Scope(namespace), err)
 	}
@@ -196,11 +195,12 @@ func (l *Ledger) ListTombstones(ctx context.Context, namespace, labelSelector st
 // ("" for all), by namespace and name.
 func (l *Ledger) listToolRetentions(ctx context.Context, namespace string) (map[ToolKey]*metav1.Duration, error) {
 	retentions := map[ToolKey]*metav1.Duration{}
-	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) {
+	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) error {
 		for i := range page.Items {
 			t := &page.Items[i]
 			retentions[ToolKey{Kind: v1alpha1.KindTool, Namespace: t.Namespace, Name: t.Name}] = t.Spec.KeyRetention
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot list Tools in %s: %w", Scope(namespace), err)
@@ -211,11 +211,12 @@ func (l *Ledger) listToolRetentions(ctx context.Context, namespace string) (map[
 // listClusterToolRetentions reads the keyRetention of every ClusterTool.
 func (l *Ledger) listClusterToolRetentions(ctx context.Context) (map[ToolKey]*metav1.Duration, error) {
 	retentions := map[ToolKey]*metav1.Duration{}
-	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) {
+	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) error {
 		for i := range page.Items {
 			t := &page.Items[i]
 			retentions[ToolKey{Kind: v1alpha1.KindClusterTool, Name: t.Name}] = t.Spec.KeyRetention
 		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot list ClusterTools: %w", err)
@@ -225,24 +226,36 @@ func (l *Ledger) listClusterToolRetentions(ctx context.Context) (map[ToolKey]*me
 
 // listPages reads a resource of a namespace ("" for all, and for a
 // cluster-scoped resource) page by page, so that no response is of
-// unbounded size, and hands each page to each.
+// unbounded size, and hands each page to each, stopping at its first error.
 func listPages[L any, PL interface {
 	*L
 	runtime.Object
 	GetContinue() string
-}](ctx context.Context, l *Ledger, resource, namespace string, opts metav1.ListOptions, each func(PL)) error {
+}](ctx context.Context, l *Ledger, resource, namespace string, opts metav1.ListOptions, each func(PL) error) error {
 	opts.Limit = listPageSize
-	for {
+	return pager.Walk(func(cont string) (string, error) {
+		opts.Continue = cont
 		page := PL(new(L))
 		if err := l.collection(resource, namespace, &opts).Do(ctx).Into(page); err != nil {
-			return err
+			return "", err
 		}
-		each(page)
-		if page.GetContinue() == "" {
-			return nil
-		}
-		opts.Continue = page.GetContinue()
-	}
+		return page.GetContinue(), each(page)
+	})
+}
+
+// listAll reads a resource of a namespace as listPages does, and returns
+// the items of every page.
+func listAll[T, L any, PL interface {
+	*L
+	runtime.Object
+	GetContinue() string
+}](ctx context.Context, l *Ledger, resource, namespace string, opts metav1.ListOptions, items func(PL) []T) ([]T, error) {
+	var all []T
+	err := listPages(ctx, l, resource, namespace, opts, func(page PL) error {
+		all = append(all, items(page)...)
+		return nil
+	})
+	return all, err
 }
 
 // collection is a list or watch request of a resource in a namespace ("" for

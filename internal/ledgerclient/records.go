@@ -130,9 +130,7 @@ func listRecordsOf[T, L any, PL interface {
 	runtime.Object
 	GetContinue() string
 }](ctx context.Context, l *Ledger, resource, kind, namespace, key string, items func(PL) []T) ([]T, error) {
-	var records []T
-	err := listPages(ctx, l, resource, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)},
-		func(page PL) { records = append(records, items(page)...) })
+	records, err := listAll(ctx, l, resource, namespace, metav1.ListOptions{FieldSelector: actionNameSelector(key)}, items)
 	if err != nil {
 		return nil, fmt.Errorf("cannot list the %ss of %q in %s: %w", kind, key, Scope(namespace), err)
 	}
@@ -145,8 +143,7 @@ func actionNameSelector(key string) string {
 
 // ListTools reads the Tools of a namespace ("" for all).
 func (l *Ledger) ListTools(ctx context.Context, namespace string) ([]v1alpha1.Tool, error) {
-	var items []v1alpha1.Tool
-	err := listPages(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) { items = append(items, page.Items...) })
+	items, err := listAll(ctx, l, resourceTools, namespace, metav1.ListOptions{}, func(page *v1alpha1.ToolList) []v1alpha1.Tool { return page.Items })
 	if err != nil {
 		return nil, fmt.Errorf("cannot list Tools in %s: %w", Scope(namespace), err)
 	}
@@ -155,8 +152,7 @@ func (l *Ledger) ListTools(ctx context.Context, namespace string) ([]v1alpha1.To
 
 // ListClusterTools reads the ClusterTools.
 func (l *Ledger) ListClusterTools(ctx context.Context) ([]v1alpha1.ClusterTool, error) {
-	var items []v1alpha1.ClusterTool
-	err := listPages(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) { items = append(items, page.Items...) })
+	items, err := listAll(ctx, l, resourceClusterTools, "", metav1.ListOptions{}, func(page *v1alpha1.ClusterToolList) []v1alpha1.ClusterTool { return page.Items })
 	if err != nil {
 		return nil, fmt.Errorf("cannot list ClusterTools: %w", err)
 	}

@@ -21,20 +21,31 @@ func Each[T, L any, PL interface {
 	client.ObjectList
 }](ctx context.Context, reader client.Reader, what string, items func(PL) []T, opts []client.ListOption, visit func(*T) error) error {
 	opts = append(opts, client.Limit(PageSize))
-	for {
+	return Walk(func(cont string) (string, error) {
 		page := PL(new(L))
-		if err := reader.List(ctx, page, opts...); err != nil {
-			return fmt.Errorf("cannot list %s: %w", what, err)
+		if err := reader.List(ctx, page, append(opts, client.Continue(cont))...); err != nil {
+			return "", fmt.Errorf("cannot list %s: %w", what, err)
 		}
 		list := items(page)
 		for i := range list {
 			if err := visit(&list[i]); err != nil {
-				return err
+				return "", err
 			}
 		}
-		if page.GetContinue() == "" {
-			return nil
+		return page.GetContinue(), nil
+	})
+}
+
+// Walk is the paging of every list, whichever client reads it: page reads
+// the page that the continue token cont starts ("" the first) and returns
+// the next page's token, "" after the last. Walk stops at page's first
+// error, which it returns as it is.
+func Walk(page func(cont string) (next string, err error)) error {
+	for cont := ""; ; {
+		next, err := page(cont)
+		if err != nil || next == "" {
+			return err
 		}
-		opts = append(opts, client.Continue(page.GetContinue()))
+		cont = next
 	}
 }

@@ -10,7 +10,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/toolref"
+	"github.com/toolledger/toolledger/pkg/duplicates"
+	"github.com/toolledger/toolledger/pkg/toolref"
 )
 
 // WithMetrics has the Client count, on reg, the duplicates and key
@@ -57,35 +58,26 @@ type cachedRetention struct {
 
 const retentionTTL = 5 * time.Minute
 
-// DuplicateAgeBuckets span a retry within seconds to a backup restored
-// months later; DuplicateRetentionRatioBuckets are tenths of a key
-// retention. The manager observes its duplicates with the same buckets, so
-// that the series of both sum.
-var (
-	DuplicateAgeBuckets            = []float64{1, 10, 60, 300, 900, 3600, 6 * 3600, 24 * 3600, 3 * 24 * 3600, 7 * 24 * 3600, 30 * 24 * 3600, 90 * 24 * 3600}
-	DuplicateRetentionRatioBuckets = []float64{.1, .2, .3, .4, .5, .6, .7, .8, .9, 1}
-)
-
 func newSDKMetrics(reg prometheus.Registerer) (*sdkMetrics, error) {
 	labels := []string{"namespace", "tool_kind", "tool", "source"}
 	m := &sdkMetrics{
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "toolledger_duplicate_hits_total",
+			Name: duplicates.HitsName,
 			Help: "Repeats of a recorded intent answered without a second effect; source=sdk: the API server found the key recorded with the same request.",
 		}, labels),
 		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "toolledger_key_conflicts_total",
+			Name: duplicates.KeyConflictsName,
 			Help: "Keys used again for a different request, refused without executing it; source=sdk: the API server refused the apply.",
 		}, labels),
 		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "toolledger_duplicate_age_seconds",
+			Name:    duplicates.AgeName,
 			Help:    "How long after the first attempt's completion a duplicate arrived.",
-			Buckets: DuplicateAgeBuckets,
+			Buckets: duplicates.AgeBuckets,
 		}, labels),
 		ratio: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "toolledger_duplicate_age_retention_ratio",
+			Name:    duplicates.RetentionRatioName,
 			Help:    "A duplicate's age as a fraction of its tool's keyRetention (tools with a keyRetention only).",
-			Buckets: DuplicateRetentionRatioBuckets,
+			Buckets: duplicates.RetentionRatioBuckets,
 		}, labels),
 		retentions: map[toolName]cachedRetention{},
 	}

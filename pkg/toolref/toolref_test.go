@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/toolref"
+	"github.com/toolledger/toolledger/pkg/toolref"
 )
 
 // source holds Tools of shop, ClusterTools and the labels of shop.
