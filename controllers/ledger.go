@@ -263,7 +263,7 @@ func (l *Ledger) eventTraceparent(action *v1alpha1.ToolAction) string {
 // moved on without this transition.
 func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, t transition) (*v1alpha1.ToolAction, error) {
 	if t.reapplyWhile == nil {
-		err := l.client.Status().Update(ctx, next)
+		written, err := l.updateStatus(ctx, next, nil)
 		if apierrors.IsConflict(err) && t.race != "" {
 			claimConflicts.WithLabelValues(t.race).Inc()
 			log.FromContext(ctx).V(1).Info("Transition lost to a newer version", "race", t.race, "attempt", next.Status.Attempts)
@@ -271,33 +271,23 @@ func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, 
 		if err != nil {
 			return nil, ignoreConflict(err, "cannot record the transition of %s to %s", current.Name, next.Status.Phase)
 		}
-		return next, nil
+		return written, nil
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		err := l.client.Status().Update(ctx, next)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		var latest v1alpha1.ToolAction
-		if getErr := l.reader.Get(ctx, client.ObjectKeyFromObject(current), &latest); getErr != nil {
-			return getErr
-		}
-		if !t.reapplyWhile(&latest) {
-			next = nil
+	written, err := l.updateStatus(ctx, next, func(latest *v1alpha1.ToolAction) *v1alpha1.ToolAction {
+		if !t.reapplyWhile(latest) {
 			return nil
 		}
-		next = l.applied(ctx, &latest, t)
-		return err
+		return l.applied(ctx, latest, t)
 	})
 	if err != nil {
 		// A claimed attempt that cannot record its outcome ends with its
 		// lease: the action then becomes Unknown.
 		return nil, fmt.Errorf("cannot record the transition of %s/%s (attempt %d): %w", current.Namespace, current.Name, current.Status.Attempts, err)
 	}
-	if next == nil {
+	if written == nil {
 		log.FromContext(ctx).V(1).Info("Transition not reapplied: the record changed and no longer takes it", "phase", current.Status.Phase)
 	}
-	return next, nil
+	return written, nil
 }
 
 // Acknowledge records what the notifier's deliveries settled on action. A
@@ -305,30 +295,54 @@ func (l *Ledger) write(ctx context.Context, current, next *v1alpha1.ToolAction, 
 // that nothing is delivered again; a finished action that owes nothing
 // more is handed back, as its retention waited for its events.
 func (l *Ledger) Acknowledge(ctx context.Context, action *v1alpha1.ToolAction, settled notify.Settled) error {
-	current := action
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	settle := func(current *v1alpha1.ToolAction) *v1alpha1.ToolAction {
 		next := current.DeepCopy()
 		settled.Apply(&next.Status, metav1.NewTime(l.clock.Now()))
 		if statusEqual(current, next) {
 			return nil
 		}
-		err := l.client.Status().Update(ctx, next)
-		if err == nil && !next.Status.NotificationsPending {
-			l.follow(next)
-		}
-		if apierrors.IsConflict(err) {
-			latest := &v1alpha1.ToolAction{}
-			if getErr := l.reader.Get(ctx, client.ObjectKeyFromObject(action), latest); getErr != nil {
-				return getErr
-			}
-			current = latest
-		}
-		return err
-	})
+		return next
+	}
+	next := settle(action)
+	if next == nil {
+		return nil
+	}
+	written, err := l.updateStatus(ctx, next, settle)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("cannot record the delivered notifications: %w", err)
 	}
+	if written != nil && !written.Status.NotificationsPending {
+		l.follow(written)
+	}
 	return nil
+}
+
+// updateStatus is the one write of a ToolAction's status. Without rebase a
+// conflict is returned; with it, the record is read again and what rebase
+// makes of it written, until a write lands, rebase returns nil (the record
+// no longer takes the change) or the retries run out. It returns what was
+// written, or nil.
+func (l *Ledger) updateStatus(ctx context.Context, next *v1alpha1.ToolAction, rebase func(latest *v1alpha1.ToolAction) *v1alpha1.ToolAction) (*v1alpha1.ToolAction, error) {
+	key := client.ObjectKeyFromObject(next)
+	rebases := func(err error) bool { return rebase != nil && apierrors.IsConflict(err) }
+	err := retry.OnError(retry.DefaultRetry, rebases, func() error {
+		err := l.client.Status().Update(ctx, next)
+		if !rebases(err) {
+			return err
+		}
+		latest := &v1alpha1.ToolAction{}
+		if getErr := l.reader.Get(ctx, key, latest); getErr != nil {
+			return getErr
+		}
+		if next = rebase(latest); next == nil {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // holdsBack reports whether the record must stay until its events are
