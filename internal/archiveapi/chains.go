@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,17 @@ import (
 )
 
 var chainResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.ChainResource}
+
+// archiveChains serve ArchiveChains: each namespace's hash chain, verified a step
+// per request.
+type archiveChains struct{ *Handler }
+
+func (archiveChains) describe() metav1.APIResource {
+	return metav1.APIResource{
+		Name: archivev1alpha1.ChainResource, SingularName: "archivechain", Namespaced: true,
+		Kind: "ArchiveChain", Verbs: metav1.Verbs{"get", "list"},
+	}
+}
 
 // verifyBudget bounds the time one request spends verifying: a long
 // chain is verified over several requests, each well inside the API
@@ -58,8 +70,8 @@ func (h *Handler) takeVerification(w http.ResponseWriter, r *http.Request, user 
 	return nil, false
 }
 
-// getChain verifies the namespace's chain, which is named ledger, a step.
-func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, user, namespace, name string) {
+// get verifies the namespace's chain, which is named ledger, a step.
+func (h archiveChains) get(w http.ResponseWriter, r *http.Request, user authenticationv1.UserInfo, namespace, name string) {
 	if name != archivev1alpha1.ChainName {
 		writeStatus(w, apierrors.NewNotFound(chainResource, name))
 		return
@@ -69,7 +81,7 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, user, namespa
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
-	done, ok := h.takeVerification(w, r, user)
+	done, ok := h.takeVerification(w, r, user.Username)
 	if !ok {
 		return
 	}
@@ -86,15 +98,15 @@ func (h *Handler) getChain(w http.ResponseWriter, r *http.Request, user, namespa
 	writeJSON(w, chain)
 }
 
-// listChains verifies the namespace's chain, or every namespace's, a step
+// list verifies the namespace's chain, or every namespace's, a step
 // each within one budget: a namespace the budget did not reach is listed
 // incomplete, and the next list goes on with it.
-func (h *Handler) listChains(w http.ResponseWriter, r *http.Request, user, namespace string) {
+func (h archiveChains) list(w http.ResponseWriter, r *http.Request, user authenticationv1.UserInfo, namespace string) {
 	if r.URL.Query().Has("head") {
 		writeStatus(w, apierrors.NewBadRequest("a copied head is one namespace's: give it with a get of its ArchiveChain, ledger"))
 		return
 	}
-	done, ok := h.takeVerification(w, r, user)
+	done, ok := h.takeVerification(w, r, user.Username)
 	if !ok {
 		return
 	}

@@ -8,15 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -32,22 +31,23 @@ var AuthenticationConfigMap = types.NamespacedName{Namespace: "kube-system", Nam
 var errNotFromTheAPIServer = errors.New("the archive API answers only requests forwarded by the API server (its front-proxy client certificate); use kubectl or a Kubernetes client")
 
 // requestHeader is the API server's front-proxy configuration, as the
-// AuthenticationConfigMap gives it.
+// AuthenticationConfigMap gives it, and k8s.io/apiserver's request-header
+// authenticator over it.
 type requestHeader struct {
-	clientCAs      *x509.CertPool
-	allowedNames   []string
-	usernameHeader []string
-	uidHeaders     []string
-	groupHeaders   []string
-	extraPrefixes  []string
+	clientCAs     *x509.CertPool
+	authenticator authenticator.Request
 }
 
 // Authenticator trusts the user a request names in its headers only when
 // the request carries a client certificate the API server's front-proxy CA
-// signed, for one of the allowed names, or any name when none is listed,
-// as k8s.io/apiserver does: the API server has authenticated the user and
-// forwards them. It re-reads the configuration every refresh, and checks
-// each request against the configuration read last.
+// signed, for one of the allowed names, or any name when none is listed:
+// the API server has authenticated the user and forwards them. The check
+// is k8s.io/apiserver's own (headerrequest over x509); what this type adds
+// is reading its configuration through the manager's client rather than
+// the informers and typed clientset of k8s.io/apiserver's controllers. It
+// re-reads the configuration every refresh, and checks each request,
+// certificate included, against the configuration read last: a kept-alive
+// connection outlives a rotation of the CA.
 type Authenticator struct {
 	reader  client.Reader
 	current atomic.Pointer[requestHeader]
@@ -109,13 +109,13 @@ func parseRequestHeader(data map[string]string) (*requestHeader, error) {
 	if !pool.AppendCertsFromPEM([]byte(ca)) {
 		return nil, errors.New("its requestheader-client-ca-file holds no PEM certificate")
 	}
-	h := &requestHeader{clientCAs: pool}
+	var allowedNames, usernameHeaders, uidHeaders, groupHeaders, extraPrefixes []string
 	for key, into := range map[string]*[]string{
-		"requestheader-allowed-names":        &h.allowedNames,
-		"requestheader-username-headers":     &h.usernameHeader,
-		"requestheader-uid-headers":          &h.uidHeaders,
-		"requestheader-group-headers":        &h.groupHeaders,
-		"requestheader-extra-headers-prefix": &h.extraPrefixes,
+		"requestheader-allowed-names":        &allowedNames,
+		"requestheader-username-headers":     &usernameHeaders,
+		"requestheader-uid-headers":          &uidHeaders,
+		"requestheader-group-headers":        &groupHeaders,
+		"requestheader-extra-headers-prefix": &extraPrefixes,
 	} {
 		if data[key] == "" {
 			continue
@@ -124,10 +124,16 @@ func parseRequestHeader(data map[string]string) (*requestHeader, error) {
 			return nil, fmt.Errorf("its %s is not a JSON list of strings: %w", key, err)
 		}
 	}
-	if len(h.usernameHeader) == 0 {
+	if len(usernameHeaders) == 0 {
 		return nil, errors.New("it names no requestheader-username-headers")
 	}
-	return h, nil
+	// The client's intermediates are added by the verifier, per request.
+	verifyOptions := func() (x509.VerifyOptions, bool) {
+		return x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true
+	}
+	return &requestHeader{clientCAs: pool, authenticator: headerrequest.NewDynamicVerifyOptionsSecure(verifyOptions,
+		headerrequest.StaticStringSlice(allowedNames), headerrequest.StaticStringSlice(usernameHeaders), headerrequest.StaticStringSlice(uidHeaders),
+		headerrequest.StaticStringSlice(groupHeaders), headerrequest.StaticStringSlice(extraPrefixes))}, nil
 }
 
 // TLSConfig asks each client for a certificate and verifies one given
@@ -155,69 +161,20 @@ func (a *Authenticator) User(r *http.Request) (authenticationv1.UserInfo, error)
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
 		return authenticationv1.UserInfo{}, errNotFromTheAPIServer
 	}
-	if err := h.verify(r.TLS.PeerCertificates); err != nil {
-		return authenticationv1.UserInfo{}, fmt.Errorf("%w; %w", errNotFromTheAPIServer, err)
-	}
-	if name := r.TLS.PeerCertificates[0].Subject.CommonName; len(h.allowedNames) > 0 && !slices.Contains(h.allowedNames, name) {
-		return authenticationv1.UserInfo{}, fmt.Errorf("%w; the client certificate's name %q is not one the API server allows", errNotFromTheAPIServer, name)
-	}
-	user := authenticationv1.UserInfo{Username: firstValue(r.Header, h.usernameHeader), UID: firstValue(r.Header, h.uidHeaders)}
-	if user.Username == "" {
+	answer, ok, err := h.authenticator.AuthenticateRequest(r)
+	switch {
+	case err != nil:
+		return authenticationv1.UserInfo{}, fmt.Errorf("%w; the client certificate is not the current front proxy's: %w", errNotFromTheAPIServer, err)
+	case !ok:
 		return authenticationv1.UserInfo{}, fmt.Errorf("%w; the request names no user", errNotFromTheAPIServer)
 	}
-	for _, name := range h.groupHeaders {
-		user.Groups = append(user.Groups, r.Header.Values(name)...)
+	forwarded := answer.User
+	user := authenticationv1.UserInfo{Username: forwarded.GetName(), UID: forwarded.GetUID(), Groups: forwarded.GetGroups()}
+	for key, values := range forwarded.GetExtra() {
+		if user.Extra == nil {
+			user.Extra = map[string]authenticationv1.ExtraValue{}
+		}
+		user.Extra[key] = values
 	}
-	user.Extra = extra(r.Header, h.extraPrefixes)
 	return user, nil
-}
-
-// verify checks the client's certificate chain, leaf first, against the
-// front-proxy CA read last, on every request, as k8s.io/apiserver's
-// request-header authenticator does: the handshake verified it against
-// the CA of its time, and a kept-alive connection outlives a rotation.
-// The intermediates are those the client sent.
-func (h *requestHeader) verify(chain []*x509.Certificate) error {
-	opts := x509.VerifyOptions{Roots: h.clientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if len(chain) > 1 {
-		opts.Intermediates = x509.NewCertPool()
-		for _, intermediate := range chain[1:] {
-			opts.Intermediates.AddCert(intermediate)
-		}
-	}
-	if _, err := chain[0].Verify(opts); err != nil {
-		return fmt.Errorf("the client certificate does not verify against the current front-proxy CA: %w", err)
-	}
-	return nil
-}
-
-func firstValue(header http.Header, names []string) string {
-	for _, name := range names {
-		if v := header.Get(name); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// extra reads the user's extra values: each header under a prefix names a
-// key, lower-cased and percent-decoded, as the API server sends it.
-func extra(header http.Header, prefixes []string) map[string]authenticationv1.ExtraValue {
-	var out map[string]authenticationv1.ExtraValue
-	for name, values := range header {
-		for _, prefix := range prefixes {
-			if !strings.HasPrefix(strings.ToLower(name), strings.ToLower(prefix)) {
-				continue
-			}
-			key, err := url.PathUnescape(strings.ToLower(name[len(prefix):]))
-			if err != nil {
-				continue
-			}
-			if out == nil {
-				out = map[string]authenticationv1.ExtraValue{}
-			}
-			out[key] = append(out[key], values...)
-		}
-	}
-	return out
 }

@@ -80,7 +80,7 @@ func TestAKeptAliveConnectionIsVerifiedAgainstTheCurrentCA(t *testing.T) {
 	}
 
 	code, message, reused := ask(proxied)
-	want := errNotFromTheAPIServer.Error() + "; the client certificate does not verify against the current front-proxy CA: x509: certificate signed by unknown authority"
+	want := errNotFromTheAPIServer.Error() + "; the client certificate is not the current front proxy's: x509: certificate signed by unknown authority"
 	if !reused || code != http.StatusUnauthorized || !strings.HasPrefix(message, want) {
 		t.Errorf("after the rotation, on the same connection (reused %v): %d %q, want 401 %q", reused, code, message, want)
 	}

@@ -7,7 +7,9 @@
 // certificate, authorizes the user again with a SubjectAccessReview, and
 // answers from PostgreSQL. So `kubectl get archivedtoolactions`, the plugin,
 // the web console and the MCP gateway read the archive as their user, and
-// no user holds the database's credentials.
+// no user holds the database's credentials. It is not built on
+// k8s.io/apiserver's generic server, whose lists are whole in memory:
+// docs/archive.md says why.
 package archiveapi
 
 import (
@@ -28,7 +30,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	archivev1alpha1 "github.com/toolledger/toolledger/api/archive/v1alpha1"
@@ -90,14 +91,18 @@ type Handler struct {
 	verifiers   map[string]bool
 	// reads holds the memory the reads being served hold (readMemory).
 	reads *semaphore.Weighted
+	// resources are the API's kinds, in discovery's order.
+	resources []resource
 }
 
 // NewHandler returns the API's handler: records read with the users
 // authn authenticates, authorized by SubjectAccessReviews asked with kube,
 // their chains verified against what chains keeps.
 func NewHandler(records Records, chains *chainstate.Store, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
-	return &Handler{records: records, chains: chains, authn: authn, kube: kube, log: log,
+	h := &Handler{records: records, chains: chains, authn: authn, kube: kube, log: log,
 		verifying: make(chan struct{}, maxVerifications), verifiers: map[string]bool{}, reads: semaphore.NewWeighted(readMemory)}
+	h.resources = []resource{archivedActions{h}, archiveChains{h}}
+	return h
 }
 
 // holdRead takes a read's share of readMemory, waiting readWait at most,
@@ -111,8 +116,6 @@ func (h *Handler) holdRead(w http.ResponseWriter, r *http.Request) (release func
 	}
 	return func() { h.reads.Release(recordHold) }, true
 }
-
-var groupResource = schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: archivev1alpha1.Resource}
 
 var (
 	groupPath   = "/apis/" + archivev1alpha1.GroupVersion.Group
@@ -135,7 +138,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodGet {
-		writeStatus(w, apierrors.NewMethodNotSupported(groupResource, strings.ToLower(r.Method)))
+		writeStatus(w, apierrors.NewMethodNotSupported(actionResource, strings.ToLower(r.Method)))
 		return
 	}
 	switch r.URL.Path {
@@ -148,7 +151,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, &group)
 		return
 	case versionPath:
-		writeJSON(w, apiResources())
+		writeJSON(w, h.apiResources())
 		return
 	case "/openapi/v3":
 		writeRaw(w, openAPIIndex)
@@ -157,12 +160,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, openAPI)
 		return
 	}
-	resource, namespace, name, ok := parseResourcePath(strings.TrimPrefix(r.URL.Path, versionPath))
+	res, namespace, name, ok := h.route(strings.TrimPrefix(r.URL.Path, versionPath))
 	if !ok || !strings.HasPrefix(r.URL.Path, versionPath+"/") {
 		writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
 		return
 	}
-	gr := schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: resource}
+	gr := schema.GroupResource{Group: archivev1alpha1.GroupVersion.Group, Resource: res.describe().Name}
 	if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
 		writeStatus(w, apierrors.NewMethodNotSupported(gr, "watch"))
 		return
@@ -180,34 +183,43 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	switch {
-	case resource == archivev1alpha1.ChainResource && name != "":
-		h.getChain(w, r, user.Username, namespace, name)
-	case resource == archivev1alpha1.ChainResource:
-		h.listChains(w, r, user.Username, namespace)
-	case name != "":
-		h.get(w, r, namespace, name)
-	default:
-		h.list(w, r, namespace)
+	if name != "" {
+		res.get(w, r, user, namespace, name)
+	} else {
+		res.list(w, r, user, namespace)
 	}
 }
 
-// parseResourcePath reads /namespaces/NS/RESOURCE[/NAME] or /RESOURCE
-// (every namespace), for the API's two resources.
-func parseResourcePath(path string) (resource, namespace, name string, ok bool) {
+// A resource is one of the API's kinds: what discovery says of it and its
+// two verbs, which ServeHTTP calls once it has authenticated the user and
+// authorized the verb.
+type resource interface {
+	describe() metav1.APIResource
+	get(w http.ResponseWriter, r *http.Request, user authenticationv1.UserInfo, namespace, name string)
+	list(w http.ResponseWriter, r *http.Request, user authenticationv1.UserInfo, namespace string)
+}
+
+// route reads /namespaces/NS/RESOURCE[/NAME] or /RESOURCE (every
+// namespace) for one of the API's resources.
+func (h *Handler) route(path string) (res resource, namespace, name string, ok bool) {
+	find := func(name string) resource {
+		for _, res := range h.resources {
+			if res.describe().Name == name {
+				return res
+			}
+		}
+		return nil
+	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
-	known := func(resource string) bool {
-		return resource == archivev1alpha1.Resource || resource == archivev1alpha1.ChainResource
-	}
 	switch {
-	case len(parts) == 1 && known(parts[0]):
-		return parts[0], "", "", true
-	case len(parts) == 3 && parts[0] == "namespaces" && known(parts[2]):
-		return parts[2], parts[1], "", true
-	case len(parts) == 4 && parts[0] == "namespaces" && known(parts[2]):
-		return parts[2], parts[1], parts[3], true
+	case len(parts) == 1:
+		res = find(parts[0])
+	case len(parts) == 3 && parts[0] == "namespaces":
+		res, namespace = find(parts[2]), parts[1]
+	case len(parts) == 4 && parts[0] == "namespaces":
+		res, namespace, name = find(parts[2]), parts[1], parts[3]
 	}
-	return "", "", "", false
+	return res, namespace, name, res != nil
 }
 
 // authorize asks the API server whether user may verb the records of
@@ -239,154 +251,6 @@ func (h *Handler) authorize(ctx context.Context, user authenticationv1.UserInfo,
 	return apierrors.NewForbidden(gr, name, reason)
 }
 
-func (h *Handler) get(w http.ResponseWriter, r *http.Request, namespace, name string) {
-	if problems := validation.IsDNS1123Subdomain(name); len(problems) > 0 {
-		writeStatus(w, apierrors.NewNotFound(groupResource, name))
-		return
-	}
-	// Of the namespace now under the name: one created again under it
-	// starts a new history.
-	ns, err := archive.CurrentNamespace(r.Context(), h.kube, namespace)
-	if apierrors.IsNotFound(err) {
-		writeStatus(w, apierrors.NewNotFound(groupResource, name))
-		return
-	}
-	if err != nil {
-		writeStatus(w, apierrors.NewInternalError(err))
-		return
-	}
-	record, err := h.records.Read(r.Context(), ns, name)
-	switch {
-	case err != nil:
-		writeStatus(w, h.unavailable(err))
-		return
-	case record == nil:
-		writeStatus(w, apierrors.NewNotFound(groupResource, name))
-		return
-	}
-	object, err := Object(record)
-	if err != nil {
-		writeStatus(w, apierrors.NewInternalError(err))
-		return
-	}
-	if wantsTable(r) {
-		writeJSON(w, table([]archivev1alpha1.ArchivedToolAction{*object}, r.URL.Query().Get("includeObject")))
-		return
-	}
-	writeJSON(w, object)
-}
-
-func (h *Handler) list(w http.ResponseWriter, r *http.Request, namespace string) {
-	query := r.URL.Query()
-	if v := query.Get("labelSelector"); v != "" {
-		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s cannot select by labelSelector (%q): select by fieldSelector (%s)", groupResource, v, history.SelectableFields())))
-		return
-	}
-	filter, err := history.ParseQuery(query)
-	if err != nil {
-		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return
-	}
-	limit, unpaged := MaxPage, true
-	if v := query.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("limit %q is not a count", v)))
-			return
-		}
-		if n > 0 {
-			limit, unpaged = min(n, MaxPage), false
-		}
-	}
-	from, err := decodeContinue(query.Get("continue"), namespace, filter)
-	if err != nil {
-		writeStatus(w, apierrors.NewBadRequest(err.Error()))
-		return
-	}
-	ctx := r.Context()
-	// A namespace lists the records of its current life: one created again
-	// under the name starts a new history; a cluster-wide list shows all.
-	in := archive.Scope{Namespace: namespace}
-	if namespace != "" {
-		ns, err := archive.CurrentNamespace(ctx, h.kube, namespace)
-		switch {
-		case apierrors.IsNotFound(err):
-			ns = archive.Namespace{Name: namespace, UID: "", Created: time.Now()}
-		case err != nil:
-			writeStatus(w, apierrors.NewInternalError(err))
-			return
-		}
-		in.Life = &ns
-	}
-	out := &listWriter{w: w, table: wantsTable(r), includeObject: query.Get("includeObject")}
-	var next *archive.Position
-	if unpaged {
-		// Known before the first byte: past that, no status can be sent.
-		var counted int
-		counted, err = h.records.Count(ctx, in, filter, MaxUnpaged+1)
-		switch {
-		case err != nil:
-			writeStatus(w, h.unavailable(err))
-			return
-		case counted > MaxUnpaged:
-			writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("%s holds more than %d records here: list them in pages with a limit (kubectl does, 500 at a time)", groupResource, MaxUnpaged)))
-			return
-		}
-		for more := &from; more != nil && err == nil; {
-			more, err = h.page(ctx, out, in, filter, *more, MaxPage)
-		}
-	} else {
-		next, err = h.page(ctx, out, in, filter, from, limit)
-	}
-	if err != nil {
-		if out.started {
-			// The items written so far must not read as the whole list.
-			h.log.Error(err, "The archive API cannot finish a list it began; the response is cut")
-			panic(http.ErrAbortHandler)
-		}
-		writeStatus(w, h.unavailable(err))
-		return
-	}
-	var token string
-	if next != nil {
-		token = history.EncodeContinue(filter, *next)
-	}
-	out.finish(token)
-}
-
-// page writes the records after from, up to limit of them or PageBytes of
-// their JSON, to out as the database sends them; it returns where the next
-// page starts, nil at the end.
-func (h *Handler) page(ctx context.Context, out *listWriter, in archive.Scope, filter history.Filter, from archive.Position, limit int) (*archive.Position, error) {
-	var (
-		next, last *archive.Position
-		n, size    int
-		failed     error
-	)
-	err := h.records.List(ctx, in, filter, from, limit+1, func(record *archive.Record) bool {
-		if n == limit {
-			next = last
-			return false
-		}
-		item, err := out.encode(record)
-		if err != nil {
-			failed = err
-			return false
-		}
-		if n > 0 && size+len(item) > PageBytes {
-			next = last
-			return false
-		}
-		if failed = out.write(item); failed != nil {
-			return false
-		}
-		position := record.Position()
-		n, size, last = n+1, size+len(item), &position
-		return true
-	})
-	return next, errors.Join(err, failed)
-}
-
 // unavailable is the answer when the archive cannot be read: 503 with a
 // Retry-After, which clients retry. The database's own error, which may
 // name hosts and roles, goes to the manager's log, not to the caller.
@@ -405,39 +269,20 @@ func retryLater(message string) *apierrors.StatusError {
 	return status
 }
 
-// decodeContinue is where a list of namespace under filter goes on: a
-// token is bound to the filter it was made under, and to its namespace.
-func decodeContinue(token, namespace string, filter history.Filter) (archive.Position, error) {
-	if token == "" {
-		return archive.Position{}, nil
-	}
-	from, err := history.DecodeContinue[archive.Position](filter, token)
-	if err != nil {
-		return archive.Position{}, err
-	}
-	if namespace != "" && from.Namespace != namespace {
-		return archive.Position{}, fmt.Errorf("the continue token is for namespace %q, not %q", from.Namespace, namespace)
-	}
-	return from, nil
-}
-
 func apiGroup() metav1.APIGroup {
 	version := metav1.GroupVersionForDiscovery{GroupVersion: archivev1alpha1.GroupVersion.String(), Version: archivev1alpha1.GroupVersion.Version}
 	return metav1.APIGroup{Name: archivev1alpha1.GroupVersion.Group, Versions: []metav1.GroupVersionForDiscovery{version}, PreferredVersion: version}
 }
 
-func apiResources() *metav1.APIResourceList {
-	return &metav1.APIResourceList{
+func (h *Handler) apiResources() *metav1.APIResourceList {
+	list := &metav1.APIResourceList{
 		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
 		GroupVersion: archivev1alpha1.GroupVersion.String(),
-		APIResources: []metav1.APIResource{{
-			Name: archivev1alpha1.Resource, SingularName: "archivedtoolaction", Namespaced: true,
-			Kind: "ArchivedToolAction", Verbs: metav1.Verbs{"get", "list"}, ShortNames: []string{"ata"},
-		}, {
-			Name: archivev1alpha1.ChainResource, SingularName: "archivechain", Namespaced: true,
-			Kind: "ArchiveChain", Verbs: metav1.Verbs{"get", "list"},
-		}},
 	}
+	for _, res := range h.resources {
+		list.APIResources = append(list.APIResources, res.describe())
+	}
+	return list
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
