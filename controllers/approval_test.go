@@ -20,6 +20,7 @@ import (
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/kubectlplugin"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 // The approval specs run with the identity policies installed, as a
@@ -33,8 +34,8 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		remove, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, "default", "approval-specs")
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(remove)
-		agentRole = loadClusterRole("role_agent.yaml", "approvals")
-		approverRole = loadClusterRole("role_approver.yaml", "approvals")
+		agentRole = env.LoadClusterRole("role_agent.yaml", "approvals")
+		approverRole = env.LoadClusterRole("role_approver.yaml", "approvals")
 	})
 
 	var ns string
@@ -51,7 +52,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		ns = env.NewTenant()
 		bind("alice", agentRole)
 		bind("bob", approverRole)
-		alice, bob = impersonate("alice"), impersonate("bob")
+		alice, bob = env.Impersonate("alice"), env.Impersonate("bob")
 	})
 
 	// toolledger runs the console as user, as `kubectl toolledger --as user` does.
@@ -59,7 +60,7 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		GinkgoHelper()
 		var out bytes.Buffer
 		code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
-			append(args, "-n", ns, "--kubeconfig", kubeconfig, "--as", user))
+			append(args, "-n", ns, "--kubeconfig", env.Kubeconfig, "--as", user))
 		return out.String(), code
 	}
 	awaiting := func(name string) *v1alpha1.ToolAction {
@@ -283,9 +284,9 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 
 		// The same intent again, applied twice with server-side apply as a
 		// GitOps sync would: the stamped requester stays.
-		manifest := writeManifest(chargeManifest(ns, "order-early", 640))
+		manifest := specenv.WriteManifest(chargeManifest(ns, "order-early", 640))
 		for range 2 {
-			out, err := kubectl("--as", "alice", "apply", "--server-side", "-f", manifest)
+			out, err := env.Kubectl("--as", "alice", "apply", "--server-side", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
 		}
 		done := env.WaitForPhase(ns, "order-early", v1alpha1.PhaseSucceeded)
@@ -307,9 +308,9 @@ var _ = Describe("Approvals bound to a key and a request digest", Ordered, func(
 		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
 		Expect(err.Error()).To(ContainSubstring(`the annotation toolledger.dev/requested-by is stamped by the API server with the user who creates the ToolAction (you are "alice"); it cannot be set by hand to "bob": remove it from the manifest`))
 
-		manifest := writeManifest(strings.Replace(chargeManifest(ns, "order-forged-kubectl", 2), "  namespace: "+ns+"\n",
+		manifest := specenv.WriteManifest(strings.Replace(chargeManifest(ns, "order-forged-kubectl", 2), "  namespace: "+ns+"\n",
 			"  namespace: "+ns+"\n  annotations:\n    toolledger.dev/requested-by: bob\n", 1))
-		out, err := kubectl("--as", "alice", "apply", "-f", manifest)
+		out, err := env.Kubectl("--as", "alice", "apply", "-f", manifest)
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(ContainSubstring(`ValidatingAdmissionPolicy 'toolledger-identity' with binding 'toolledger-identity' denied request`))
 		Expect(out).To(ContainSubstring(`it cannot be set by hand to "bob"`))

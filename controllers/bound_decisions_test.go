@@ -108,7 +108,7 @@ var _ = Describe("Approvals bound to the target the tool named", Ordered, func()
 		remove, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, "default", "target-specs")
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(remove)
-		approverRole = loadClusterRole("role_approver.yaml", "targets")
+		approverRole = env.LoadClusterRole("role_approver.yaml", "targets")
 	})
 
 	var ns string
@@ -120,7 +120,7 @@ var _ = Describe("Approvals bound to the target the tool named", Ordered, func()
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: approverRole},
 			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "bob"}},
 		})).To(Succeed())
-		bob = impersonate("bob")
+		bob = env.Impersonate("bob")
 	})
 	approve := func(name, action string) {
 		GinkgoHelper()

@@ -2,8 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/testenv"
@@ -113,7 +110,7 @@ var _ = Describe("The tool contract", func() {
 			g.Expect(schema.Message).To(Equal(`spec.parametersSchema: parametersSchema.properties[amount].type: "money" is not an OpenAPI v3 type`))
 		}).Should(Succeed())
 
-		out, err := kubectl("get", "tools", "-n", ns, "-o", "wide")
+		out, err := env.Kubectl("get", "tools", "-n", ns, "-o", "wide")
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(out).To(MatchRegexp(`(?m)^NAME\s+OPERATION\s+VERSION\s+CLASS\s+ADAPTER\s+READY\s+AGE`))
 		Expect(out).To(MatchRegexp(`(?m)^charge-locked\s+payments.charge\s+v1\s+NonRepeatable\s+http://\S+\s+False`))
@@ -207,7 +204,7 @@ var _ = Describe("Tenancy", func() {
 	It("confines an agent's service account to its own namespace and keeps it off the catalog", func() {
 		ctx := context.Background()
 		home, away := env.NewTenant(), env.NewTenant()
-		role := loadClusterRole("role_agent.yaml", home)
+		role := env.LoadClusterRole("role_agent.yaml", home)
 		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "agents"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
@@ -217,7 +214,7 @@ var _ = Describe("Tenancy", func() {
 		newTool(away)
 		Expect(k8s.Create(ctx, newAction(away, "order-away", "charge", charge(3)))).To(Succeed())
 
-		agent := impersonate("system:serviceaccount:" + home + ":billing-agent")
+		agent := env.Impersonate("system:serviceaccount:" + home + ":billing-agent")
 		Eventually(func() error {
 			return agent.Create(ctx, newAction(home, "order-home", "charge", charge(2)))
 		}).Should(Succeed(), "the binding takes effect")
@@ -266,27 +263,4 @@ func toolCondition(g Gomega, namespace, name string) *metav1.Condition {
 	condition := meta.FindStatusCondition(tool.Status.Conditions, v1alpha1.ConditionToolReady)
 	g.Expect(condition).NotTo(BeNil())
 	return condition
-}
-
-// loadClusterRole creates a shipped persona role under a name of the spec's own.
-func loadClusterRole(file, suffix string) string {
-	GinkgoHelper()
-	manifest, err := os.ReadFile(filepath.Join("..", "config", "rbac", file))
-	Expect(err).NotTo(HaveOccurred())
-	var role rbacv1.ClusterRole
-	Expect(yaml.UnmarshalStrict(manifest, &role)).To(Succeed())
-	role.Name += "-" + suffix
-	role.Labels = nil // aggregation is not under test here
-	Expect(k8s.Create(context.Background(), &role)).To(Succeed())
-	DeferCleanup(func() { _ = k8s.Delete(context.Background(), &role) })
-	return role.Name
-}
-
-func impersonate(user string) client.WithWatch {
-	GinkgoHelper()
-	impersonated := rest.CopyConfig(cfg)
-	impersonated.Impersonate = rest.ImpersonationConfig{UserName: user}
-	c, err := client.NewWithWatch(impersonated, client.Options{Scheme: k8s.Scheme()})
-	Expect(err).NotTo(HaveOccurred())
-	return c
 }

@@ -200,7 +200,7 @@ var _ = Describe("Bad input", func() {
 		Expect(escaped.Status.ExternalRef).To(Equal(escape), "stored as the downstream sent it")
 		var out bytes.Buffer
 		code := kubectlplugin.Run(ctx, genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &out},
-			[]string{"--kubeconfig", kubeconfig, "-n", ns, "status", "via-escapes"})
+			[]string{"--kubeconfig", env.Kubeconfig, "-n", ns, "status", "via-escapes"})
 		Expect(code).To(Equal(kubectlplugin.ExitOK), out.String())
 		Expect(out.String()).NotTo(ContainSubstring("\x1b"), "the console writes no escape sequence to the terminal")
 		Expect(out.String()).To(ContainSubstring(`ch_\x1b]0;owned\a\x1b[2J`))

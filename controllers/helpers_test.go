@@ -1,12 +1,7 @@
 package controllers_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -72,25 +67,6 @@ func conditionStatus(action *v1alpha1.ToolAction, conditionType string) metav1.C
 }
 
 func keyOf(namespace, name string) string { return namespace + "/" + name }
-
-// kubectl runs the real kubectl against the suite's API server.
-func kubectl(args ...string) (string, error) {
-	path, err := exec.LookPath("kubectl")
-	Expect(err).NotTo(HaveOccurred(), "kubectl must be on PATH for the CLI specs")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	return out.String(), err
-}
-
-func writeManifest(content string) string {
-	path := filepath.Join(GinkgoT().TempDir(), "action.yaml")
-	Expect(os.WriteFile(path, []byte(content), 0o600)).To(Succeed())
-	return path
-}
 
 func chargeManifest(namespace, name string, amount int) string {
 	return testenv.ChargeManifest(namespace, name, int64(amount), "cus_42")

@@ -3,7 +3,6 @@ package controllers_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -11,67 +10,17 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/adapter/kubernetesapply"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
-
-// settingsTemplate makes the ConfigMap "settings" from the parameters mode
-// and owner.
-const settingsTemplate = `{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
-  "data": {"mode": "{{mode}}", "note": "set for {{owner}}"}}`
-
-// kubernetesApplyTool builds a NaturallyIdempotent Tool that applies
-// template as the ServiceAccount account.
-func kubernetesApplyTool(namespace, name, account, template string) *v1alpha1.Tool {
-	return &v1alpha1.Tool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: v1alpha1.ToolSpec{
-			Operation:        "settings.set",
-			Version:          "v1",
-			IdempotencyClass: v1alpha1.NaturallyIdempotent,
-			KubernetesApply: &v1alpha1.KubernetesApplyAdapter{
-				ServiceAccountName: account,
-				Template:           apiextensionsv1.JSON{Raw: []byte(template)},
-			},
-		},
-	}
-}
-
-// grantConfigMaps creates the ServiceAccount account with what server-side
-// apply and a lookup need (get, create, patch) on the named ConfigMaps only.
-func grantConfigMaps(namespace, account string, names ...string) {
-	GinkgoHelper()
-	ctx := context.Background()
-	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: account}})).To(Succeed())
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: account + "-configmaps"},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: names, Verbs: []string{"get", "create", "patch"}}},
-	}
-	Expect(k8s.Create(ctx, role)).To(Succeed())
-	Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: role.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: account, Namespace: namespace}},
-	})).To(Succeed())
-}
-
-func getConfigMap(namespace, name string) *corev1.ConfigMap {
-	GinkgoHelper()
-	var cm corev1.ConfigMap
-	Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, &cm)).To(Succeed())
-	return &cm
-}
 
 func fieldManagers(cm *corev1.ConfigMap) []string {
 	var managers []string
@@ -99,17 +48,17 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	var ns string
 	BeforeEach(func() {
 		ns = env.NewTenant()
-		grantConfigMaps(ns, "writer", "settings")
+		env.GrantConfigMaps(ns, "writer", "settings")
 	})
 
 	It("applies the filled template as the Tool's ServiceAccount, under the Tool's field manager", func() {
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "settings", "writer", settingsTemplate))).To(Succeed())
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "settings", "writer", specenv.SettingsTemplate))).To(Succeed())
 		Expect(toolReady(ns, "settings").Status).To(Equal(metav1.ConditionTrue))
 		Expect(k8s.Create(ctx, newAction(ns, "fast", "settings", params(map[string]any{"mode": "fast", "owner": "team-a"})))).To(Succeed())
 
 		action := env.WaitForPhase(ns, "fast", v1alpha1.PhaseSucceeded)
 		Expect(action.Status.ExternalRef).To(Equal("configmaps/" + ns + "/settings"))
-		cm := getConfigMap(ns, "settings")
+		cm := env.GetConfigMap(ns, "settings")
 		Expect(cm.Data).To(Equal(map[string]string{"mode": "fast", "note": "set for team-a"}))
 		Expect(cm.Annotations).To(HaveKeyWithValue(v1alpha1.IdempotencyKeyAnnotation, action.Status.IdempotencyKey))
 		Expect(cm.Annotations).To(HaveKeyWithValue(v1alpha1.RequestDigestAnnotation, action.Status.RequestDigest))
@@ -120,8 +69,8 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	})
 
 	It("acts as the ServiceAccount: an object its RBAC does not cover is Denied, though the manager may write it", func() {
-		elsewhere := strings.Replace(settingsTemplate, `"name": "settings"`, `"name": "elsewhere"`, 1)
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "elsewhere", "writer", elsewhere))).To(Succeed())
+		elsewhere := strings.Replace(specenv.SettingsTemplate, `"name": "settings"`, `"name": "elsewhere"`, 1)
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "elsewhere", "writer", elsewhere))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "denied", "elsewhere", params(map[string]any{"mode": "fast", "owner": "a"})))).To(Succeed())
 
 		failed := env.WaitForPhase(ns, "denied", v1alpha1.PhaseFailed)
@@ -133,7 +82,7 @@ var _ = Describe("The kubernetesApply adapter", func() {
 
 	It("fails with Denied for a ServiceAccount without rights", func() {
 		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nobody"}})).To(Succeed())
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "settings", "nobody", settingsTemplate))).To(Succeed())
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "settings", "nobody", specenv.SettingsTemplate))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "denied", "settings", params(map[string]any{"mode": "fast", "owner": "a"})))).To(Succeed())
 
 		failed := env.WaitForPhase(ns, "denied", v1alpha1.PhaseFailed)
@@ -145,7 +94,7 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	It("fails with ApplyConflict, forcing nothing, when another field manager owns a field", func() {
 		owned := corev1ac.ConfigMap("settings", ns).WithData(map[string]string{"mode": "safe"})
 		Expect(k8s.Apply(ctx, owned, client.FieldOwner("ops"))).To(Succeed())
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "settings", "writer", settingsTemplate))).To(Succeed())
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "settings", "writer", specenv.SettingsTemplate))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "fast", "settings", params(map[string]any{"mode": "fast", "owner": "a"})))).To(Succeed())
 
 		failed := env.WaitForPhase(ns, "fast", v1alpha1.PhaseFailed)
@@ -153,22 +102,22 @@ var _ = Describe("The kubernetesApply adapter", func() {
 		Expect(failed.Status.Error.Reason).To(Equal("ApplyConflict"))
 		Expect(failed.Status.Error.Message).To(ContainSubstring(`conflict with "ops"`))
 		Expect(failed.Status.Error.Message).To(ContainSubstring(".data.mode"))
-		cm := getConfigMap(ns, "settings")
+		cm := env.GetConfigMap(ns, "settings")
 		Expect(cm.Data).To(Equal(map[string]string{"mode": "safe"}))
 		Expect(fieldManagers(cm)).To(ConsistOf("ops/Apply"))
 	})
 
 	It("applies an intent again as a no-op, and its lookup finds it by key and digest", func() {
-		conn := connectAs(cfg, kubernetesApplyTool(ns, "settings", "writer", settingsTemplate))
+		conn := specenv.ConnectAs(cfg, specenv.KubernetesApplyTool(ns, "settings", "writer", specenv.SettingsTemplate))
 		req := adapter.Request{IdempotencyKey: ns + "/fast", RequestDigest: "sha256:1", Parameters: json.RawMessage(`{"mode": "fast", "owner": "a"}`)}
 		first, err := conn.Execute(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
-		before := getConfigMap(ns, "settings")
+		before := env.GetConfigMap(ns, "settings")
 
 		second, err := conn.Execute(ctx, req)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(second).To(Equal(first))
-		after := getConfigMap(ns, "settings")
+		after := env.GetConfigMap(ns, "settings")
 		Expect(after.ResourceVersion).To(Equal(before.ResourceVersion), "the second apply changed the ConfigMap")
 		Expect(after.ManagedFields).To(Equal(before.ManagedFields))
 
@@ -182,7 +131,7 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	})
 
 	It("does not apply a ToolAction created again under its settled key", func() {
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "settings", "writer", settingsTemplate))).To(Succeed())
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "settings", "writer", specenv.SettingsTemplate))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "fast", "settings", params(map[string]any{"mode": "fast", "owner": "a"})))).To(Succeed())
 		env.WaitForPhase(ns, "fast", v1alpha1.PhaseSucceeded)
 		Expect(k8s.Delete(ctx, newAction(ns, "fast", "settings", nil))).To(Succeed())
@@ -196,12 +145,12 @@ var _ = Describe("The kubernetesApply adapter", func() {
 		Expect(k8s.Create(ctx, newAction(ns, "fast", "settings", params(map[string]any{"mode": "fast", "owner": "a"})))).To(Succeed())
 		again := env.WaitForPhase(ns, "fast", v1alpha1.PhaseSucceeded)
 		Expect(again.Status.Attempts).To(BeZero(), "the key's tombstone answers the action")
-		Expect(getConfigMap(ns, "settings").Data).To(HaveKeyWithValue("mode", "safe"))
+		Expect(env.GetConfigMap(ns, "settings").Data).To(HaveKeyWithValue("mode", "safe"))
 	})
 
 	DescribeTable("keeps a Tool whose template cannot be applied not Ready, and applies nothing",
 		func(template, reason, message string) {
-			Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "bad", "writer", template))).To(Succeed())
+			Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "bad", "writer", template))).To(Succeed())
 			ready := toolReady(ns, "bad")
 			Expect(ready.Status).To(Equal(metav1.ConditionFalse))
 			Expect(ready.Reason).To(Equal(reason))
@@ -223,7 +172,7 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	)
 
 	It("fails an action whose parameters lack one the template names, naming it", func() {
-		Expect(k8s.Create(ctx, kubernetesApplyTool(ns, "settings", "writer", settingsTemplate))).To(Succeed())
+		Expect(k8s.Create(ctx, specenv.KubernetesApplyTool(ns, "settings", "writer", specenv.SettingsTemplate))).To(Succeed())
 		Expect(k8s.Create(ctx, newAction(ns, "incomplete", "settings", params(map[string]any{"mode": "fast"})))).To(Succeed())
 
 		failed := env.WaitForPhase(ns, "incomplete", v1alpha1.PhaseFailed)
@@ -233,116 +182,13 @@ var _ = Describe("The kubernetesApply adapter", func() {
 	})
 
 	It("runs the sample: the storefront's maintenance mode, as its own ServiceAccount", func() {
-		out, err := kubectl("apply", "-n", ns, "-f", filepath.Join("..", "config", "samples", "toolledger_v1alpha1_tool_kubernetesapply.yaml"))
+		out, err := env.Kubectl("apply", "-n", ns, "-f", filepath.Join("..", "config", "samples", "toolledger_v1alpha1_tool_kubernetesapply.yaml"))
 		Expect(err).NotTo(HaveOccurred(), out)
 		Expect(k8s.Create(ctx, newAction(ns, "maintenance", "storefront-maintenance", params(map[string]any{"mode": "on", "reason": "database upgrade"})))).To(Succeed())
 
 		env.WaitForPhase(ns, "maintenance", v1alpha1.PhaseSucceeded)
-		cm := getConfigMap(ns, "storefront-maintenance")
+		cm := env.GetConfigMap(ns, "storefront-maintenance")
 		Expect(cm.Data).To(Equal(map[string]string{"mode": "on", "reason": "database upgrade"}))
 		Expect(fieldManagers(cm)).To(ConsistOf("toolledger-storefront-maintenance/Apply"))
 	})
-
-	It("is refused on a ClusterTool, which would act in the operator's namespace", func() {
-		out, err := kubectl("apply", "-f", writeManifest(`apiVersion: toolledger.dev/v1alpha1
-kind: ClusterTool
-metadata: {name: cluster-settings}
-spec:
-  operation: settings.set
-  version: v1
-  idempotencyClass: NaturallyIdempotent
-  namespaceSelector: {}
-  kubernetesApply:
-    serviceAccountName: writer
-    template: {apiVersion: v1, kind: ConfigMap, metadata: {name: settings}}
-`))
-		Expect(err).To(HaveOccurred())
-		Expect(out).To(ContainSubstring(`The ClusterTool "cluster-settings" is invalid: spec: Invalid value: kubernetesApply is for Tools: the effect must carry a tenant namespace's own permissions`))
-	})
 })
-
-// The manager's ClusterRole writes nothing but toolledger's own objects and
-// events: a manager that holds it, and the impersonator ClusterRole bound
-// in one namespace, applies as that namespace's ServiceAccounts and no
-// other namespace's.
-var _ = Describe("The kubernetesApply adapter with the manager's RBAC only", Ordered, func() {
-	ctx := context.Background()
-	const managerUser = "least-privilege-manager"
-	var managerConfig *rest.Config
-	var bound, unbound string
-
-	BeforeAll(func() {
-		managerRole := loadClusterRole("role.yaml", "least-privilege")
-		impersonatorRole := loadClusterRole("role_impersonator.yaml", "least-privilege")
-		user, err := env.Env.AddUser(envtest.User{Name: managerUser}, nil)
-		Expect(err).NotTo(HaveOccurred())
-		managerConfig = user.Config()
-		subjects := []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: managerUser}}
-		binding := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: managerRole},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: managerRole},
-			Subjects:   subjects,
-		}
-		Expect(k8s.Create(ctx, binding)).To(Succeed())
-		DeferCleanup(func() { _ = k8s.Delete(context.Background(), binding) })
-
-		bound, unbound = env.NewTenant(), env.NewTenant()
-		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Namespace: bound, Name: "toolledger-impersonator"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: impersonatorRole},
-			Subjects:   subjects,
-		})).To(Succeed())
-		for _, namespace := range []string{bound, unbound} {
-			grantConfigMaps(namespace, "writer", "settings")
-		}
-	})
-
-	It("cannot write a ConfigMap itself", func() {
-		managerClient, err := client.New(managerConfig, client.Options{Scheme: k8s.Scheme()})
-		Expect(err).NotTo(HaveOccurred())
-		err = managerClient.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: bound, Name: "settings"}})
-		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "err = %v", err)
-	})
-
-	It("applies as a ServiceAccount of the namespace that binds it the impersonator role", func() {
-		connector, err := kubernetesapply.New(managerConfig)
-		Expect(err).NotTo(HaveOccurred())
-		tool := kubernetesApplyTool(bound, "settings", "writer", settingsTemplate)
-		Expect(connector.Validate(ctx, tool)).To(Succeed())
-
-		out, err := connectAs(managerConfig, tool).Execute(ctx, adapter.Request{
-			IdempotencyKey: bound + "/fast", RequestDigest: "sha256:1", Parameters: json.RawMessage(`{"mode": "fast", "owner": "a"}`)})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(out.ExternalRef).To(Equal("configmaps/" + bound + "/settings"))
-		Expect(getConfigMap(bound, "settings").Data).To(HaveKeyWithValue("mode", "fast"))
-	})
-
-	It("is not Ready, and is Denied, in a namespace that does not", func() {
-		connector, err := kubernetesapply.New(managerConfig)
-		Expect(err).NotTo(HaveOccurred())
-		tool := kubernetesApplyTool(unbound, "settings", "writer", settingsTemplate)
-		err = connector.Validate(ctx, tool)
-		var config *adapter.ConfigError
-		Expect(errors.As(err, &config)).To(BeTrue(), "err = %v", err)
-		Expect(config.Reason).To(Equal(kubernetesapply.ReasonImpersonationNotAllowed))
-		Expect(config.Message).To(ContainSubstring("kubectl create rolebinding toolledger-impersonator --namespace %s --clusterrole toolledger-impersonator --user %s", unbound, managerUser))
-
-		_, err = connectAs(managerConfig, tool).Execute(ctx, adapter.Request{
-			IdempotencyKey: unbound + "/fast", RequestDigest: "sha256:1", Parameters: json.RawMessage(`{"mode": "fast", "owner": "a"}`)})
-		var denied *adapter.PermanentError
-		Expect(errors.As(err, &denied)).To(BeTrue(), "err = %v", err)
-		Expect(denied.Kind).To(Equal(adapter.Denied))
-		Expect(err.Error()).To(ContainSubstring(`cannot impersonate resource "serviceaccounts"`))
-		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: unbound, Name: "settings"}, &corev1.ConfigMap{}))).To(BeTrue())
-	})
-})
-
-// connectAs connects the adapter, built on config, to tool.
-func connectAs(config *rest.Config, tool *v1alpha1.Tool) adapter.Executor {
-	GinkgoHelper()
-	connector, err := kubernetesapply.New(config)
-	Expect(err).NotTo(HaveOccurred())
-	conn, err := connector.Connect(context.Background(), tool)
-	Expect(err).NotTo(HaveOccurred())
-	return conn.Executor
-}

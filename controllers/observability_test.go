@@ -249,7 +249,7 @@ func scraperToken(ctx context.Context, clients *kubernetes.Clientset, ns string,
 	name := "stranger"
 	if reader {
 		name = "scraper"
-		out, err := kubectl("apply", "-f", "../config/rbac/role_metrics_reader.yaml")
+		out, err := env.Kubectl("apply", "-f", "../config/rbac/role_metrics_reader.yaml")
 		Expect(err).NotTo(HaveOccurred(), out)
 	}
 	if _, err := clients.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {

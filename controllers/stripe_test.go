@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 // stripeMock runs Stripe's own mock server, built into bin/ by the test
@@ -190,7 +191,7 @@ spec:
     lookup: {strategy: Replay, replayWindow: 24h}
     response: {externalIDPointer: /id, resultPointers: [/status]}
 `, ns, stripe.URL)
-		out, err := kubectl("apply", "-f", writeManifest(tools))
+		out, err := env.Kubectl("apply", "-f", specenv.WriteManifest(tools))
 		Expect(err).NotTo(HaveOccurred(), out)
 		for _, name := range []string{"stripe-charge", "stripe-refund"} {
 			Eventually(func(g Gomega) {
@@ -205,7 +206,7 @@ spec:
 			}).Should(Succeed())
 		}
 
-		out, err = kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+		out, err = env.Kubectl("apply", "-f", specenv.WriteManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: ToolAction
 metadata: {name: order-1001-charge, namespace: %s}
 spec:
@@ -236,7 +237,7 @@ spec:
 			expectSecretOnlyInAuthorization(sent, secretKey)
 		}
 
-		out, err = kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+		out, err = env.Kubectl("apply", "-f", specenv.WriteManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: ToolAction
 metadata: {name: order-1001-refund, namespace: %s}
 spec:
@@ -271,7 +272,7 @@ spec:
 			StringData: map[string]string{"authorization": "Bearer sk_test_123"},
 		})).To(Succeed())
 		// Sent as JSON, which Stripe does not read: stripe-mock refuses it.
-		out, err := kubectl("apply", "-f", writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+		out, err := env.Kubectl("apply", "-f", specenv.WriteManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: Tool
 metadata: {name: stripe-json, namespace: %[1]s}
 spec:

@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"math"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -25,7 +24,6 @@ var (
 	cfg        *rest.Config
 	k8s        client.Client
 	downstream *demo.Server
-	kubeconfig string
 	// metricsURL is the suite manager's metrics endpoint (HTTPS, with
 	// authentication and authorization), and managerLogs its log lines.
 	metricsURL  string
@@ -53,7 +51,5 @@ var _ = BeforeSuite(func() {
 	DeferCleanup(stopManager)
 	metricsURL = "https://" + metricsAddr + "/metrics"
 
-	kubeconfig = filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-	_, err = env.AddAdmin("suite-admin", kubeconfig)
-	Expect(err).NotTo(HaveOccurred())
+	env.AddKubeconfig()
 })

@@ -12,12 +12,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
@@ -96,12 +96,12 @@ var _ = Describe("ToolAction", func() {
 	Context("when the same intent is repeated", func() {
 		It("causes no second request on re-apply or re-create", func() {
 			newTool(ns)
-			manifest := writeManifest(chargeManifest(ns, "order-2002", 2000))
-			out, err := kubectl("apply", "-f", manifest)
+			manifest := specenv.WriteManifest(chargeManifest(ns, "order-2002", 2000))
+			out, err := env.Kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
 			env.WaitForPhase(ns, "order-2002", v1alpha1.PhaseSucceeded)
 
-			out, err = kubectl("apply", "-f", manifest)
+			out, err = env.Kubectl("apply", "-f", manifest)
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(ContainSubstring("toolaction.toolledger.dev/order-2002 unchanged"))
 
@@ -119,7 +119,7 @@ var _ = Describe("ToolAction", func() {
 			env.WaitForPhase(ns, "order-3003", v1alpha1.PhaseSucceeded)
 			key := keyOf(ns, "order-3003")
 
-			out, err := kubectl("apply", "-f", writeManifest(chargeManifest(ns, "order-3003", 9999)))
+			out, err := env.Kubectl("apply", "-f", specenv.WriteManifest(chargeManifest(ns, "order-3003", 9999)))
 			Expect(err).To(HaveOccurred())
 			Expect(out).To(ContainSubstring(immutableMessage))
 
@@ -304,21 +304,6 @@ var _ = Describe("ToolAction", func() {
 			Expect(downstream.Requests(keyOf(ns, "order-notool"))).To(Equal(0))
 		})
 
-		It("is refused by the API server when parameters are not an object", func() {
-			action := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "toolledger.dev/v1alpha1",
-				"kind":       "ToolAction",
-				"metadata":   map[string]any{"name": "order-array", "namespace": ns},
-				"spec": map[string]any{
-					"toolRef":    map[string]any{"name": "charge"},
-					"parameters": []any{"amount", int64(1)},
-				},
-			}}
-			err := k8s.Create(ctx, action)
-			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "create: %v", err)
-			Expect(err.Error()).To(ContainSubstring(`spec.parameters: Invalid value: "array": spec.parameters in body must be of type object`))
-		})
-
 		It("fails finally, without a downstream call, when the client digest does not match", func() {
 			newTool(ns)
 			action := newAction(ns, "order-digest-bad", "charge", charge(100))
@@ -335,14 +320,14 @@ var _ = Describe("ToolAction", func() {
 	Context("from the command line", func() {
 		It("lets kubectl wait for Succeeded and shows the phase", func() {
 			newTool(ns)
-			out, err := kubectl("apply", "-f", writeManifest(chargeManifest(ns, "order-wait", 4242)))
+			out, err := env.Kubectl("apply", "-f", specenv.WriteManifest(chargeManifest(ns, "order-wait", 4242)))
 			Expect(err).NotTo(HaveOccurred(), out)
 
-			out, err = kubectl("wait", "--for=condition=Succeeded", "toolaction/order-wait", "-n", ns, "--timeout=60s")
+			out, err = env.Kubectl("wait", "--for=condition=Succeeded", "toolaction/order-wait", "-n", ns, "--timeout=60s")
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(ContainSubstring("toolaction.toolledger.dev/order-wait condition met"))
 
-			out, err = kubectl("get", "ta", "order-wait", "-n", ns, "-o", "wide")
+			out, err = env.Kubectl("get", "ta", "order-wait", "-n", ns, "-o", "wide")
 			Expect(err).NotTo(HaveOccurred(), out)
 			Expect(out).To(MatchRegexp(`(?m)^NAME\s+TOOL\s+PHASE\s+ATTEMPTS\s+AGE\s+EXTERNAL-REF\s+MESSAGE`))
 			Expect(out).To(MatchRegexp(`(?m)^order-wait\s+charge\s+Succeeded\s+1\s+\S+\s+ch_[0-9a-f]+`))

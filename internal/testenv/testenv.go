@@ -42,6 +42,12 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// ConfigPath is the path of elem under the repository's config/, from
+// whichever folder a harness runs in.
+func ConfigPath(elem ...string) string {
+	return filepath.Join(append([]string{repoRoot(), "config"}, elem...)...)
+}
+
 // BinDir is the folder of the binaries the harnesses run: KUBEBUILDER_ASSETS
 // when set (the Makefile sets it to BIN), else the repository's bin/.
 func BinDir() string {

@@ -21,6 +21,9 @@ import (
 // Env is a running testenv.Suite.
 type Env struct {
 	*testenv.Suite
+	// Kubeconfig is the admin's kubeconfig that Kubectl uses, once
+	// AddKubeconfig wrote it.
+	Kubeconfig string
 }
 
 // Start starts a suite from a BeforeSuite, with controller-runtime's logs

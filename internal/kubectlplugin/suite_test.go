@@ -1,7 +1,9 @@
-// The plugin's suite builds the kubectl-toolledger binary and runs it, as an
-// operator would, against a real kube-apiserver and etcd (envtest) with the
-// toolledger operator and the demo downstream running.
-package main_test
+// The plugin's suite builds the kubectl-toolledger binary from
+// ./cmd/kubectl-toolledger and runs it, as an operator would, against a real
+// kube-apiserver and etcd (envtest) with the toolledger operator and the
+// demo downstream running. The unit tests beside it (package kubectlplugin)
+// call the commands in process and start no control plane.
+package kubectlplugin_test
 
 import (
 	"bytes"
@@ -73,14 +75,15 @@ var _ = BeforeSuite(func() {
 	writeKubeconfigs()
 })
 
-// buildPlugin builds the plugin from this package, as `go install` would.
+// buildPlugin builds the plugin's command, ./cmd/kubectl-toolledger, as `go
+// install` would.
 func buildPlugin() string {
 	goTool, err := exec.LookPath("go")
 	Expect(err).NotTo(HaveOccurred(), "the go command must be on PATH to build the plugin")
 	binary := filepath.Join(GinkgoT().TempDir(), "kubectl-toolledger")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, goTool, "build", "-o", binary, ".")
+	build := exec.CommandContext(ctx, goTool, "build", "-o", binary, "github.com/toolledger/toolledger/cmd/kubectl-toolledger")
 	out, err := build.CombinedOutput()
 	Expect(err).NotTo(HaveOccurred(), "go build: %s", out)
 	return binary

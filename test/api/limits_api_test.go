@@ -1,4 +1,4 @@
-package controllers_test
+package api
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 var _ = Describe("The dispatch limits API", func() {
 	toolManifest := func(ns, name, extra string) string {
-		return writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+		return specenv.WriteManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: Tool
 metadata: {name: %s, namespace: %s}
 spec:
@@ -25,7 +26,7 @@ spec:
 
 	It("defaults a Tool's limits to 16 calls in flight and 25 a second", func() {
 		ns := env.NewTenant()
-		out, err := kubectl("apply", "-f", toolManifest(ns, "charge", `  http: {url: "http://127.0.0.1:1/charges"}
+		out, err := env.Kubectl("apply", "-f", toolManifest(ns, "charge", `  http: {url: "http://127.0.0.1:1/charges"}
 `))
 		Expect(err).NotTo(HaveOccurred(), out)
 		var tool v1alpha1.Tool
@@ -36,7 +37,7 @@ spec:
 
 	It("refuses an http.timeout beyond five minutes, and says how to model a longer operation", func() {
 		ns := env.NewTenant()
-		out, err := kubectl("apply", "-f", toolManifest(ns, "report", `  http: {url: "http://127.0.0.1:1/reports", timeout: 24h}
+		out, err := env.Kubectl("apply", "-f", toolManifest(ns, "report", `  http: {url: "http://127.0.0.1:1/reports", timeout: 24h}
 `))
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(ContainSubstring(`spec.http.timeout: Invalid value: "24h": timeout must be more than 0s and at most 5m: model a longer operation as a tool that starts it and one that reads its state`))
@@ -44,7 +45,7 @@ spec:
 
 	It("refuses limits out of range", func() {
 		ns := env.NewTenant()
-		out, err := kubectl("apply", "-f", toolManifest(ns, "charge", `  http: {url: "http://127.0.0.1:1/charges"}
+		out, err := env.Kubectl("apply", "-f", toolManifest(ns, "charge", `  http: {url: "http://127.0.0.1:1/charges"}
   limits: {maxInFlight: 0, requestsPerSecond: 20000}
 `))
 		Expect(err).To(HaveOccurred())

@@ -1,4 +1,4 @@
-package controllers_test
+package api
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
 var _ = Describe("The retention and tombstone API", func() {
 	It("refuses a recordRetention longer than the keyRetention", func() {
 		ns := env.NewTenant()
-		manifest := writeManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+		manifest := specenv.WriteManifest(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
 kind: Tool
 metadata: {name: charge, namespace: %s}
 spec:
@@ -26,7 +27,7 @@ spec:
   recordRetention: 48h
   keyRetention: 24h
 `, ns))
-		out, err := kubectl("apply", "-f", manifest)
+		out, err := env.Kubectl("apply", "-f", manifest)
 		Expect(err).To(HaveOccurred())
 		Expect(out).To(ContainSubstring(`spec: Invalid value: recordRetention must not exceed keyRetention: the key is kept at least as long as the record`))
 	})
