@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -146,4 +148,36 @@ func ceilingList() *unstructured.UnstructuredList {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(schema.GroupVersionKind{Group: benchGroup, Version: benchVersion, Kind: benchKind + "List"})
 	return list
+}
+
+// floorWatches open what any controller whose callers wait for an outcome
+// makes the API server serve, beside the bare client's writes: the
+// controller's informer watch of the resource in every namespace, and the
+// callers' one shared watch of the namespace they write in. Their events
+// are read and dropped; stop closes both.
+func floorWatches(ctx context.Context, cfg *rest.Config, namespace string) (stop func(), err error) {
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	resource := client.Resource(schema.GroupVersionResource{Group: benchGroup, Version: benchVersion, Resource: benchResource})
+	ctx, cancel := context.WithCancel(ctx)
+	var drained sync.WaitGroup
+	for _, watched := range []dynamic.ResourceInterface{resource, resource.Namespace(namespace)} {
+		w, err := watched.Watch(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
+		if err != nil {
+			cancel()
+			drained.Wait()
+			return nil, fmt.Errorf("cannot open the floor's watch: %w", err)
+		}
+		drained.Add(1)
+		go func() {
+			defer drained.Done()
+			defer w.Stop()
+			for range w.ResultChan() {
+				// Serving the event is the cost measured; reading it is all.
+			}
+		}()
+	}
+	return func() { cancel(); drained.Wait() }, nil
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -42,6 +43,12 @@ type costlyResult struct {
 	// API server stores them and the controller refuses them; InFlight the
 	// run with the policy that begins as the hostile creates are sent.
 	Refused, Stored, InFlight hostileRun
+	// QuietAsUsers, AsUsers and Fair repeat the quiet and in-flight runs
+	// with both tenants as the API server's users (fairness.go): with API
+	// Priority and Fairness as the API server ships it, then with the
+	// candidate tenant FlowSchema.
+	QuietAsUsers  openLoopSummary
+	AsUsers, Fair hostileRun
 }
 
 // hostileRun is the healthy tenant's run beside one batch of hostile
@@ -114,7 +121,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	}
 	// timed invokes n healthy actions one after another, into run when
 	// given, and returns when each began after the first.
-	timed := func(name string, n int, run *hostileRun) (openLoopSummary, []time.Duration, error) {
+	timed := func(healthy *sdk.Client, name string, n int, run *hostileRun) (openLoopSummary, []time.Duration, error) {
 		var latencies, began, creates []time.Duration
 		start := time.Now()
 		errs, first := 0, error(nil)
@@ -150,8 +157,8 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	// from when they are sent (inFlight): the API server's cost of
 	// decoding a large request is every tenant's, with or without
 	// toolledger, and is reported apart.
-	beside := func(name, want string, run *hostileRun, inFlight bool) error {
-		hostile, err := b.startHostile(ctx, hostileNS, name, payload, s.CostlyHostile)
+	beside := func(tenants tenantClients, name, want string, run *hostileRun, inFlight bool) error {
+		hostile, err := b.startHostile(ctx, tenants.hostile, hostileNS, name, payload, s.CostlyHostile)
 		if err != nil {
 			return err
 		}
@@ -160,7 +167,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		}
 		timedFrom := time.Now()
 		var began []time.Duration
-		run.Beside, began, err = timed(name, s.CostlyHealthy, run)
+		run.Beside, began, err = timed(tenants.healthy, name, s.CostlyHealthy, run)
 		settled, stopErr := hostile.stop(ctx)
 		if err := errors.Join(err, stopErr); err != nil {
 			return err
@@ -194,13 +201,14 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	}
 
 	// The first actions of a namespace warm the SDK's watch and the caches.
-	if _, _, err := timed("warm", min(5, s.CostlyHealthy), nil); err != nil {
+	admin := tenantClients{healthy: healthy, hostile: b.c.k8s}
+	if _, _, err := timed(healthy, "warm", min(5, s.CostlyHealthy), nil); err != nil {
 		return err
 	}
 	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
-	if res.Quiet, _, err = timed("quiet", s.CostlyHealthy, nil); err != nil {
+	if res.Quiet, _, err = timed(healthy, "quiet", s.CostlyHealthy, nil); err != nil {
 		return err
 	}
 	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; the hostile Tool: %s", ms(res.Quiet.P50), ms(res.Quiet.P99), res.ToolReady)
@@ -210,16 +218,36 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	if err := b.useParametersPolicy(ctx, hostileNS, payload, true); err != nil {
 		return err
 	}
-	if err := beside("refused", refusedAtAdmission, &res.Refused, false); err != nil {
+	if err := beside(admin, "refused", refusedAtAdmission, &res.Refused, false); err != nil {
 		return err
 	}
-	if err := beside("in-flight", refusedAtAdmission, &res.InFlight, true); err != nil {
+	if err := beside(admin, "in-flight", refusedAtAdmission, &res.InFlight, true); err != nil {
+		return err
+	}
+	users, err := b.asTenants(ctx, healthyNS, hostileNS, func(cfg *rest.Config) *rest.Config { return createTimingConfig(cfg, &lastCreate) })
+	if err != nil {
+		return err
+	}
+	if res.QuietAsUsers, _, err = timed(users.healthy, "quiet-users", s.CostlyHealthy, nil); err != nil {
+		return err
+	}
+	b.logf("costly schema, as users: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly", ms(res.QuietAsUsers.P50), ms(res.QuietAsUsers.P99))
+	if err := beside(*users, "users", refusedAtAdmission, &res.AsUsers, true); err != nil {
+		return err
+	}
+	if err := b.useTenantFlowSchema(ctx, healthyNS, true); err != nil {
+		return err
+	}
+	if err := beside(*users, "fair", refusedAtAdmission, &res.Fair, true); err != nil {
+		return err
+	}
+	if err := b.useTenantFlowSchema(ctx, healthyNS, false); err != nil {
 		return err
 	}
 	if err := b.useParametersPolicy(ctx, hostileNS, payload, false); err != nil {
 		return err
 	}
-	return beside("stored", "Failed/InvalidToolContract", &res.Stored, false)
+	return beside(admin, "stored", "Failed/InvalidToolContract", &res.Stored, false)
 }
 
 // summarize is the percentiles of durations.
@@ -282,7 +310,7 @@ type hostileOutcome struct {
 
 // startHostile starts creating n actions named after batch with parameters
 // in namespace, at once, and returns without waiting for them.
-func (b *bench) startHostile(ctx context.Context, namespace, batch string, parameters map[string]apiextensionsv1.JSON, n int) (*hostileTenant, error) {
+func (b *bench) startHostile(ctx context.Context, creator client.Client, namespace, batch string, parameters map[string]apiextensionsv1.JSON, n int) (*hostileTenant, error) {
 	watcher, err := client.NewWithWatch(b.c.cfg, client.Options{Scheme: app.Scheme()})
 	if err != nil {
 		return nil, err
@@ -291,7 +319,7 @@ func (b *bench) startHostile(ctx context.Context, namespace, batch string, param
 	if err != nil {
 		return nil, fmt.Errorf("cannot watch the hostile tenant's actions: %w", err)
 	}
-	h := &hostileTenant{c: b.c.k8s, namespace: namespace, w: w,
+	h := &hostileTenant{c: creator, namespace: namespace, w: w,
 		began: map[string]time.Time{}, created: map[string]time.Duration{}, settled: map[string]hostileOutcome{}}
 	go h.follow()
 	for i := range n {
@@ -399,6 +427,8 @@ func (h *hostileTenant) stop(ctx context.Context) ([]hostileOutcome, error) {
 type costlyView struct {
 	Result                    *costlyResult
 	Refused, Stored, InFlight hostileView
+	// AsUsers and Fair are ÷ alone as users.
+	AsUsers, Fair hostileView
 	// Mark judges the run as shipped, beside the refused batch.
 	Mark string
 }
@@ -415,11 +445,13 @@ func costlyFigures(c *costlyResult, smoke bool) *costlyView {
 	if c == nil {
 		return nil
 	}
-	view := func(run *hostileRun) hostileView {
+	// view is run against the quiet run of the same identity.
+	view := func(run *hostileRun, alone openLoopSummary) hostileView {
 		return hostileView{Run: run, Reasons: sortedCounts(run.Reasons),
-			P50Ratio: durRatio(run.Beside.P50, c.Quiet.P50), P99Ratio: durRatio(run.Beside.P99, c.Quiet.P99)}
+			P50Ratio: durRatio(run.Beside.P50, alone.P50), P99Ratio: durRatio(run.Beside.P99, alone.P99)}
 	}
-	v := &costlyView{Result: c, Refused: view(&c.Refused), Stored: view(&c.Stored), InFlight: view(&c.InFlight)}
+	v := &costlyView{Result: c, Refused: view(&c.Refused, c.Quiet), Stored: view(&c.Stored, c.Quiet), InFlight: view(&c.InFlight, c.Quiet),
+		AsUsers: view(&c.AsUsers, c.QuietAsUsers), Fair: view(&c.Fair, c.QuietAsUsers)}
 	if !smoke {
 		v.Mark = mark(v.Refused.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
 	}

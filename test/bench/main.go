@@ -4,9 +4,12 @@
 //   - the ceiling: a bare client doing create + two status writes per object
 //     on a plain CRD with the ToolAction schema (and, labelled apart, with a
 //     finalizer update as a fourth write), at each concurrency level;
+//   - a controller's floor: the same bare client while the API server also
+//     serves a controller's watch of the resource and its callers' watch of
+//     the namespace, what any controller with waiting callers pays;
 //   - toolledger: actions invoked through the SDK and driven to Succeeded by
 //     the operator (an in-process manager) against a fast local downstream,
-//     at the same levels, with the ratio to the ceiling, and the same for
+//     at the same levels, with the ratios to the floor and the ceiling, and the same for
 //     alternative configurations that need no operator change;
 //   - create→Succeeded latency at a fixed share of the maximum throughput;
 //   - the duplicate path: an SDK Invoke of a Succeeded key, its requests and

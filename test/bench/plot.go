@@ -19,6 +19,7 @@ import (
 var (
 	colorCeiling3 = color.RGBA{R: 0x44, G: 0x44, B: 0x44, A: 0xff}
 	colorCeiling4 = color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}
+	colorFloor    = color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}
 	variantColors = []color.Color{
 		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 		color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
@@ -77,12 +78,16 @@ func (b *bench) plot(path string) error {
 		p.Legend.Add(name, line, points)
 		return nil
 	}
-	var c3, c4 plotter.XYs
+	var c3, c4, floor plotter.XYs
 	for _, l := range levels {
 		c3 = append(c3, plotter.XY{X: float64(l.Concurrency), Y: l.Ceiling3.Throughput})
 		c4 = append(c4, plotter.XY{X: float64(l.Concurrency), Y: l.Ceiling4.Throughput})
+		floor = append(floor, plotter.XY{X: float64(l.Concurrency), Y: l.Floor.Throughput})
 	}
 	if err := addLine(tp, "ceiling: create + 2 status writes", c3, colorCeiling3, false); err != nil {
+		return err
+	}
+	if err := addLine(tp, "a controller's floor: the same, with its watch and its callers'", floor, colorFloor, false); err != nil {
 		return err
 	}
 	if err := addLine(tp, "ceiling: 4 writes (with a finalizer update)", c4, colorCeiling4, true); err != nil {

@@ -51,12 +51,9 @@ func (b *bench) logThroughput() {
 	base := b.baseline()
 	for _, l := range b.results.Levels {
 		shipped := l.Toolledger[base.ID]
-		ratio := 0.0
-		if l.Ceiling3.Throughput > 0 {
-			ratio = shipped.Throughput / l.Ceiling3.Throughput
-		}
-		c3, tl := l.Ceiling3.CPUPerOp, shipped.CPUPerOp
-		b.logf("concurrency %d: ceiling (3 writes) %.1f/s, toolledger as shipped %.1f/s: %.2f of the ceiling; CPU ms per operation (kube-apiserver / etcd / harness) %.2f / %.2f / %.2f against %.2f / %.2f / %.2f; %.2f requests per action",
-			l.Concurrency, l.Ceiling3.Throughput, shipped.Throughput, ratio, tl.APIServer, tl.Etcd, tl.Harness, c3.APIServer, c3.Etcd, c3.Harness, shipped.RequestsPerOp)
+		c3, fl, tl := l.Ceiling3.CPUPerOp, l.Floor.CPUPerOp, shipped.CPUPerOp
+		b.logf("concurrency %d: ceiling (3 writes) %.1f/s, floor %.1f/s, toolledger as shipped %.1f/s: %.2f of the floor, %.2f of the ceiling; CPU ms per operation (kube-apiserver / etcd / harness) %.2f / %.2f / %.2f against the floor's %.2f / %.2f / %.2f and the ceiling's %.2f / %.2f / %.2f; %.2f requests per action",
+			l.Concurrency, l.Ceiling3.Throughput, l.Floor.Throughput, shipped.Throughput, safeDiv(shipped.Throughput, l.Floor.Throughput), safeDiv(shipped.Throughput, l.Ceiling3.Throughput),
+			tl.APIServer, tl.Etcd, tl.Harness, fl.APIServer, fl.Etcd, fl.Harness, c3.APIServer, c3.Etcd, c3.Harness, shipped.RequestsPerOp)
 	}
 }

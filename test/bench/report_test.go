@@ -108,7 +108,7 @@ func levels(rounds int, gains map[string]float64, shared ...int) []levelResult {
 	for i, c := range []int{1, 8, 32, 128} {
 		tp := 60 + 5*float64(i)
 		base := sampleRun(c, rounds, tp, 40*float64(c)+4)
-		l := levelResult{Concurrency: c, Ceiling3: scaled(base, 1.12), Ceiling4: scaled(base, 0.9),
+		l := levelResult{Concurrency: c, Ceiling3: scaled(base, 1.12), Ceiling4: scaled(base, 0.9), Floor: scaled(base, 1.03),
 			Toolledger: map[string]runSummary{"base": base}}
 		l.Ceiling4.WritesPerOp = 4
 		l.Ceiling3.CPUPerOp, l.Ceiling4.CPUPerOp = processCPU{APIServer: 11.22, Etcd: 1.1, Harness: 0.98}, processCPU{APIServer: 14.9, Etcd: 1.5, Harness: 1.3}
@@ -353,7 +353,7 @@ func smokeBench() *bench {
 	base := sampleRun(4, 1, 41.3, 52)
 	r := results{
 		Machine: machine{CPUs: 2, MemoryGiB: 7.8, GoVersion: "go1.26.8", OS: "linux/arm64", Kubernetes: "v1.37.2", Etcd: "v3.7.0", Date: "2026-12-01 08:00 UTC"},
-		Levels:  []levelResult{{Concurrency: 4, Ceiling3: scaled(base, 1.2), Ceiling4: scaled(base, 1.1), Toolledger: map[string]runSummary{"base": base}}},
+		Levels:  []levelResult{{Concurrency: 4, Ceiling3: scaled(base, 1.2), Ceiling4: scaled(base, 1.1), Floor: scaled(base, 1.1), Toolledger: map[string]runSummary{"base": base}}},
 		Latency: []*latencyResult{{State: "only this run's actions stored", MaxThroughput: 41.3, MaxAt: 4, Load: 0.5, Rate: 20.65,
 			Offered: 62, Samples: 55, P50: msec(21), P95: msec(60.4), P99: msec(270.9), Achieved: 20.1}},
 		Memory: []memoryStep{{Present: 100, Created: 100, CreateTime: msec(1500), SettleTime: msec(3100), HeapLive: 3.2e6, HeapInuse: 5e6, RSS: 30e6}},
@@ -367,7 +367,12 @@ func smokeBench() *bench {
 				Slowest: msec(70), SlowestCreate: msec(30), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(30), P99: msec(30)}},
 			Stored: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(90), P99: msec(90)},
 				Reasons: map[string]int{"Failed/InvalidToolContract": 2}, Answered: openLoopSummary{Samples: 2, P50: msec(20), P95: msec(30), P99: msec(30)}, Settled: openLoopSummary{Samples: 2, P50: msec(40), P95: msec(60), P99: msec(60)},
-				Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}}},
+				Refusing: msec(35), Overlapping: 2, Slowest: msec(90), SlowestCreate: msec(12), BesideCreate: openLoopSummary{Samples: 4, P50: msec(4), P95: msec(12), P99: msec(12)}},
+			QuietAsUsers: openLoopSummary{Samples: 4, P50: msec(21), P95: msec(31), P99: msec(31)},
+			AsUsers: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(24), P95: msec(72), P99: msec(72)},
+				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(56), P95: msec(61), P99: msec(61)}},
+			Fair: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(22), P95: msec(40), P99: msec(40)},
+				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(80), P95: msec(90), P99: msec(90)}}},
 		Archive: &archiveResult{Records: 2000, LoadTime: msec(410), TableBytes: 4.1e6, Ceiling: 38.2, CeilingAt: 4, Load: 0.5, Rate: 19.1,
 			Empty:  liveRun{Offered: 57, Samples: 50, Achieved: 18.7, P50: msec(30), P95: msec(80), P99: msec(95), Plane: planeLoad{HeapInuse: 60 << 20}},
 			Full:   liveRun{Offered: 57, Samples: 51, Achieved: 18.9, P50: msec(31), P95: msec(82), P99: msec(101), Plane: planeLoad{HeapInuse: 61 << 20}},
@@ -390,6 +395,7 @@ func verdictsBench() *bench {
 	r.Machine.CPUs = 4
 	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})
 	r.Levels[0].Ceiling3 = scaled(r.Levels[0].Ceiling3, 1.3)
+	r.Levels[1].Floor = scaled(r.Levels[1].Floor, 1.1)
 	r.SweepPlanes, r.OtherLoad, r.Failures, r.Limiter, r.SizesSDK = nil, nil, nil, nil, objectSizes{}
 	r.Costly.Refused.Beside.P99 = msec(130.2)
 	r.Writes = &writesResult{Actions: 300, Concurrency: 16, WritesPerAction: 4, EventWritesPerAct: 1, Rows: writeRows(true),

@@ -100,6 +100,9 @@ type levelResult struct {
 	Concurrency int
 	Ceiling3    runSummary
 	Ceiling4    runSummary
+	// Floor is the 3-write ceiling beside the watches any controller with
+	// waiting callers makes the API server serve: a controller's floor.
+	Floor runSummary
 	// Toolledger is keyed by variant ID.
 	Toolledger map[string]runSummary
 	// SharedCeiling3 and SharedToolledger are the 3-write ceiling and the
@@ -214,10 +217,12 @@ func (p *pooled) summary() runSummary {
 	return out
 }
 
-// slot is one configuration measured at a level: a ceiling or a variant,
-// in the run's CPU layout or with every process on every CPU (shared).
+// slot is one configuration measured at a level: a ceiling, the floor or a
+// variant, in the run's CPU layout or with every process on every CPU
+// (shared).
 type slot struct {
-	ceilingWrites int // 3 or 4 for a ceiling, 0 for a toolledger variant
+	ceilingWrites int  // 3 or 4 for a ceiling or the floor, 0 for a toolledger variant
+	floor         bool // the 3-write ceiling with a controller's and its callers' watches
 	variant       variant
 	shared        bool
 }
@@ -225,7 +230,10 @@ type slot struct {
 // poolID names the pool of a slot's rounds.
 func (sl slot) poolID() string {
 	id := sl.variant.ID
-	if sl.ceilingWrites > 0 {
+	switch {
+	case sl.floor:
+		id = "floor"
+	case sl.ceilingWrites > 0:
 		id = fmt.Sprintf("ceiling%d", sl.ceilingWrites)
 	}
 	if sl.shared {
@@ -234,8 +242,8 @@ func (sl slot) poolID() string {
 	return id
 }
 
-// throughput measures, level by level, the ceiling (3 and 4 writes) and
-// every toolledger variant at the same concurrency, one after the other so
+// throughput measures, level by level, the ceiling (3 and 4 writes), the
+// floor and every toolledger variant at the same concurrency, one after the other so
 // that the control plane's drift over the run touches all alike. With
 // several rounds the whole sweep is repeated, every other round in reverse
 // order within each level, and the rounds are pooled.
@@ -250,10 +258,11 @@ func (b *bench) throughput(ctx context.Context) error {
 			if err := b.restartPlane(ctx, fmt.Sprintf("%s-r%d-c%d", sweepPlane, round+1, c)); err != nil {
 				return err
 			}
-			// The 3-write ceiling and the shipped configuration, whose ratio is
-			// the headline, run next to each other so that they meet the
-			// control plane in the same state, as it fills during the level.
-			slots := []slot{{ceilingWrites: 3}, {variant: b.baseline()}}
+			// The 3-write ceiling, the shipped configuration and the floor,
+			// whose ratios are the headline, run next to each other so that
+			// they meet the control plane in the same state, as it fills
+			// during the level.
+			slots := []slot{{ceilingWrites: 3}, {variant: b.baseline()}, {ceilingWrites: 3, floor: true}}
 			if b.layout.split && slices.Contains(s.CompareSharedCores, c) {
 				slots = append(slots, slot{variant: b.baseline(), shared: true}, slot{ceilingWrites: 3, shared: true})
 			}
@@ -275,7 +284,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	for _, c := range s.Concurrency {
 		level := levelResult{Concurrency: c, Toolledger: map[string]runSummary{}}
-		level.Ceiling3, level.Ceiling4 = pools[c]["ceiling3"].summary(), pools[c]["ceiling4"].summary()
+		level.Ceiling3, level.Ceiling4, level.Floor = pools[c]["ceiling3"].summary(), pools[c]["ceiling4"].summary(), pools[c]["floor"].summary()
 		if p, ok := pools[c]["ceiling3-shared"]; ok {
 			ceiling, shipped := p.summary(), pools[c][b.baseline().ID+"-shared"].summary()
 			level.SharedCeiling3, level.SharedToolledger = &ceiling, &shipped
@@ -298,7 +307,11 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 	id := sl.poolID()
 	group, resource := v1alpha1.GroupVersion.Group, "toolactions"
 	label := "toolledger [" + sl.variant.label() + "]"
-	if sl.ceilingWrites > 0 {
+	switch {
+	case sl.floor:
+		group, resource = benchGroup, benchResource
+		label = "floor (3 writes, a controller's watch and its callers')"
+	case sl.ceilingWrites > 0:
 		group, resource = benchGroup, benchResource
 		label = fmt.Sprintf("ceiling (%d writes)", sl.ceilingWrites)
 	}
@@ -336,6 +349,12 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 		if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
 			return err
 		}
+		stopWatches := func() {}
+		if sl.floor {
+			if stopWatches, err = floorWatches(ctx, b.c.cfg, ns); err != nil {
+				return err
+			}
+		}
 		reconciles := inProcessReconciles()
 		share, err := b.othersShare(func() error {
 			var err error
@@ -345,6 +364,7 @@ func (b *bench) measureSlot(ctx context.Context, round, c int, sl slot, pools ma
 			})
 			return errors.Join(err, profiled())
 		})
+		stopWatches()
 		if err != nil {
 			return err
 		}
