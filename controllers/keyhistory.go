@@ -170,20 +170,37 @@ func (h archiveHistory) archivedKeyFreed(rec *archive.Record, tool *v1alpha1.Too
 // earlier reads the key's Tombstone, written before the archive, then the
 // newest archived record that guards the key. In that order: the sweep
 // moves a Tombstone by archiving it, then deleting it, so this reader finds
-// it in one place at least. An archived record whose key retention has
-// passed by the action's tool answers nothing: the key may mean a new
-// intent.
+// it in one place at least. Once the binding records that every Tombstone
+// moved, none is written until the archive is decommissioned, which the
+// archive says with the key: the Tombstone is read only then, after the
+// archive, whose decommissioning stops the moves. An archived record whose
+// key retention has passed by the action's tool answers nothing: the key
+// may mean a new intent.
 func (h archiveHistory) earlier(ctx context.Context, action *v1alpha1.ToolAction, tool *v1alpha1.Tool) (*earlierRecord, error) {
-	if kept, err := h.tombstones.earlier(ctx, action, tool); kept != nil || err != nil {
-		return kept, err
+	moved, err := h.binding.TombstonesMoved(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !moved {
+		if kept, err := h.tombstones.earlier(ctx, action, tool); kept != nil || err != nil {
+			return kept, err
+		}
 	}
 	ns, err := archive.CurrentNamespace(ctx, h.namespaces, action.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := h.store.Guarding(ctx, ns, action.Name)
-	if rec == nil || err != nil {
+	rec, decommissioned, err := h.store.CheckKey(ctx, ns, action.Name)
+	if err != nil {
 		return nil, err
+	}
+	if moved && decommissioned {
+		if kept, err := h.tombstones.earlier(ctx, action, tool); kept != nil || err != nil {
+			return kept, err
+		}
+	}
+	if rec == nil {
+		return nil, nil
 	}
 	if sameTool(action, rec.Tool) && h.archivedKeyFreed(rec, tool) {
 		return nil, nil

@@ -379,11 +379,43 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 func (s *Store) Guarding(ctx context.Context, namespace Namespace, key string) (*Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
 	defer cancel()
-	r, err := newest(ctx, s.keys, "check", "guards_key AND "+ofNamespace, "completion_time DESC", namespace, key)
+	r, err := newest(ctx, s.keys, "check", guardingKey, keyCheckOrder, namespace, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
 	return r, nil
+}
+
+// The record a key check answers from: the newest that guards the key.
+var guardingKey, keyCheckOrder = "guards_key AND " + ofNamespace, "completion_time DESC"
+
+// CheckKey is Guarding, and whether the archive was decommissioned, read in
+// one round trip: a key check that leaves Tombstones unread learns with the
+// key that decommissioning writes them again. The ledger deletes a record
+// only after its Tombstone was written, and decommissioning commits before
+// it writes any, so a check of a key whose Tombstone it missed reads true.
+func (s *Store) CheckKey(ctx context.Context, namespace Namespace, key string) (r *Record, decommissioned bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
+	defer cancel()
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT decommissioned_at IS NOT NULL FROM toolledger_archive`)
+	batch.Queue(newestQuery(guardingKey, keyCheckOrder), newestArgs(namespace, key)...)
+	results := s.keys.SendBatch(ctx, batch)
+	err = results.QueryRow().Scan(&decommissioned)
+	if err == nil {
+		rows, queryErr := results.Query()
+		r, err = collectNewest("check", rows, queryErr)
+	} else {
+		observe("check", err)
+	}
+	if closeErr := results.Close(); err == nil && closeErr != nil {
+		observe("check", closeErr)
+		err = closeErr
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
+	}
+	return r, decommissioned, nil
 }
 
 // Read returns the record of key archived from namespace that a person
@@ -413,8 +445,20 @@ var ofNamespace = archivedFrom("$3", "$4")
 // matches condition, in order; nil when there is none. operation names it
 // in the metrics.
 func newest(ctx context.Context, pool *pgxpool.Pool, operation, condition, order string, namespace Namespace, key string) (*Record, error) {
-	rows, err := pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND `+condition+` ORDER BY `+order+` LIMIT 1`, namespace.Name, key, string(namespace.UID), namespace.Created)
+	rows, err := pool.Query(ctx, newestQuery(condition, order), newestArgs(namespace, key)...)
+	return collectNewest(operation, rows, err)
+}
+
+func newestQuery(condition, order string) string {
+	return `SELECT ` + recordColumns + ` FROM toolledger_records
+WHERE namespace = $1 AND key = $2 AND ` + condition + ` ORDER BY ` + order + ` LIMIT 1`
+}
+
+func newestArgs(namespace Namespace, key string) []any {
+	return []any{namespace.Name, key, string(namespace.UID), namespace.Created}
+}
+
+func collectNewest(operation string, rows pgx.Rows, err error) (*Record, error) {
 	var r Record
 	if err == nil {
 		r, err = pgx.CollectExactlyOneRow(rows, scanRecord)

@@ -125,3 +125,38 @@ func TestDecommissioningWaitsForTheRecordsBeingKept(t *testing.T) {
 		t.Errorf("kept %d, refused %d, listed %d of %d", keptCount, len(refused), len(guarded), n)
 	}
 }
+
+// A key check reads, with the key's record, whether the archive was
+// decommissioned: the moment Tombstones are written again, which a check
+// that leaves them unread must then read.
+func TestAKeyCheckSaysWhenTheArchiveWasDecommissioned(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t))
+	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+		t.Fatal(err)
+	}
+	check := func(key string) (string, bool) {
+		t.Helper()
+		r, decommissioned, err := s.CheckKey(ctx, namespaceOf("shop"), key)
+		if err != nil {
+			t.Fatalf("CheckKey(%s): %v", key, err)
+		}
+		if r == nil {
+			return "", decommissioned
+		}
+		return string(r.UID), decommissioned
+	}
+	for when, decommission := range []bool{false, true} {
+		if decommission {
+			if _, err := s.Decommission(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if uid, decommissioned := check("order-1"); uid != "u-1" || decommissioned != decommission {
+			t.Errorf("check %d of a kept key: record %q, decommissioned %v; want u-1, %v", when, uid, decommissioned, decommission)
+		}
+		if uid, decommissioned := check("order-9"); uid != "" || decommissioned != decommission {
+			t.Errorf("check %d of an absent key: record %q, decommissioned %v; want none, %v", when, uid, decommissioned, decommission)
+		}
+	}
+}

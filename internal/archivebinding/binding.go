@@ -40,6 +40,7 @@ const (
 	keyState            = "state"
 	keyBoundAt          = "boundAt"
 	keyDecommissionedAt = "decommissionedAt"
+	keyTombstonesMoved  = "tombstonesMoved"
 )
 
 // State says whether the ledger's keys are in the archive.
@@ -63,6 +64,11 @@ type Binding struct {
 	BoundAt time.Time
 	// DecommissionedAt is when its keys went back to Tombstones.
 	DecommissionedAt time.Time
+	// TombstonesMovedAt is when, the binding settled, no Tombstone was left
+	// in the cluster: every key written before the archive had moved into
+	// it. From then on, until the archive is decommissioned, no Tombstone
+	// is written, and a key check reads the archive alone.
+	TombstonesMovedAt time.Time
 }
 
 // Key is where the binding of the ledger whose operator namespace is
@@ -90,7 +96,7 @@ func fromConfigMap(cm *corev1.ConfigMap) (*Binding, error) {
 		return nil, fmt.Errorf("the archive binding (ConfigMap %s/%s) does not name an archive and its state (InUse or Decommissioned): it was edited; restore it, or decommission the archive (docs/archive.md#decommissioning-an-archive)",
 			cm.Namespace, cm.Name)
 	}
-	for key, into := range map[string]*time.Time{keyBoundAt: &b.BoundAt, keyDecommissionedAt: &b.DecommissionedAt} {
+	for key, into := range map[string]*time.Time{keyBoundAt: &b.BoundAt, keyDecommissionedAt: &b.DecommissionedAt, keyTombstonesMoved: &b.TombstonesMovedAt} {
 		if v := cm.Data[key]; v != "" {
 			t, err := time.Parse(time.RFC3339, v)
 			if err != nil {
@@ -106,6 +112,9 @@ func (b *Binding) writeTo(cm *corev1.ConfigMap) {
 	cm.Data = map[string]string{keyArchive: b.Archive, keyState: string(b.State), keyBoundAt: b.BoundAt.UTC().Format(time.RFC3339)}
 	if !b.DecommissionedAt.IsZero() {
 		cm.Data[keyDecommissionedAt] = b.DecommissionedAt.UTC().Format(time.RFC3339)
+	}
+	if !b.TombstonesMovedAt.IsZero() {
+		cm.Data[keyTombstonesMoved] = b.TombstonesMovedAt.UTC().Format(time.RFC3339)
 	}
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
@@ -174,6 +183,29 @@ func Bind(ctx context.Context, c client.Client, namespace, archive string, now t
 		return nil, fmt.Errorf("cannot record the archive binding (ConfigMap %s): %w", Key(namespace), err)
 	}
 	return b, nil
+}
+
+// RecordTombstonesMoved records, in the binding to archive, that no
+// Tombstone was left at at: the caller listed none after the binding
+// settled. A binding to another archive, or released, is left as it is;
+// the binding of the next archive starts without the record, so that the
+// Tombstones its predecessor's decommissioning wrote are read until they
+// moved too.
+func RecordTombstonesMoved(ctx context.Context, c client.Client, namespace, archive string, at time.Time) error {
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, Key(namespace), &cm); err != nil {
+		return fmt.Errorf("cannot read the archive binding (ConfigMap %s): %w", Key(namespace), err)
+	}
+	b, err := fromConfigMap(&cm)
+	if err != nil || b.State != InUse || b.Archive != archive || !b.TombstonesMovedAt.IsZero() {
+		return err
+	}
+	b.TombstonesMovedAt = at
+	b.writeTo(&cm)
+	if err := c.Update(ctx, &cm); err != nil {
+		return fmt.Errorf("cannot record in the archive binding (ConfigMap %s) that every Tombstone moved: %w", Key(namespace), err)
+	}
+	return nil
 }
 
 // release records that the archive's keys were written back as Tombstones,

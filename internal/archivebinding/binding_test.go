@@ -1,12 +1,14 @@
 package archivebinding
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
 func TestRefusal(t *testing.T) {
@@ -54,6 +56,7 @@ func TestAnEditedBindingIsNotAbsent(t *testing.T) {
 		"no archive":      {"state": "InUse"},
 		"unknown state":   {"archive": "a-1", "state": "Off"},
 		"unreadable time": {"archive": "a-1", "state": "InUse", "boundAt": "yesterday"},
+		"unreadable move": {"archive": "a-1", "state": "InUse", "boundAt": "2026-12-01T09:00:00Z", "tombstonesMoved": "soon"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, err := fromConfigMap(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "toolledger-system", Name: ConfigMapName}, Data: data})
@@ -66,7 +69,7 @@ func TestAnEditedBindingIsNotAbsent(t *testing.T) {
 
 func TestABindingReadsBackAsWritten(t *testing.T) {
 	want := &Binding{Archive: "a-1", State: Decommissioned, BoundAt: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
-		DecommissionedAt: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)}
+		DecommissionedAt: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), TombstonesMovedAt: time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)}
 	var cm corev1.ConfigMap
 	want.writeTo(&cm)
 	got, err := fromConfigMap(&cm)
@@ -80,4 +83,51 @@ func TestABindingReadsBackAsWritten(t *testing.T) {
 	if len(cm.Finalizers) != 1 || cm.Finalizers[0] != Finalizer {
 		t.Errorf("a binding in use has finalizers %v, want %s", cm.Finalizers, Finalizer)
 	}
+}
+
+// That every Tombstone moved is recorded only in a binding in use by the
+// archive that says so, and a binding to the next archive starts without
+// it: the Tombstones the last one's decommissioning wrote must move too.
+func TestTombstonesMovedIsRecordedForTheArchiveInUse(t *testing.T) {
+	ctx := context.Background()
+	bound := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	moved := bound.Add(time.Hour)
+	for _, tc := range []struct {
+		name      string
+		binding   Binding
+		archive   string
+		wantMoved bool
+	}{
+		{"in use by that archive", Binding{Archive: "a-1", State: InUse, BoundAt: bound}, "a-1", true},
+		{"in use by another archive", Binding{Archive: "a-1", State: InUse, BoundAt: bound}, "a-2", false},
+		{"decommissioned", Binding{Archive: "a-1", State: Decommissioned, BoundAt: bound, DecommissionedAt: bound}, "a-1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cm corev1.ConfigMap
+			cm.Namespace, cm.Name = "toolledger-system", ConfigMapName
+			tc.binding.writeTo(&cm)
+			c := fake.NewClientBuilder().WithObjects(&cm).Build()
+			if err := RecordTombstonesMoved(ctx, c, "toolledger-system", tc.archive, moved); err != nil {
+				t.Fatal(err)
+			}
+			g := &Guard{Reader: c, Namespace: "toolledger-system", Archive: tc.archive}
+			if got, err := g.TombstonesMoved(ctx); err != nil || got != tc.wantMoved {
+				t.Fatalf("TombstonesMoved = %v, %v; want %v", got, err, tc.wantMoved)
+			}
+		})
+	}
+	t.Run("the next archive's binding", func(t *testing.T) {
+		var cm corev1.ConfigMap
+		cm.Namespace, cm.Name = "toolledger-system", ConfigMapName
+		(&Binding{Archive: "a-1", State: Decommissioned, BoundAt: bound, DecommissionedAt: moved, TombstonesMovedAt: moved}).writeTo(&cm)
+		c := fake.NewClientBuilder().WithObjects(&cm).Build()
+		b, err := Bind(ctx, c, "toolledger-system", "a-2", moved.Add(time.Hour))
+		if err != nil || b.Archive != "a-2" || !b.TombstonesMovedAt.IsZero() {
+			t.Fatalf("Bind = %+v, %v; want archive a-2 with no Tombstones moved", b, err)
+		}
+		g := &Guard{Reader: c, Namespace: "toolledger-system", Archive: "a-2"}
+		if got, err := g.TombstonesMoved(ctx); err != nil || got {
+			t.Fatalf("TombstonesMoved = %v, %v; want false", got, err)
+		}
+	})
 }

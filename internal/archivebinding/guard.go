@@ -71,6 +71,19 @@ func (g *Guard) MayKeep(ctx context.Context, now time.Time) error {
 	return nil
 }
 
+// TombstonesMoved reports whether the key check may leave Tombstones
+// unread: the ledger is bound to this manager's archive, which every
+// Tombstone written before it has moved into. The archive's own record of
+// its decommissioning, read with each key (archive.Store.CheckKey), says
+// when Tombstones are written again.
+func (g *Guard) TombstonesMoved(ctx context.Context) (bool, error) {
+	b, err := Read(ctx, g.Reader, g.Namespace)
+	if err != nil {
+		return false, err
+	}
+	return b != nil && b.State == InUse && b.Archive == g.Archive && !b.TombstonesMovedAt.IsZero(), nil
+}
+
 // Ready is a readiness check: a manager that must not dispatch is not
 // ready, so that a rollout of managers without the archive the ledger is
 // bound to stalls with the ready replicas still serving.

@@ -204,7 +204,32 @@ func (s *Sweep) archiveTombstones(ctx context.Context) error {
 	if errors.Is(err, archive.ErrDecommissioned) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return s.recordTombstonesMoved(ctx)
+}
+
+// recordTombstonesMoved records in the binding, once no Tombstone is left
+// in the cluster, that the key check may read the archive alone. Every
+// replica moves its own keys' Tombstones; any one sees the last go.
+func (s *Sweep) recordTombstonesMoved(ctx context.Context) error {
+	if moved, err := s.Binding.TombstonesMoved(ctx); moved || err != nil {
+		return err
+	}
+	var left metav1.PartialObjectMetadataList
+	left.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("TombstoneList"))
+	if err := s.Reader.List(ctx, &left, client.Limit(1)); err != nil {
+		return fmt.Errorf("cannot list Tombstones: %w", err)
+	}
+	if len(left.Items) > 0 {
+		return nil
+	}
+	if err := archivebinding.RecordTombstonesMoved(ctx, s.Client, s.Binding.Namespace, s.Binding.Archive, time.Now()); err != nil {
+		return err
+	}
+	log.FromContext(ctx).Info("Every Tombstone is in the archive: key checks read the archive alone until it is decommissioned")
+	return nil
 }
 
 // eachOwnedTombstone reads the Tombstones opts select from the API server,

@@ -479,12 +479,12 @@ func (b *bench) timeChecks(ctx context.Context, dsn string, check *archiveCheck)
 	latencies := make([]time.Duration, 0, b.settings.ArchiveCheckSamples)
 	for i := range b.settings.ArchiveCheckSamples {
 		began := time.Now()
-		r, err := store.Guarding(ctx, benchNamespace(fmt.Sprintf("archived-%03d", i%archivedNamespaces)), fmt.Sprintf("absent-%08d", i))
+		r, decommissioned, err := store.CheckKey(ctx, benchNamespace(fmt.Sprintf("archived-%03d", i%archivedNamespaces)), fmt.Sprintf("absent-%08d", i))
 		if err != nil {
 			return err
 		}
-		if r != nil {
-			return fmt.Errorf("archive: absent key %d found in the archive", i)
+		if r != nil || decommissioned {
+			return fmt.Errorf("archive: absent key %d found in the archive, or the archive read as decommissioned", i)
 		}
 		latencies = append(latencies, time.Since(began))
 	}

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -156,6 +159,38 @@ var _ = Describe("The archive binding", func() {
 		Expect(downstream.Requests(key("order-5003-charge"))).To(Equal(1))
 	})
 
+	It("keeps a manager without the archive from retiring a record into a Tombstone: the record waits for one with it", func() {
+		stop := start("with-archive", server.DSN)
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5005-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-5005-charge", v1alpha1.PhaseSucceeded)
+		stop()
+
+		By("a manager without the archive that reconciles every key (no shards) is past the record's recordRetention")
+		stopWithout, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "without-archive", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, Namespace: ledger, NoSharding: true})
+		Expect(err).NotTo(HaveOccurred())
+		stopped := false
+		DeferCleanup(func() {
+			if !stopped {
+				_ = stopWithout()
+			}
+		})
+		clock.Step(90 * time.Minute)
+		Consistently(func(g Gomega) {
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(first), &v1alpha1.ToolAction{})).To(Succeed())
+			g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(first), &v1alpha1.Tombstone{}))).To(BeTrue(),
+				"a Tombstone written while the ledger is bound to the archive")
+		}, 3*time.Second).Should(Succeed())
+		stopped = true
+		Expect(stopWithout()).To(Succeed())
+
+		By("a manager with the archive retires it there")
+		start("with-archive", server.DSN)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		Expect(archivedKeys(ctx, server.DSN)).To(ContainElement("order-5005-charge"))
+		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(first), &v1alpha1.Tombstone{}))).To(BeTrue())
+	})
+
 	It("keeps a record retired after decommissioning in a Tombstone, by a manager that still has the archive", func() {
 		stop := start("with-archive", server.DSN)
 		Expect(k8s.Create(ctx, chargeAction(ns, "order-5004-charge", 1200))).To(Succeed())
@@ -172,6 +207,98 @@ var _ = Describe("The archive binding", func() {
 		Expect(archivedKeys(ctx, server.DSN)).NotTo(ContainElement("order-5004-charge"), "nothing is archived once the archive is decommissioned")
 	})
 })
+
+// Once every Tombstone is in the archive, none is written until the archive
+// is decommissioned, so a new key's check reads PostgreSQL alone: no
+// request to the API server. Decommissioning writes Tombstones again; the
+// archive says so with each key, and the check reads them again, even
+// while the binding (not yet released: an interrupted decommissioning)
+// still records that every Tombstone moved.
+var _ = Describe("The key check with every Tombstone in the archive", func() {
+	It("reads no Tombstone, until the archive is decommissioned", func() {
+		ctx := context.Background()
+		ns, ledger := env.NewTenant(), env.NewOperatorNamespace()
+		server, err := testenv.StartPostgres(ctx, "")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(server.Stop)
+		clock := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
+		key := func(name string) string { return ns + "/" + name }
+
+		By("no Tombstone is left in the cluster: the earlier specs' keys are theirs alone, and they have ended")
+		asManager, err := client.New(testenv.AsManager(env.Config), client.Options{Scheme: k8s.Scheme()})
+		Expect(err).NotTo(HaveOccurred())
+		var tombstones v1alpha1.TombstoneList
+		Expect(k8s.List(ctx, &tombstones)).To(Succeed())
+		for i := range tombstones.Items {
+			Expect(asManager.Delete(ctx, &tombstones.Items[i])).To(Succeed())
+		}
+
+		By("a manager with the archive records it in the binding")
+		reads := &atomic.Int64{}
+		cfg := testenv.AsManager(env.Config)
+		cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { return &tombstoneReads{next: next, n: reads} })
+		stop, err := testenv.StartManager(cfg, app.Options{ExecutorID: "moved", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, ArchiveDSN: server.DSN, ArchiveRecordRetention: 10 * time.Minute,
+			Namespace: ledger, ArchiveBindingSettle: time.Millisecond})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		Eventually(func(g Gomega) {
+			var binding corev1.ConfigMap
+			g.Expect(k8s.Get(ctx, archivebinding.Key(ledger), &binding)).To(Succeed())
+			g.Expect(binding.Data).To(HaveKey("tombstonesMoved"))
+		}).Should(Succeed())
+
+		By("a new key, and the same key again once its record is archived: no Tombstone read")
+		before := reads.Load()
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-6001-charge", 1200))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-6001-charge", v1alpha1.PhaseSucceeded)
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-6001-charge", 1200))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-6001-charge", v1alpha1.PhaseSucceeded)
+		Expect(again.Status.History[0].Reason).To(Equal(v1alpha1.ReasonSettledByArchive))
+		Expect(downstream.Requests(key("order-6001-charge"))).To(Equal(1))
+		Expect(reads.Load()).To(Equal(before), "GETs of Tombstones by the key checks")
+
+		By("the archive is decommissioned, and the binding not yet released: a retired record goes to a Tombstone")
+		conn, err := pgx.Connect(ctx, server.DSN)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = conn.Exec(ctx, `UPDATE toolledger_archive SET decommissioned_at = now()`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(conn.Close(ctx)).To(Succeed())
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-6002-charge", 1200))).To(Succeed())
+		second := env.WaitForPhase(ns, "order-6002-charge", v1alpha1.PhaseSucceeded)
+		clock.Step(90 * time.Minute)
+		Eventually(gone(second.DeepCopy())).Should(BeTrue())
+		Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "order-6002-charge"}, &v1alpha1.Tombstone{})).To(Succeed())
+		var binding corev1.ConfigMap
+		Expect(k8s.Get(ctx, archivebinding.Key(ledger), &binding)).To(Succeed())
+		Expect(binding.Data).To(HaveKeyWithValue("state", "InUse"))
+		Expect(binding.Data).To(HaveKey("tombstonesMoved"))
+
+		By("its key again: answered from the Tombstone, never sent")
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-6002-charge", 1200))).To(Succeed())
+		settled := env.WaitForPhase(ns, "order-6002-charge", v1alpha1.PhaseSucceeded)
+		Expect(settled.Status.History[0].Reason).To(Equal(v1alpha1.ReasonSettledByTombstone))
+		Expect(downstream.Requests(key("order-6002-charge"))).To(Equal(1))
+		Expect(reads.Load()).To(BeNumerically(">", before))
+	})
+})
+
+// tombstoneReads counts in n the GETs of single Tombstones a client sends.
+type tombstoneReads struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (t *tombstoneReads) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/tombstones/") {
+		t.n.Add(1)
+	}
+	return t.next.RoundTrip(r)
+}
 
 // conditionWithReason is the action's condition with reason, or nil.
 func conditionWithReason(a *v1alpha1.ToolAction, reason string) *metav1.Condition {
