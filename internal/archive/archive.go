@@ -312,7 +312,8 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 // Keep archives r at the end of its namespace's chain, at the time of its
 // transaction. Keeping a record already archived changes nothing, so a
 // replica that crashed after the commit and before the etcd delete may keep
-// it again.
+// it again. Once the archive is decommissioned it answers ErrDecommissioned,
+// whether or not it kept r.
 func (s *Store) Keep(ctx context.Context, r Record) error {
 	if r.NamespaceUID == "" {
 		return fmt.Errorf("cannot archive ToolAction %s/%s: its namespace's uid is not known", r.Namespace, r.Key)
@@ -337,11 +338,14 @@ func (s *Store) Keep(ctx context.Context, r Record) error {
 			string(r.UID), r.Action).Scan(&kept, &actionText, &decommissioned, &r.ArchivedAt); err != nil {
 			return err
 		}
+		// Decommissioned first: the sweep moves a Tombstone by keeping it,
+		// then deleting it, and the Tombstones decommissioning writes back
+		// carry the UIDs of records already kept.
 		switch {
-		case kept:
-			return nil
 		case decommissioned:
 			return ErrDecommissioned
+		case kept:
+			return nil
 		}
 		head, err := chainHead(ctx, tx, r.Namespace)
 		if err != nil {

@@ -62,6 +62,11 @@ func TestADecommissionedArchiveKeepsNothingMore(t *testing.T) {
 	if !errors.Is(err, archive.ErrDecommissioned) || errors.Is(err, archive.ErrUnavailable) {
 		t.Fatalf("Keep after decommissioning: %v, want ErrDecommissioned and not ErrUnavailable", err)
 	}
+	// Nor a record it kept: the retention sweep would take that answer for
+	// a move done, and delete a Tombstone decommissioning wrote back.
+	if err := s.Keep(ctx, record(t, newer)); !errors.Is(err, archive.ErrDecommissioned) {
+		t.Fatalf("Keep of a record kept before decommissioning: %v, want ErrDecommissioned", err)
+	}
 	var guarded []string
 	if err := s.GuardingKeys(ctx, func(r *archive.Record) error {
 		guarded = append(guarded, r.Key+"="+string(r.UID))

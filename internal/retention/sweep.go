@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -225,7 +226,15 @@ func (s *Sweep) recordTombstonesMoved(ctx context.Context) error {
 	if len(left.Items) > 0 {
 		return nil
 	}
-	if err := archivebinding.RecordTombstonesMoved(ctx, s.Client, s.Binding.Namespace, s.Binding.Archive, time.Now()); err != nil {
+	// Decommissioning writes Tombstones: none left then is not the fact.
+	if decommissioned, err := s.Archive.Decommissioned(ctx); decommissioned || err != nil {
+		return err
+	}
+	err := archivebinding.RecordTombstonesMoved(ctx, s.Client, s.Binding.Namespace, s.Binding.Archive, time.Now())
+	if apierrors.IsConflict(err) {
+		return nil // another replica recorded it first, or the binding changed: the next sweep looks again
+	}
+	if err != nil {
 		return err
 	}
 	log.FromContext(ctx).Info("Every Tombstone is in the archive: key checks read the archive alone until it is decommissioned")
@@ -260,6 +269,16 @@ func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client
 	err = c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("cannot delete the archived Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
+	}
+	// Decommissioning may have committed between the keep and the delete,
+	// and found this Tombstone when it wrote the key back: it must stay.
+	// Unless the archive answers that it was not, it is written again.
+	if decommissioned, err := store.Decommissioned(ctx); err != nil || decommissioned {
+		if err := c.Create(ctx, v1alpha1.NewTombstone(tomb.Namespace, tomb.Name, tomb.Record)); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) &&
+			!apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return fmt.Errorf("cannot write again the Tombstone %s/%s, which the archive's decommissioning keeps: %w", tomb.Namespace, tomb.Name, err)
+		}
+		return archive.ErrDecommissioned
 	}
 	log.FromContext(ctx).V(1).Info("Moved a Tombstone into the archive", "tombstone", client.ObjectKeyFromObject(tomb))
 	return nil
