@@ -49,6 +49,11 @@ type costlyResult struct {
 	// candidate tenant FlowSchema.
 	QuietAsUsers  openLoopSummary
 	AsUsers, Fair hostileRun
+	// BareQuiet and BareInFlight repeat the quiet and in-flight runs with
+	// a bare client as the healthy tenant: the API server's own ratio,
+	// against which the in-flight run through toolledger is judged.
+	BareQuiet    openLoopSummary
+	BareInFlight hostileRun
 }
 
 // hostileRun is the healthy tenant's run beside one batch of hostile
@@ -121,14 +126,21 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	}
 	// timed invokes n healthy actions one after another, into run when
 	// given, and returns when each began after the first.
-	timed := func(healthy *sdk.Client, name string, n int, run *hostileRun) (openLoopSummary, []time.Duration, error) {
+	timed := func(healthy tenantClients, name string, n int, run *hostileRun) (openLoopSummary, []time.Duration, error) {
 		var latencies, began, creates []time.Duration
 		start := time.Now()
 		errs, first := 0, error(nil)
 		for i := range n {
 			at := time.Now()
 			lastCreate.Store(0)
-			if _, err := invokeSucceeded(ctx, healthy, request(healthyNS, fmt.Sprintf("%s-%04d", name, i), i+1)); err != nil {
+			key := fmt.Sprintf("%s-%04d", name, i)
+			var err error
+			if healthy.bare != nil {
+				err = healthy.bare.object(ctx, healthyNS, key, i+1, false)
+			} else {
+				_, err = invokeSucceeded(ctx, healthy.healthy, request(healthyNS, key, i+1))
+			}
+			if err != nil {
 				errs++
 				first = cmpErr(first, err)
 				continue
@@ -167,7 +179,7 @@ func (b *bench) costlySchema(ctx context.Context) error {
 		}
 		timedFrom := time.Now()
 		var began []time.Duration
-		run.Beside, began, err = timed(tenants.healthy, name, s.CostlyHealthy, run)
+		run.Beside, began, err = timed(tenants, name, s.CostlyHealthy, run)
 		settled, stopErr := hostile.stop(ctx)
 		if err := errors.Join(err, stopErr); err != nil {
 			return err
@@ -202,13 +214,13 @@ func (b *bench) costlySchema(ctx context.Context) error {
 
 	// The first actions of a namespace warm the SDK's watch and the caches.
 	admin := tenantClients{healthy: healthy, hostile: b.c.k8s}
-	if _, _, err := timed(healthy, "warm", min(5, s.CostlyHealthy), nil); err != nil {
+	if _, _, err := timed(admin, "warm", min(5, s.CostlyHealthy), nil); err != nil {
 		return err
 	}
 	if err := b.waitQuiet(ctx); err != nil {
 		return err
 	}
-	if res.Quiet, _, err = timed(healthy, "quiet", s.CostlyHealthy, nil); err != nil {
+	if res.Quiet, _, err = timed(admin, "quiet", s.CostlyHealthy, nil); err != nil {
 		return err
 	}
 	b.logf("costly schema: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly; the hostile Tool: %s", ms(res.Quiet.P50), ms(res.Quiet.P99), res.ToolReady)
@@ -224,11 +236,19 @@ func (b *bench) costlySchema(ctx context.Context) error {
 	if err := beside(admin, "in-flight", refusedAtAdmission, &res.InFlight, true); err != nil {
 		return err
 	}
+	bare := tenantClients{bare: b.ceiling, hostile: b.c.k8s}
+	if res.BareQuiet, _, err = timed(bare, "bare-quiet", s.CostlyHealthy, nil); err != nil {
+		return err
+	}
+	b.logf("costly schema, a bare client: create→Succeeded p50 %s ms, p99 %s ms quietly", ms(res.BareQuiet.P50), ms(res.BareQuiet.P99))
+	if err := beside(bare, "bare", refusedAtAdmission, &res.BareInFlight, true); err != nil {
+		return err
+	}
 	users, err := b.asTenants(ctx, healthyNS, hostileNS, func(cfg *rest.Config) *rest.Config { return createTimingConfig(cfg, &lastCreate) })
 	if err != nil {
 		return err
 	}
-	if res.QuietAsUsers, _, err = timed(users.healthy, "quiet-users", s.CostlyHealthy, nil); err != nil {
+	if res.QuietAsUsers, _, err = timed(*users, "quiet-users", s.CostlyHealthy, nil); err != nil {
 		return err
 	}
 	b.logf("costly schema, as users: the healthy tenant's create→Succeeded p50 %s ms, p99 %s ms quietly", ms(res.QuietAsUsers.P50), ms(res.QuietAsUsers.P99))
@@ -431,7 +451,21 @@ type costlyView struct {
 	AsUsers, Fair hostileView
 	// Mark judges the run as shipped, beside the refused batch.
 	Mark string
+	// BareInFlight is the bare client's run beside the in-flight batch;
+	// APIServerShare is the in-flight run's p99 ratio ÷ the bare client's,
+	// which InFlightMark judges against inFlightTarget.
+	BareInFlight   hostileView
+	APIServerShare float64
+	InFlightMark   string
 }
+
+// inFlightTarget bounds how much more than the API server's own clients a
+// healthy tenant's p99 grows through toolledger while another tenant's
+// large requests are decoded: the decoding is every client's wait (the API
+// server decodes a request before admission, and API Priority and Fairness
+// bounds seats, not CPU), so the target is set against the bare client's
+// growth in the same run, not against the tenant alone.
+const inFlightTarget = 1.2
 
 // hostileView is one run beside hostile actions: P50Ratio and P99Ratio
 // are beside ÷ alone.
@@ -451,9 +485,11 @@ func costlyFigures(c *costlyResult, smoke bool) *costlyView {
 			P50Ratio: durRatio(run.Beside.P50, alone.P50), P99Ratio: durRatio(run.Beside.P99, alone.P99)}
 	}
 	v := &costlyView{Result: c, Refused: view(&c.Refused, c.Quiet), Stored: view(&c.Stored, c.Quiet), InFlight: view(&c.InFlight, c.Quiet),
-		AsUsers: view(&c.AsUsers, c.QuietAsUsers), Fair: view(&c.Fair, c.QuietAsUsers)}
+		AsUsers: view(&c.AsUsers, c.QuietAsUsers), Fair: view(&c.Fair, c.QuietAsUsers), BareInFlight: view(&c.BareInFlight, c.BareQuiet)}
+	v.APIServerShare = safeDiv(v.InFlight.P99Ratio, v.BareInFlight.P99Ratio)
 	if !smoke {
 		v.Mark = mark(v.Refused.P99Ratio <= 1.5 && c.Quiet.P99 > 0, false)
+		v.InFlightMark = mark(v.APIServerShare > 0 && v.APIServerShare <= inFlightTarget, false)
 	}
 	return v
 }

@@ -36,9 +36,13 @@ const (
 	tenantsFlow = "toolledger-tenants"
 )
 
-// tenantClients are the two tenants' clients as users.
+// tenantClients are the two tenants' clients. With bare set, the healthy
+// tenant is a bare client (the ceiling's three writes, no controller), not
+// the SDK through toolledger: what the API server itself can do beside the
+// hostile tenant.
 type tenantClients struct {
 	healthy *sdk.Client
+	bare    *ceilingClient
 	hostile client.Client
 }
 
