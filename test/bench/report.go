@@ -468,6 +468,12 @@ type sweepView struct {
 	// P99Mark is whether live p99 during the sweep stayed within 1.3× of
 	// that without it.
 	P99Mark string
+	// QuarterRetireRate is what the sweep retired a second beside live
+	// load at a quarter of the maximum, and QuarterMark whether that is at
+	// least the maximum, the rate actions finish at it; empty when the
+	// maximum was given, not measured.
+	QuarterRetireRate float64
+	QuarterMark       string
 	// Compared is the sweep at another --retention-rate; nil when not run.
 	Compared *sweepComparedView
 }
@@ -481,9 +487,11 @@ type sweepComparedView struct {
 	Window               time.Duration
 }
 
-// liveRow is a live run with the kube-apiserver's GCs during it.
+// liveRow is a live run offered Rate actions a second, with the
+// kube-apiserver's GCs during it.
 type liveRow struct {
 	Label string
+	Rate  float64
 	Run   *liveRun
 	GCs   gcFrequency
 }
@@ -529,21 +537,26 @@ func tombstonesFigures(wr *writesResult, t tombstoneResults) *tombstonesView {
 	if sw := t.Sweep; sw != nil {
 		window := seconds(sw.With.Plane.Seconds)
 		rate := safeDiv(float64(sw.Retired), window.Seconds())
-		v.Sweep = &sweepView{Result: sw, Window: window, RetireRate: rate,
-			Without:  liveRow{Label: "without the sweep (nothing due)", Run: &sw.Without, GCs: gcFrequencyOf(sw.Without.Plane)},
-			With:     liveRow{Label: "during the sweep", Run: &sw.With, GCs: gcFrequencyOf(sw.With.Plane)},
+		quarter := safeDiv(float64(sw.RetiredQuarter), sw.Quarter.Plane.Seconds)
+		v.Sweep = &sweepView{Result: sw, Window: window, RetireRate: rate, QuarterRetireRate: quarter,
+			Without:  liveRow{Label: "without the sweep (nothing due)", Rate: sw.Rate, Run: &sw.Without, GCs: gcFrequencyOf(sw.Without.Plane)},
+			With:     liveRow{Label: "during the sweep", Rate: sw.Rate, Run: &sw.With, GCs: gcFrequencyOf(sw.With.Plane)},
 			P50Ratio: durRatio(sw.With.P50, sw.Without.P50), P95Ratio: durRatio(sw.With.P95, sw.Without.P95),
 			P99Ratio: durRatio(sw.With.P99, sw.Without.P99),
 			RateMark: mark(sw.RetentionRate > 0 && math.Abs(rate/sw.RetentionRate-1) <= 0.2, false),
 			Slower:   rate < 0.8*sw.RetentionRate,
 			P99Mark:  mark(durRatio(sw.With.P99, sw.Without.P99) <= 1.3 && sw.Without.P99 > 0, false)}
-		v.Sweep.Rows = []liveRow{v.Sweep.Without, v.Sweep.With}
+		if sw.MaxRate > 0 {
+			v.Sweep.QuarterMark = mark(quarter >= sw.MaxRate, false)
+		}
+		v.Sweep.Rows = []liveRow{v.Sweep.Without, v.Sweep.With,
+			{Label: "during the sweep, at a quarter of the maximum", Rate: sw.Rate / 2, Run: &sw.Quarter, GCs: gcFrequencyOf(sw.Quarter.Plane)}}
 		if c := sw.Compared; c != nil {
 			cw := seconds(c.Run.Plane.Seconds)
 			cr := safeDiv(float64(c.Retired), cw.Seconds())
 			p99 := durRatio(c.Run.P99, sw.Without.P99)
 			v.Sweep.Compared = &sweepComparedView{sweepCompared: c, Window: cw, RetireRate: cr, P99Ratio: p99,
-				Row:      liveRow{Label: fmt.Sprintf("during a sweep at --retention-rate %g", c.RetentionRate), Run: &c.Run, GCs: gcFrequencyOf(c.Run.Plane)},
+				Row:      liveRow{Label: fmt.Sprintf("during a sweep at --retention-rate %g", c.RetentionRate), Rate: sw.Rate, Run: &c.Run, GCs: gcFrequencyOf(c.Run.Plane)},
 				RateMark: mark(math.Abs(cr/c.RetentionRate-1) <= 0.2, false),
 				P99Mark:  mark(p99 <= 1.3 && sw.Without.P99 > 0, false)}
 			v.Sweep.Rows = append(v.Sweep.Rows, v.Sweep.Compared.Row)

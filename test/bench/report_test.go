@@ -206,14 +206,17 @@ func fullTombstones(latency []*latencyResult) tombstoneResults {
 		return liveRun{Namespace: ns, Offered: 1125, Samples: 1050, Achieved: 37.4, P50: msec(p50), P95: msec(p95), P99: msec(p99),
 			Plane: planeLoad{ToolActions: 13300, Tombstones: 50, CeilingObjects: 1125, HeapInuse: heap, GCs: gcs, Seconds: 30.4}, OtherLoad: 0.02}
 	}
+	quarter := live("tl-retention-quarter", 12.1, 40.3, 61.0, 850<<20, 3)
+	quarter.Achieved = 18.7
 	return tombstoneResults{
 		Sizes: &tombstoneSizes{Namespace: "tl-writes", Sampled: 50, Written: 50, Time: msec(1840), Etcd: true, Encoding: "JSON",
 			RecordValue: 4143, TombstoneValue: 1012, RecordKey: 55, TombstoneKey: 54,
 			RecordJSON: 4210, TombstoneJSON: 1079, RecordManagedFields: 1630, TombstoneManagedFields: 402},
 		Sweep: &sweepResult{Namespace: retentionNamespace, Records: 10000, RecordRetention: time.Minute, CompletedAgo: 10 * time.Minute,
-			CreateTime: msec(64200), RetentionRate: 30, Rate: 37.5,
+			CreateTime: msec(64200), RetentionRate: 30, Rate: 37.5, MaxRate: 75, Lead: sweepLead, RequestsPerRetirement: 4.02,
 			Without: live("tl-retention-without", 17.9, 70.3, 118.2, 820<<20, 3), With: live("tl-retention-with", 19.2, 79.8, 131.5, 860<<20, 4),
-			RetiredBefore: 152, Retired: 905, Tombstones: 1057,
+			QueueWaitWithout: msec(0.1), QueueWaitWith: msec(3.4),
+			RetiredBefore: 601, Retired: 905, Quarter: quarter, RetiredQuarter: 910, Tombstones: 2416,
 			Compared: &sweepCompared{RetentionRate: 10, Run: live("tl-retention-compared", 18.1, 72.0, 121.9, 830<<20, 3), Retired: 301}},
 		State: &tombstoneState{Records: latency[1], Tombstones: latency[2], Deleted: 52250, Dispatched: 52250, Expected: 52250,
 			Written: 52250, Concurrency: 32, Workers: 8, ConvertTime: msec(471000), SharedCPUs: true,

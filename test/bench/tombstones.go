@@ -317,14 +317,29 @@ type sweepResult struct {
 	RecordRetention time.Duration
 	CompletedAgo    time.Duration
 	CreateTime      time.Duration
-	// RetentionRate is the manager's --retention-rate, as shipped; Rate
-	// the live actions offered a second, the latency run's.
+	// RetentionRate is the manager's --retention-rate, as shipped. Rate is
+	// the live actions offered a second: half of MaxRate, the most this
+	// plane completed with the records stored, unless -retention-live-rate
+	// gave it (MaxRate 0).
 	RetentionRate float64
-	Rate          float64
-	Without, With liveRun
+	Rate, MaxRate float64
+	// Lead is how long the sweep runs alone before With, and
+	// RequestsPerRetirement the manager's API requests meanwhile ÷ the
+	// records it retired.
+	Lead                  time.Duration
+	RequestsPerRetirement float64
+	Without, With         liveRun
+	// QueueWaitWithout and QueueWaitWith are the mean wait of an item in
+	// the ToolAction controller's work queue during Without and With.
+	QueueWaitWithout, QueueWaitWith time.Duration
 	// Retired counts the records the sweep replaced during With, and
 	// RetiredBefore those between the process start and With.
 	RetiredBefore, Retired int
+	// Quarter is the live run at a quarter of the maximum (half Rate)
+	// right after With, beside the same process, and RetiredQuarter the
+	// records the sweep retired meanwhile.
+	Quarter        liveRun
+	RetiredQuarter int
 	// Tombstones is what the namespace held once the process stopped;
 	// Exhausted is whether the sweep had retired every record by then.
 	Tombstones int
@@ -358,16 +373,9 @@ const retentionNamespace = "tl-retention"
 // memory steps.
 func (b *bench) retentionSweep(ctx context.Context) error {
 	s := b.settings
-	rate := s.RetentionLiveRate
-	if rate <= 0 {
-		if len(b.results.Latency) == 0 {
-			return errors.New("the retention sweep's live runs take the latency run's rate; it did not run (give -retention-live-rate)")
-		}
-		rate = b.results.Latency[0].Rate
-	}
 	b.stopManager()
 	res := &sweepResult{Namespace: retentionNamespace, Records: s.RetentionRecords, RecordRetention: time.Minute,
-		CompletedAgo: 10 * time.Minute, RetentionRate: app.DefaultRetentionRate, Rate: rate}
+		CompletedAgo: 10 * time.Minute, RetentionRate: app.DefaultRetentionRate, Rate: s.RetentionLiveRate, Lead: min(sweepLead, s.LatencyDuration)}
 	b.results.Tombstones.Sweep = res
 	if err := b.c.namespace(ctx, b.fastTool(retentionNamespace)); err != nil {
 		return err
@@ -386,65 +394,164 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res.Without, err = b.liveRun(ctx, "tl-retention-without", res.Rate)
+	if res.Rate <= 0 {
+		if res.MaxRate, err = b.planeMaximum(ctx, "tl-retention-max"); err != nil {
+			p.stop()
+			return err
+		}
+		res.Rate = res.MaxRate / 2
+		b.logf("retention: the plane completes at most %.1f actions/s with the records stored; the live runs offer half, %.1f/s", res.MaxRate, res.Rate)
+	}
+	res.Without, res.QueueWaitWithout, err = b.liveRunWaits(ctx, p, "tl-retention-without", res.Rate)
 	p.stop()
 	if err != nil {
 		return err
 	}
-	b.logf("retention: without a sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples)", ms(res.Without.P50), ms(res.Without.P95), ms(res.Without.P99), res.Without.Samples)
+	b.logf("retention: without a sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); work-queue wait %s ms",
+		ms(res.Without.P50), ms(res.Without.P95), ms(res.Without.P99), res.Without.Samples, ms(res.QueueWaitWithout))
 
 	if err := b.setRecordRetention(ctx, retentionNamespace, &metav1.Duration{Duration: res.RecordRetention}); err != nil {
 		return err
 	}
 	// Not settled: its sweep starts at once and is not quiet until the
-	// backlog is gone. Timed as soon as its watches are in sync.
+	// backlog is gone. It runs alone for the lead, then beside the runs.
 	p, err = startManagerProcess(ctx, b.managerBin, b.kubeconfig, filepath.Join(b.tmp, "bench-retention-with-manager.log"), "--executor-id=bench-retention-with")
 	if err != nil {
 		return err
 	}
+	defer p.stop()
 	if err := p.synced(ctx); err != nil {
-		p.stop()
 		return err
 	}
-	left, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	alone, err := b.sweepAlone(ctx, p, res.Lead)
 	if err != nil {
-		p.stop()
 		return err
 	}
-	res.RetiredBefore = res.Records - left
-	res.With, err = b.liveRun(ctx, "tl-retention-with", res.Rate)
+	res.RetiredBefore, res.RequestsPerRetirement = res.Records-alone.left, safeDiv(alone.requests, float64(alone.retired))
+	left := alone.left
+	res.With, res.QueueWaitWith, err = b.liveRunWaits(ctx, p, "tl-retention-with", res.Rate)
 	if err != nil {
-		p.stop()
 		return err
 	}
 	after, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
-	p.stop()
 	if err != nil {
 		return err
 	}
-	res.Retired = left - after
+	res.Retired, left = left-after, after
+	if res.Quarter, err = b.liveRun(ctx, "tl-retention-quarter", res.Rate/2); err != nil {
+		return err
+	}
+	if after, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace); err != nil {
+		return err
+	}
+	res.RetiredQuarter = left - after
+	p.stop()
+	b.logf("retention: during the sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); work-queue wait %s ms; the sweep retired %d records in the %s run (%.1f/s at --retention-rate %.0f), %d alone before it, %.2f API requests each",
+		ms(res.With.P50), ms(res.With.P95), ms(res.With.P99), res.With.Samples, ms(res.QueueWaitWith), res.Retired, dur(seconds(res.With.Plane.Seconds)),
+		safeDiv(float64(res.Retired), res.With.Plane.Seconds), res.RetentionRate, res.RetiredBefore, res.RequestsPerRetirement)
+	b.logf("retention: at a quarter of the maximum (%.1f/s), live p99 %s ms; the sweep retired %d records in %s (%.1f/s)",
+		res.Rate/2, ms(res.Quarter.P99), res.RetiredQuarter, dur(seconds(res.Quarter.Plane.Seconds)), safeDiv(float64(res.RetiredQuarter), res.Quarter.Plane.Seconds))
 	if s.RetentionCompareRate > 0 && after > 0 {
-		if res.Compared, err = b.comparedSweep(ctx, s.RetentionCompareRate, res.Rate, after); err != nil {
+		if res.Compared, err = b.comparedSweep(ctx, s.RetentionCompareRate, res.Rate, res.Lead, after); err != nil {
 			return err
 		}
 	}
 	if res.Tombstones, err = countIn(ctx, b.c.k8s, &v1alpha1.TombstoneList{}, retentionNamespace); err != nil {
 		return err
 	}
-	b.logf("retention: during the sweep, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); the sweep retired %d records in the %s run (%.1f/s at --retention-rate %.0f), %d before it; %d tombstones",
-		ms(res.With.P50), ms(res.With.P95), ms(res.With.P99), res.With.Samples, res.Retired, dur(seconds(res.With.Plane.Seconds)),
-		safeDiv(float64(res.Retired), res.With.Plane.Seconds), res.RetentionRate, res.RetiredBefore, res.Tombstones)
-	if res.Exhausted = after == 0; res.Exhausted {
-		b.logf("retention: the sweep retired every record before the live run ended; raise -retention-records to keep it busy throughout")
+	left, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	if err != nil {
+		return err
+	}
+	if res.Exhausted = left == 0; res.Exhausted {
+		b.logf("retention: the sweep retired every record before the live runs ended; raise -retention-records to keep it busy throughout")
 	}
 	// The records left are ordinary finished actions again: no manager
 	// after this one retires them.
 	return b.setRecordRetention(ctx, retentionNamespace, nil)
 }
 
+// planeMaximum is the actions a second the plane completes, create to
+// Succeeded, with 32 callers one action after the other in namespace ns,
+// beside the manager that runs.
+func (b *bench) planeMaximum(ctx context.Context, ns string) (float64, error) {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
+		return 0, err
+	}
+	warmup := min(2*time.Second, b.settings.LatencyDuration/5)
+	r := closedLoop(ctx, 32, warmup, b.settings.LatencyDuration, func(ctx context.Context, w, seq int) error {
+		_, err := invokeSucceeded(ctx, b.sdk, request(ns, objectName(w, seq), amount(w, seq)))
+		return err
+	})
+	if r.FirstError != nil {
+		return 0, fmt.Errorf("cannot measure the plane's maximum in %s: %d errors, first: %w", ns, r.Errors, r.FirstError)
+	}
+	return r.Throughput, nil
+}
+
+// liveRunWaits is liveRun beside manager p, with the mean wait of an item
+// in its ToolAction work queue meanwhile.
+func (b *bench) liveRunWaits(ctx context.Context, p *managerProcess, ns string, rate float64) (liveRun, time.Duration, error) {
+	before, err := p.metrics(ctx)
+	if err != nil {
+		return liveRun{}, 0, err
+	}
+	run, err := b.liveRun(ctx, ns, rate)
+	if err != nil {
+		return run, 0, err
+	}
+	after, err := p.metrics(ctx)
+	if err != nil {
+		return run, 0, err
+	}
+	queue := map[string]string{"name": "toolaction"}
+	waited := after.sum("workqueue_queue_duration_seconds_sum", queue) - before.sum("workqueue_queue_duration_seconds_sum", queue)
+	items := after.sum("workqueue_queue_duration_seconds_count", queue) - before.sum("workqueue_queue_duration_seconds_count", queue)
+	return run, seconds(safeDiv(waited, items)), nil
+}
+
+// sweptAlone is what a sweep did alone: the records it retired, those
+// left, and the manager's API requests meanwhile.
+type sweptAlone struct {
+	retired, left int
+	requests      float64
+}
+
+// sweepLead is how long, at most the length of a live run, a sweeping
+// process runs alone before a live run beside it: the run meets the sweep
+// at its pace.
+const sweepLead = 20 * time.Second
+
+// sweepAlone lets p's sweep run alone for lead.
+func (b *bench) sweepAlone(ctx context.Context, p *managerProcess, lead time.Duration) (sweptAlone, error) {
+	var out sweptAlone
+	before, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	if err != nil {
+		return out, err
+	}
+	first, err := p.metrics(ctx)
+	if err != nil {
+		return out, err
+	}
+	select {
+	case <-ctx.Done():
+		return out, ctx.Err()
+	case <-time.After(lead):
+	}
+	last, err := p.metrics(ctx)
+	if err != nil {
+		return out, err
+	}
+	if out.left, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace); err != nil {
+		return out, err
+	}
+	out.retired, out.requests = before-out.left, last.sum("rest_client_requests_total", nil)-first.sum("rest_client_requests_total", nil)
+	return out, nil
+}
+
 // comparedSweep times the live run beside a new process sweeping the
-// left records at retentionRate.
-func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float64, left int) (*sweepCompared, error) {
+// left records at retentionRate, after it swept alone for lead.
+func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float64, lead time.Duration, left int) (*sweepCompared, error) {
 	id := fmt.Sprintf("bench-retention-at-%.0f", retentionRate)
 	p, err := startManagerProcess(ctx, b.managerBin, b.kubeconfig, filepath.Join(b.tmp, id+"-manager.log"),
 		"--executor-id="+id, fmt.Sprintf("--retention-rate=%g", retentionRate))
@@ -455,7 +562,7 @@ func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float
 	if err := p.synced(ctx); err != nil {
 		return nil, err
 	}
-	before, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	alone, err := b.sweepAlone(ctx, p, lead)
 	if err != nil {
 		return nil, err
 	}
@@ -467,7 +574,7 @@ func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float
 	if err != nil {
 		return nil, err
 	}
-	c.Retired, c.Exhausted = before-after, after == 0
+	c.Retired, c.Exhausted = alone.left-after, after == 0
 	b.logf("retention: beside a sweep at --retention-rate %g, live p50 %s ms, p95 %s ms, p99 %s ms (%d samples); it retired %d records in %s (%.1f/s) of the %d left",
 		retentionRate, ms(c.Run.P50), ms(c.Run.P95), ms(c.Run.P99), c.Run.Samples, c.Retired, dur(seconds(c.Run.Plane.Seconds)),
 		safeDiv(float64(c.Retired), c.Run.Plane.Seconds), left)
