@@ -280,10 +280,14 @@ func (s *Store) migrate(ctx context.Context) error {
 	case current > len(migrations):
 		return newerSchema(current)
 	}
+	// Read from the statement's snapshot alone: another replica may be
+	// creating the table right now, and a catalog lookup such as
+	// to_regclass can see it before the snapshot's pg_tables does. A table
+	// not in the snapshot is one this role must be able to create.
 	var owner bool
-	if err := s.keys.QueryRow(ctx, `SELECT CASE WHEN to_regclass('toolledger_records') IS NULL
-	THEN has_schema_privilege(current_schema(), 'CREATE')
-	ELSE pg_has_role(current_user, (SELECT tableowner FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'toolledger_records'), 'MEMBER') END`).Scan(&owner); err != nil {
+	if err := s.keys.QueryRow(ctx, `SELECT COALESCE(
+	(SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'toolledger_records'),
+	has_schema_privilege(current_schema(), 'CREATE'))`).Scan(&owner); err != nil {
 		return fmt.Errorf("cannot read whether the archive's role may migrate its schema: %w", err)
 	}
 	if !owner {
