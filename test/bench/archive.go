@@ -361,14 +361,10 @@ func (b *bench) archiveCeiling(ctx context.Context, a *archiveBench, res *archiv
 	}
 	s := b.settings
 	for _, c := range s.Concurrency {
-		ns := fmt.Sprintf("tl-archive-ceiling-%d", c)
-		if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
+		r, err := b.closedInvokes(ctx, fmt.Sprintf("tl-archive-ceiling-%d", c), c, s.Warmup, s.Measure)
+		if err != nil {
 			return err
 		}
-		r := closedLoop(ctx, c, s.Warmup, s.Measure, func(ctx context.Context, w, seq int) error {
-			_, err := invokeSucceeded(ctx, b.sdk, request(ns, objectName(w, seq), amount(w, seq)))
-			return err
-		})
 		if r.FirstError != nil {
 			b.fail("archive ceiling at %d callers: %d errors, first: %v", c, r.Errors, r.FirstError)
 		}
@@ -385,6 +381,18 @@ func (b *bench) archiveCeiling(ctx context.Context, a *archiveBench, res *archiv
 	}
 	res.Rate = res.Load * res.Ceiling
 	return nil
+}
+
+// closedInvokes has concurrency SDK callers in a new namespace ns invoke
+// one action after the other, each until Succeeded, for warmup+measure.
+func (b *bench) closedInvokes(ctx context.Context, ns string, concurrency int, warmup, measure time.Duration) (runResult, error) {
+	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
+		return runResult{}, err
+	}
+	return closedLoop(ctx, concurrency, warmup, measure, func(ctx context.Context, w, seq int) error {
+		_, err := invokeSucceeded(ctx, b.sdk, request(ns, objectName(w, seq), amount(w, seq)))
+		return err
+	}), nil
 }
 
 // archiveCheck runs a batch of new actions against the full archive and

@@ -119,6 +119,12 @@ func (m metrics) sum(name string, match map[string]string) float64 {
 	return total
 }
 
+// since is how much the sum of the samples named name that match grew
+// from the scrape before to m.
+func (m metrics) since(before metrics, name string, match map[string]string) float64 {
+	return m.sum(name, match) - before.sum(name, match)
+}
+
 // has reports whether any sample is named name.
 func (m metrics) has(name string) bool {
 	for _, s := range m {

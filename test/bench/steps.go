@@ -97,7 +97,7 @@ func (b *bench) duringRun(ctx context.Context, fn func()) (planeLoad, error) {
 	if err != nil {
 		return load, err
 	}
-	load.GCs = after.sum("go_gc_duration_seconds_count", nil) - before.sum("go_gc_duration_seconds_count", nil)
+	load.GCs = after.since(before, "go_gc_duration_seconds_count", nil)
 	load.HeapInuse = after.sum("go_memstats_heap_inuse_bytes", nil)
 	return load, nil
 }

@@ -433,7 +433,7 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	after, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	after, err := b.recordsLeft(ctx)
 	if err != nil {
 		return err
 	}
@@ -441,7 +441,7 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	if res.Quarter, err = b.liveRun(ctx, "tl-retention-quarter", res.Rate/2); err != nil {
 		return err
 	}
-	if after, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace); err != nil {
+	if after, err = b.recordsLeft(ctx); err != nil {
 		return err
 	}
 	res.RetiredQuarter = left - after
@@ -459,7 +459,7 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 	if res.Tombstones, err = countIn(ctx, b.c.k8s, &v1alpha1.TombstoneList{}, retentionNamespace); err != nil {
 		return err
 	}
-	left, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	left, err = b.recordsLeft(ctx)
 	if err != nil {
 		return err
 	}
@@ -475,18 +475,19 @@ func (b *bench) retentionSweep(ctx context.Context) error {
 // Succeeded, with 32 callers one action after the other in namespace ns,
 // beside the manager that runs.
 func (b *bench) planeMaximum(ctx context.Context, ns string) (float64, error) {
-	if err := b.c.namespace(ctx, b.fastTool(ns)); err != nil {
+	r, err := b.closedInvokes(ctx, ns, 32, min(2*time.Second, b.settings.LatencyDuration/5), b.settings.LatencyDuration)
+	if err != nil {
 		return 0, err
 	}
-	warmup := min(2*time.Second, b.settings.LatencyDuration/5)
-	r := closedLoop(ctx, 32, warmup, b.settings.LatencyDuration, func(ctx context.Context, w, seq int) error {
-		_, err := invokeSucceeded(ctx, b.sdk, request(ns, objectName(w, seq), amount(w, seq)))
-		return err
-	})
 	if r.FirstError != nil {
 		return 0, fmt.Errorf("cannot measure the plane's maximum in %s: %d errors, first: %w", ns, r.Errors, r.FirstError)
 	}
 	return r.Throughput, nil
+}
+
+// recordsLeft counts the records the retention sweep has yet to retire.
+func (b *bench) recordsLeft(ctx context.Context) (int, error) {
+	return countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
 }
 
 // liveRunWaits is liveRun beside manager p, with the mean wait of an item
@@ -505,8 +506,8 @@ func (b *bench) liveRunWaits(ctx context.Context, p *managerProcess, ns string, 
 		return run, 0, err
 	}
 	queue := map[string]string{"name": "toolaction"}
-	waited := after.sum("workqueue_queue_duration_seconds_sum", queue) - before.sum("workqueue_queue_duration_seconds_sum", queue)
-	items := after.sum("workqueue_queue_duration_seconds_count", queue) - before.sum("workqueue_queue_duration_seconds_count", queue)
+	waited := after.since(before, "workqueue_queue_duration_seconds_sum", queue)
+	items := after.since(before, "workqueue_queue_duration_seconds_count", queue)
 	return run, seconds(safeDiv(waited, items)), nil
 }
 
@@ -525,7 +526,7 @@ const sweepLead = 20 * time.Second
 // sweepAlone lets p's sweep run alone for lead.
 func (b *bench) sweepAlone(ctx context.Context, p *managerProcess, lead time.Duration) (sweptAlone, error) {
 	var out sweptAlone
-	before, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	before, err := b.recordsLeft(ctx)
 	if err != nil {
 		return out, err
 	}
@@ -542,10 +543,10 @@ func (b *bench) sweepAlone(ctx context.Context, p *managerProcess, lead time.Dur
 	if err != nil {
 		return out, err
 	}
-	if out.left, err = countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace); err != nil {
+	if out.left, err = b.recordsLeft(ctx); err != nil {
 		return out, err
 	}
-	out.retired, out.requests = before-out.left, last.sum("rest_client_requests_total", nil)-first.sum("rest_client_requests_total", nil)
+	out.retired, out.requests = before-out.left, last.since(first, "rest_client_requests_total", nil)
 	return out, nil
 }
 
@@ -570,7 +571,7 @@ func (b *bench) comparedSweep(ctx context.Context, retentionRate, liveRate float
 	if c.Run, err = b.liveRun(ctx, "tl-retention-compared", liveRate); err != nil {
 		return nil, err
 	}
-	after, err := countIn(ctx, b.c.k8s, &v1alpha1.ToolActionList{}, retentionNamespace)
+	after, err := b.recordsLeft(ctx)
 	if err != nil {
 		return nil, err
 	}
