@@ -46,11 +46,17 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 
 // retire deletes a finished record whose key is guarded by its tombstone,
 // or free: it lets the finalizer go first, so the record is gone at once,
-// and deletes only the version it released.
+// and deletes only the version it released. A newer version (the sweep's
+// listed one was changed since, or the record deleted) is read again: the
+// cache of active actions brings no event of a finished record's change.
 func (r *ToolActionReconciler) retire(ctx context.Context, action *v1alpha1.ToolAction) error {
 	released, err := r.releaseVersion(ctx, action)
-	if err != nil || released == nil {
+	if err != nil {
 		return err
+	}
+	if released == nil {
+		r.Queue.Revisit(client.ObjectKeyFromObject(action))
+		return nil
 	}
 	err = r.Client.Delete(ctx, released, client.Preconditions{UID: &released.UID, ResourceVersion: &released.ResourceVersion})
 	return ignoreConflict(err, "cannot delete the retired action %s", action.Name)

@@ -106,11 +106,16 @@ func (r *ToolActionReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	var action v1alpha1.ToolAction
 	// The cache holds active actions only (ActiveActions): a finished one,
 	// requeued for its key's expiry or reported by the DeletionWatch, is read
-	// from the API server, and so is a revisited one.
+	// from the API server, and so is a revisited one; one the retention
+	// sweep hands over comes with the version its list just read.
 	var err error
-	if r.Queue.TakeFresh(req.NamespacedName) {
+	fresh, listed := r.Queue.TakeFresh(req.NamespacedName), r.Queue.TakeListed(req.NamespacedName)
+	switch listedAction, ok := listed.(*v1alpha1.ToolAction); {
+	case fresh:
 		err = r.APIReader.Get(ctx, req.NamespacedName, &action)
-	} else {
+	case ok:
+		action = *listedAction
+	default:
 		err = r.getConfirmed(ctx, req.NamespacedName, &action)
 	}
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -45,6 +46,11 @@ type Queue struct {
 	// source: a finished action being deleted is not in the cache, so the
 	// controller's first list would not bring it.
 	early map[types.NamespacedName]bool
+	// listed are finished records the retention sweep read from the API
+	// server a moment before it handed them over: the key's next reconcile
+	// works from that version instead of reading it again. A key handed
+	// over by anything else drops it, as it may have changed since.
+	listed map[types.NamespacedName]client.Object
 }
 
 // hold is one key's piece of work: a reconcile, and the calls it carried
@@ -61,7 +67,8 @@ type hold struct {
 // New returns a Queue; what it is handed before a controller starts its
 // Source is queued then.
 func New() *Queue {
-	return &Queue{held: map[types.NamespacedName]*hold{}, fresh: map[types.NamespacedName]bool{}, early: map[types.NamespacedName]bool{}}
+	return &Queue{held: map[types.NamespacedName]*hold{}, fresh: map[types.NamespacedName]bool{}, early: map[types.NamespacedName]bool{},
+		listed: map[types.NamespacedName]client.Object{}}
 }
 
 // Source is the controller source through which the Queue reaches the
@@ -87,6 +94,36 @@ func (q *Queue) Started() bool { return q.queue.Load() != nil }
 
 // Add has key reconciled.
 func (q *Queue) Add(key types.NamespacedName) {
+	q.mu.Lock()
+	delete(q.listed, key)
+	q.mu.Unlock()
+	q.add(key)
+}
+
+// AddListed has obj's key reconciled from obj, a version just read from
+// the API server: the sweep's list, which saves the reconcile a read of a
+// record the cache of active actions does not hold. The writes that follow
+// are guarded by its resourceVersion, so a version changed since costs a
+// conflict, not a wrong write. obj must not be shared.
+func (q *Queue) AddListed(obj client.Object) {
+	key := client.ObjectKeyFromObject(obj)
+	q.mu.Lock()
+	q.listed[key] = obj
+	q.mu.Unlock()
+	q.add(key)
+}
+
+// TakeListed returns the version AddListed handed over for key, if no
+// other hand-over followed it, and clears it.
+func (q *Queue) TakeListed(key types.NamespacedName) client.Object {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	obj := q.listed[key]
+	delete(q.listed, key)
+	return obj
+}
+
+func (q *Queue) add(key types.NamespacedName) {
 	wq := q.queue.Load()
 	if wq == nil {
 		q.mu.Lock()

@@ -231,3 +231,33 @@ func TestKeysHandedOverBeforeTheStartAreQueuedThen(t *testing.T) {
 	startController(t, p)
 	eventually(t, "the reconcile of the key handed over before the start", func() bool { return p.reconciles.Load() == 1 })
 }
+
+// A listed version is the key's next reconcile's only while nothing else
+// handed the key over since: another hand-over may follow a change.
+func TestListedVersionGoesWithTheNextHandOverOnly(t *testing.T) {
+	q := New()
+	listed := func(name string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: name, ResourceVersion: "7"}}
+	}
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "tenant", Name: name} }
+
+	q.AddListed(listed("kept"))
+	if got := q.TakeListed(key("kept")); got == nil || got.GetResourceVersion() != "7" {
+		t.Fatalf("TakeListed after AddListed = %v, want the listed version", got)
+	}
+	if got := q.TakeListed(key("kept")); got != nil {
+		t.Fatalf("a second TakeListed = %v, want nothing: the version is taken once", got)
+	}
+
+	q.AddListed(listed("added"))
+	q.Add(key("added"))
+	if got := q.TakeListed(key("added")); got != nil {
+		t.Fatalf("TakeListed after a plain Add = %v, want nothing", got)
+	}
+
+	q.AddListed(listed("revisited"))
+	q.Revisit(key("revisited"))
+	if got := q.TakeListed(key("revisited")); got != nil || !q.TakeFresh(key("revisited")) {
+		t.Fatalf("after a Revisit, TakeListed = %v and the key must be read fresh", got)
+	}
+}

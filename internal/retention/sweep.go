@@ -157,8 +157,9 @@ func (s *Sweep) sweepActions(ctx context.Context, target sweepTarget, phase v1al
 		if err := s.waitTurn(ctx, action.UID); err != nil {
 			return err
 		}
-		// Its reconcile takes the turn waited for here.
-		s.Queue.Add(client.ObjectKeyFromObject(action))
+		// Its reconcile takes the turn waited for here, and works from
+		// this version: a copy, so that the page is not kept.
+		s.Queue.AddListed(action.DeepCopy())
 		return nil
 	})
 }

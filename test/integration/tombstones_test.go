@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -161,6 +165,100 @@ var _ = Describe("Tombstones", func() {
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "tombstone in a terminating namespace: %v", err)
 	})
 })
+
+// The sweep hands the controller each record with the version its list
+// read, so retiring one reads nothing more from the API server; a record
+// changed between the list and its turn costs a conflict and a read, and
+// is retired all the same. At two retirements a second, the fourth
+// record's turn comes a second and a half after the first's.
+var _ = Describe("The retention sweep", func() {
+	It("retires the records it listed without reading them again, and one changed since after a read", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		clock := clocktesting.NewFakeClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+		reads := &actionReads{n: map[string]int{}}
+		cfg := testenv.AsManager(env.Config)
+		cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { reads.next = next; return reads })
+		stop, err := testenv.StartManager(cfg, app.Options{ExecutorID: "listed", LeaseGrace: time.Second,
+			Clock: clock, RetentionSweep: 200 * time.Millisecond, RetentionRate: 2})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func() { _ = stop() })
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
+
+		names := []string{"order-7001-charge", "order-7002-charge", "order-7003-charge", "order-7004-charge"}
+		var finished []*v1alpha1.ToolAction
+		for _, name := range names {
+			Expect(k8s.Create(ctx, chargeAction(ns, name, 1200))).To(Succeed())
+		}
+		for _, name := range names {
+			finished = append(finished, env.WaitForPhase(ns, name, v1alpha1.PhaseSucceeded))
+		}
+		// The reconcile that follows each finish reads the record, which
+		// has left the cache of active actions: once the counts hold still,
+		// those are over.
+		var before []int
+		Eventually(func() bool {
+			now := reads.counts(ns, names)
+			still := slices.Equal(now, before)
+			before = now
+			return still
+		}).WithPolling(time.Second).Should(BeTrue())
+
+		By("their recordRetention passes; once the first is retired, the last is changed before its turn")
+		clock.Step(90 * time.Minute)
+		Eventually(gone(finished[0].DeepCopy())).Should(BeTrue())
+		last := finished[3].DeepCopy()
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(last), last)).To(Succeed())
+		patch := client.MergeFrom(last.DeepCopy())
+		last.Labels = map[string]string{"example.com/reviewed": "yes"}
+		Expect(k8s.Patch(ctx, last, patch)).To(Succeed())
+
+		for _, action := range finished {
+			Eventually(gone(action.DeepCopy())).Should(BeTrue())
+			var tomb v1alpha1.Tombstone
+			Expect(k8s.Get(ctx, client.ObjectKeyFromObject(action), &tomb)).To(Succeed())
+			Expect(tomb.Record.ActionUID).To(Equal(action.UID))
+			Expect(tomb.Record.Cause).To(Equal(v1alpha1.TombstoneCauseRecordRetention))
+		}
+		after := reads.counts(ns, names)
+		for i := range names[:3] {
+			Expect(after[i]-before[i]).To(BeZero(), "the manager's GETs of %s while the sweep retired it", names[i])
+		}
+		Expect(after[3]-before[3]).To(BeNumerically(">", 0), "the changed record is read again")
+	})
+})
+
+// actionReads counts the GETs of single ToolActions a client sends, by
+// namespace and name.
+type actionReads struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (a *actionReads) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet {
+		if _, rest, ok := strings.Cut(r.URL.Path, "/namespaces/"); ok {
+			if ns, name, ok := strings.Cut(rest, "/toolactions/"); ok && !strings.Contains(name, "/") {
+				a.mu.Lock()
+				a.n[ns+"/"+name]++
+				a.mu.Unlock()
+			}
+		}
+	}
+	return a.next.RoundTrip(r)
+}
+
+func (a *actionReads) counts(ns string, names []string) []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int
+	for _, name := range names {
+		out = append(out, a.n[ns+"/"+name])
+	}
+	return out
+}
 
 // chargeAction is a ToolAction of the tool "charge" in ns, for amount EUR
 // cents to customer cus_1.
