@@ -48,6 +48,8 @@ type archiveResult struct {
 	// Retire are the retirement runs: at the configured --retention-rate,
 	// then at 1.25 × the ceiling's rate, rounded up, when that is higher.
 	Retire []retirement
+	// Sustained is the long run at Rate; nil when it did not run.
+	Sustained *sustainedRun
 }
 
 // archiveCheck is what the key check adds to a new action.
@@ -158,7 +160,7 @@ func (b *bench) archive(ctx context.Context) error {
 			ret.Records, ret.Rate, ret.Retired, ret.Archived, ret.Achieved, dur(ret.Time), res.Ceiling)
 		res.Retire = append(res.Retire, ret)
 	}
-	return nil
+	return b.archiveSustained(ctx, a, res)
 }
 
 // archiveManager is the in-process manager as shipped, with the archive.
@@ -583,7 +585,7 @@ func (b *bench) writeArchiveSection(dir string) error {
 		return err
 	}
 	b.logf("wrote %s", path)
-	return nil
+	return b.writeSustainedPlot(dir)
 }
 
 // archiveView is section 10's figures: each ratio is the full archive's
@@ -596,10 +598,28 @@ type archiveView struct {
 	// not run.
 	Etcd   *latencyResult
 	Retire []retireRow
+	// Sustained is the sustained run's figures; nil when it did not run.
+	Sustained *sustainedView
 	// Marks judge each row against its target; empty in a smoke run,
 	// whose counts prove nothing.
 	P99Mark, HeapMark, GoalMark, CheckMark string
 }
+
+// sustainedView is the sustained run: Level is the actions offered over
+// one record retention, where the records stored level off if retirement
+// keeps up; Last the final counts.
+type sustainedView struct {
+	Run   *sustainedRun
+	Level float64
+	Last  storedSample
+	// Mark judges Growth against its target, sustainedGrowth.
+	Mark string
+}
+
+// sustainedGrowth is the most etcd may gain over the sustained run's last
+// quarter, as a share of the actions offered in it, for its records to
+// count as levelled off.
+const sustainedGrowth = 0.05
 
 // retireRow is a retirement run: Pace is its rate achieved ÷ the
 // configured one, Ceiling the same ÷ the rate actions finish at the
@@ -630,6 +650,12 @@ func archiveFigures(a *archiveResult, t *tombstoneState, smoke bool) *archiveVie
 	}
 	if t != nil {
 		v.Etcd = t.Records
+	}
+	if run := a.Sustained; run != nil && len(run.Samples) > 0 {
+		v.Sustained = &sustainedView{Run: run, Level: run.Rate * run.RecordRetention.Seconds(), Last: run.Samples[len(run.Samples)-1]}
+		if !smoke {
+			v.Sustained.Mark = mark(run.Growth <= sustainedGrowth, false)
+		}
 	}
 	if smoke {
 		return v

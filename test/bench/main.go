@@ -123,11 +123,13 @@ var knobs = []*knob{
 	{flag: "archive-check-samples", env: "BENCH_ARCHIVE_CHECK_SAMPLES", full: "2000", smoke: "100", help: "key checks of absent keys timed one after another against the full archive"},
 	{flag: "archive-retire", env: "BENCH_ARCHIVE_RETIRE", full: "3000", smoke: "150", help: "finished records past their recordRetention that the manager with the archive retires into it"},
 	{flag: "archive-retention-rate", env: "BENCH_ARCHIVE_RETENTION_RATE", full: "0", smoke: "0", help: "--retention-rate of the archive's retirement run (0: the shipped default)"},
+	{flag: "archive-sustained", env: "BENCH_ARCHIVE_SUSTAINED", full: "10m", smoke: "40s", help: "length of the sustained run: live actions at half the archive's ceiling while the records stored in etcd are counted, to see retirement keep up (0 for none)"},
+	{flag: "archive-sustained-record-retention", env: "BENCH_ARCHIVE_SUSTAINED_RECORD_RETENTION", full: "0s", smoke: "10s", help: "--archive-record-retention of the sustained run (0: the shipped default, five minutes)"},
 	{flag: "only", env: "BENCH_ONLY", full: "", smoke: "", help: "run only this step on a control plane of its own: throughput, costly-schema or retention (their figures logged), or archive (section 10 written to benchmarks-archive.md in -out)"},
 	{flag: "apiserver-profiles", env: "BENCH_APISERVER_PROFILES", full: "", smoke: "", help: "a directory for the kube-apiserver's CPU profile (pprof) of each measured throughput run, warm-up excluded (\"\" for none); profiling takes some of the API server's CPU, so use it with -only throughput, not for the page's figures"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
-	{flag: "timeout", env: "BENCH_TIMEOUT", full: "90m", smoke: "8m", help: "bound on the whole run"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "100m", smoke: "12m", help: "bound on the whole run"},
 }
 
 // settings are the parsed knobs.
@@ -185,13 +187,17 @@ type settings struct {
 	ArchiveCheckSamples     int
 	ArchiveRetire           int
 	ArchiveRetentionRate    float64
-	Only                    string
-	RetentionLiveRate       float64
-	APIServerProfiles       string
-	RetentionCompareRate    float64
-	EtcdDir                 string
-	ManagerBin              string
-	Timeout                 time.Duration
+	// ArchiveSustained is the sustained run's length, in which the
+	// manager's --archive-record-retention is ArchiveSustainedRetention
+	// (the shipped default when zero).
+	ArchiveSustained, ArchiveSustainedRetention time.Duration
+	Only                                        string
+	RetentionLiveRate                           float64
+	APIServerProfiles                           string
+	RetentionCompareRate                        float64
+	EtcdDir                                     string
+	ManagerBin                                  string
+	Timeout                                     time.Duration
 }
 
 func parseSettings(args []string) (settings, error) {
@@ -262,67 +268,69 @@ func parseSettings(args []string) (settings, error) {
 		return out
 	}
 	s := settings{
-		Smoke:                   *smoke,
-		Out:                     get("out"),
-		Concurrency:             list("concurrency"),
-		Warmup:                  dur("warmup"),
-		Measure:                 dur("measure"),
-		Rounds:                  num("rounds"),
-		MaxOtherLoad:            float("max-other-load"),
-		SplitCPUs:               get("cpu-layout") == "split",
-		CompareSharedCores:      list("compare-shared-cores"),
-		Workers:                 num("workers"),
-		TuneWorkers:             list("tune-workers"),
-		CompareManifest:         get("compare-manifest") == "true",
-		CompareWatchPerInvoke:   get("compare-watch-per-invoke") == "true",
-		CompareEvents:           get("compare-events") == "true",
-		CompareSDKQPS:           get("compare-sdk-qps") == "true",
-		TuneMinConcurrency:      num("tune-min-concurrency"),
-		LatencyLoad:             float("latency-load"),
-		LatencyDuration:         dur("latency-duration"),
-		WritesActions:           num("writes-actions"),
-		Duplicates:              num("duplicates"),
-		RecoveryActions:         num("recovery-actions"),
-		RecoveryWorkers:         num("recovery-workers"),
-		RecoveryDelay:           dur("recovery-delay"),
-		RecoveryLeaseGrace:      dur("recovery-lease-grace"),
-		RecoveryKillAt:          float("recovery-kill-at"),
-		RecoveryTimeout:         dur("recovery-timeout"),
-		DispatchConcurrency:     num("dispatch-concurrency"),
-		DispatchDelay:           dur("dispatch-delay"),
-		DispatchJitter:          dur("dispatch-jitter"),
-		DispatchHung:            num("dispatch-hung"),
-		DispatchRate:            float("dispatch-rate"),
-		DispatchDuration:        dur("dispatch-duration"),
-		DispatchReplicas:        list("dispatch-replicas"),
-		DispatchBounded:         num("dispatch-bounded"),
-		DispatchBoundedDelay:    dur("dispatch-bounded-delay"),
-		DispatchBoundedJitter:   dur("dispatch-bounded-jitter"),
-		DispatchBoundedWarmup:   dur("dispatch-bounded-warmup"),
-		DispatchBoundedMeasure:  dur("dispatch-bounded-measure"),
-		MemorySteps:             list("memory-steps"),
-		MemoryCreateConcurrency: num("memory-create-concurrency"),
-		MemoryGCWait:            dur("memory-gc-wait"),
-		LargeParamActions:       num("large-param-actions"),
-		LargeParamBytes:         num("large-param-bytes"),
-		TombstoneSample:         num("tombstone-sample"),
-		RetentionRecords:        num("retention-records"),
-		TombstoneState:          get("tombstone-state") == "true",
-		TombstoneSettle:         dur("tombstone-settle"),
-		CostlyHealthy:           num("costly-healthy"),
-		CostlyHostile:           num("costly-hostile"),
-		CostlyItems:             num("costly-items"),
-		ArchiveRecords:          num("archive-records"),
-		ArchiveCheckSamples:     num("archive-check-samples"),
-		ArchiveRetire:           num("archive-retire"),
-		ArchiveRetentionRate:    float("archive-retention-rate"),
-		Only:                    get("only"),
-		RetentionLiveRate:       float("retention-live-rate"),
-		APIServerProfiles:       get("apiserver-profiles"),
-		RetentionCompareRate:    float("retention-compare-rate"),
-		EtcdDir:                 get("etcd-dir"),
-		ManagerBin:              get("manager-bin"),
-		Timeout:                 dur("timeout"),
+		Smoke:                     *smoke,
+		Out:                       get("out"),
+		Concurrency:               list("concurrency"),
+		Warmup:                    dur("warmup"),
+		Measure:                   dur("measure"),
+		Rounds:                    num("rounds"),
+		MaxOtherLoad:              float("max-other-load"),
+		SplitCPUs:                 get("cpu-layout") == "split",
+		CompareSharedCores:        list("compare-shared-cores"),
+		Workers:                   num("workers"),
+		TuneWorkers:               list("tune-workers"),
+		CompareManifest:           get("compare-manifest") == "true",
+		CompareWatchPerInvoke:     get("compare-watch-per-invoke") == "true",
+		CompareEvents:             get("compare-events") == "true",
+		CompareSDKQPS:             get("compare-sdk-qps") == "true",
+		TuneMinConcurrency:        num("tune-min-concurrency"),
+		LatencyLoad:               float("latency-load"),
+		LatencyDuration:           dur("latency-duration"),
+		WritesActions:             num("writes-actions"),
+		Duplicates:                num("duplicates"),
+		RecoveryActions:           num("recovery-actions"),
+		RecoveryWorkers:           num("recovery-workers"),
+		RecoveryDelay:             dur("recovery-delay"),
+		RecoveryLeaseGrace:        dur("recovery-lease-grace"),
+		RecoveryKillAt:            float("recovery-kill-at"),
+		RecoveryTimeout:           dur("recovery-timeout"),
+		DispatchConcurrency:       num("dispatch-concurrency"),
+		DispatchDelay:             dur("dispatch-delay"),
+		DispatchJitter:            dur("dispatch-jitter"),
+		DispatchHung:              num("dispatch-hung"),
+		DispatchRate:              float("dispatch-rate"),
+		DispatchDuration:          dur("dispatch-duration"),
+		DispatchReplicas:          list("dispatch-replicas"),
+		DispatchBounded:           num("dispatch-bounded"),
+		DispatchBoundedDelay:      dur("dispatch-bounded-delay"),
+		DispatchBoundedJitter:     dur("dispatch-bounded-jitter"),
+		DispatchBoundedWarmup:     dur("dispatch-bounded-warmup"),
+		DispatchBoundedMeasure:    dur("dispatch-bounded-measure"),
+		MemorySteps:               list("memory-steps"),
+		MemoryCreateConcurrency:   num("memory-create-concurrency"),
+		MemoryGCWait:              dur("memory-gc-wait"),
+		LargeParamActions:         num("large-param-actions"),
+		LargeParamBytes:           num("large-param-bytes"),
+		TombstoneSample:           num("tombstone-sample"),
+		RetentionRecords:          num("retention-records"),
+		TombstoneState:            get("tombstone-state") == "true",
+		TombstoneSettle:           dur("tombstone-settle"),
+		CostlyHealthy:             num("costly-healthy"),
+		CostlyHostile:             num("costly-hostile"),
+		CostlyItems:               num("costly-items"),
+		ArchiveRecords:            num("archive-records"),
+		ArchiveCheckSamples:       num("archive-check-samples"),
+		ArchiveRetire:             num("archive-retire"),
+		ArchiveRetentionRate:      float("archive-retention-rate"),
+		ArchiveSustained:          dur("archive-sustained"),
+		ArchiveSustainedRetention: dur("archive-sustained-record-retention"),
+		Only:                      get("only"),
+		RetentionLiveRate:         float("retention-live-rate"),
+		APIServerProfiles:         get("apiserver-profiles"),
+		RetentionCompareRate:      float("retention-compare-rate"),
+		EtcdDir:                   get("etcd-dir"),
+		ManagerBin:                get("manager-bin"),
+		Timeout:                   dur("timeout"),
 	}
 	if len(s.Concurrency) == 0 {
 		errs = append(errs, errors.New("-concurrency: no level"))
@@ -345,8 +353,9 @@ func parseSettings(args []string) (settings, error) {
 	if s.CostlyHealthy < 0 || s.CostlyHostile <= 0 || s.CostlyItems <= 0 {
 		errs = append(errs, errors.New("-costly-healthy must not be negative, -costly-hostile and -costly-items must be positive"))
 	}
-	if s.ArchiveRecords < 0 || s.ArchiveCheckSamples <= 0 || s.ArchiveRetire <= 0 || s.ArchiveRetentionRate < 0 {
-		errs = append(errs, errors.New("-archive-records and -archive-retention-rate must not be negative, -archive-check-samples and -archive-retire must be positive"))
+	if s.ArchiveRecords < 0 || s.ArchiveCheckSamples <= 0 || s.ArchiveRetire <= 0 || s.ArchiveRetentionRate < 0 ||
+		s.ArchiveSustained < 0 || s.ArchiveSustainedRetention < 0 {
+		errs = append(errs, errors.New("-archive-records, -archive-retention-rate, -archive-sustained and -archive-sustained-record-retention must not be negative, -archive-check-samples and -archive-retire must be positive"))
 	}
 	if s.Only != "" && s.Only != onlyThroughput && s.Only != onlyCostlySchema && s.Only != onlyArchive && s.Only != onlyRetention {
 		errs = append(errs, fmt.Errorf("-only: %q is not a step that runs alone (%s, %s, %s, %s)", s.Only, onlyThroughput, onlyCostlySchema, onlyArchive, onlyRetention))
@@ -750,6 +759,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	pngPath := filepath.Join(out, "benchmarks.png")
 	if err := b.plot(pngPath); err != nil {
 		return fmt.Errorf("cannot draw the plot: %w", err)
+	}
+	if err := b.writeSustainedPlot(out); err != nil {
+		return fmt.Errorf("cannot draw the sustained run's plot: %w", err)
 	}
 	page, err := b.report()
 	if err != nil {

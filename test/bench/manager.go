@@ -41,6 +41,9 @@ type managerConfig struct {
 	ArchiveDSN string
 	// RetentionRate is --retention-rate; the shipped default when zero.
 	RetentionRate float64
+	// ArchiveRecordRetention is --archive-record-retention; the shipped
+	// default when zero.
+	ArchiveRecordRetention time.Duration
 }
 
 // The manager's events besides the shipped default's (variant.Events).
@@ -68,6 +71,7 @@ func startInProcess(c *cluster, config managerConfig) (*inProcess, error) {
 		RoutineEventRate:        config.routineEventRate(),
 		ArchiveDSN:              config.ArchiveDSN,
 		RetentionRate:           config.RetentionRate,
+		ArchiveRecordRetention:  config.ArchiveRecordRetention,
 	}
 	if config.ArchiveDSN != "" {
 		// Each of the harness's databases is another archive, whose

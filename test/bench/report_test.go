@@ -313,7 +313,16 @@ func fullArchive() *archiveResult {
 			{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 3000, Archived: 3000, Time: msec(99100), Achieved: 29.8},
 			{Namespace: "archive-retire-2", Records: 3000, Rate: 90, Retired: 3000, Archived: 3000, Time: msec(34800), Achieved: 86.2},
 		},
+		Sustained: sustained(35.95, 10*time.Minute, 5*time.Minute, 10812, 10790, 0.01),
 	}
+}
+
+// sustained is a sustained run whose last counts are stored and archived,
+// and whose last quarter gained growth of the actions offered.
+func sustained(rate float64, d, retention time.Duration, stored, archived int, growth float64) *sustainedRun {
+	return &sustainedRun{Namespace: sustainedNamespace, Rate: rate, Duration: d, RecordRetention: retention, Every: d / 60,
+		Samples: []storedSample{{At: 0}, {At: d / 2, Stored: stored, Archived: 0}, {At: d, Stored: stored, Archived: archived}},
+		Live:    openLoopResult{Latencies: make([]time.Duration, 20000)}, P50: msec(41.2), P99: msec(187.5), Growth: growth}
 }
 
 // fullCostly is section 9 within its target.
@@ -380,10 +389,11 @@ func smokeBench() *bench {
 			BareInFlight: hostileRun{Beside: openLoopSummary{Samples: 4, P50: msec(9), P95: msec(20), P99: msec(20)},
 				Reasons: map[string]int{refusedAtAdmission: 2}, Answered: openLoopSummary{Samples: 2, P50: msec(50), P95: msec(55), P99: msec(55)}}},
 		Archive: &archiveResult{Records: 2000, LoadTime: msec(410), TableBytes: 4.1e6, Ceiling: 38.2, CeilingAt: 4, Load: 0.5, Rate: 19.1,
-			Empty:  liveRun{Offered: 57, Samples: 50, Achieved: 18.7, P50: msec(30), P95: msec(80), P99: msec(95), Plane: planeLoad{HeapInuse: 60 << 20}},
-			Full:   liveRun{Offered: 57, Samples: 51, Achieved: 18.9, P50: msec(31), P95: msec(82), P99: msec(101), Plane: planeLoad{HeapInuse: 61 << 20}},
-			Check:  archiveCheck{Actions: 30, CountError: "pg_stat_statements must be loaded via shared_preload_libraries", Samples: 100, P50: msec(0.2), P95: msec(0.3), P99: msec(0.4)},
-			Retire: []retirement{{Namespace: "archive-retire-1", Records: 150, Rate: 30, Retired: 150, Archived: 150, Time: msec(4900), Achieved: 30.4}}},
+			Empty:     liveRun{Offered: 57, Samples: 50, Achieved: 18.7, P50: msec(30), P95: msec(80), P99: msec(95), Plane: planeLoad{HeapInuse: 60 << 20}},
+			Full:      liveRun{Offered: 57, Samples: 51, Achieved: 18.9, P50: msec(31), P95: msec(82), P99: msec(101), Plane: planeLoad{HeapInuse: 61 << 20}},
+			Check:     archiveCheck{Actions: 30, CountError: "pg_stat_statements must be loaded via shared_preload_libraries", Samples: 100, P50: msec(0.2), P95: msec(0.3), P99: msec(0.4)},
+			Retire:    []retirement{{Namespace: "archive-retire-1", Records: 150, Rate: 30, Retired: 150, Archived: 150, Time: msec(4900), Achieved: 30.4}},
+			Sustained: sustained(19.1, 40*time.Second, 10*time.Second, 201, 560, 0.02)},
 		Wall: 3*time.Minute + 12*time.Second, SetupTime: msec(8100),
 	}
 	return &bench{settings: s, variants: allVariants()[:1], layout: &cpuLayout{cpus: 2}, results: r}
@@ -428,6 +438,8 @@ func verdictsBench() *bench {
 	ar := *r.Archive
 	ar.Full.P99, ar.Full.Plane.HeapInuse, ar.Check.CheckQueries, ar.Check.TombstoneRequests = msec(412.7), 140<<20, 2, 1
 	ar.Retire = []retirement{{Namespace: "archive-retire-1", Records: 3000, Rate: 30, Retired: 700, Archived: 690, Time: msec(300000), Achieved: 2.3}}
+	// The records in etcd still growing at the end of the sustained run.
+	ar.Sustained = sustained(35.95, 10*time.Minute, 5*time.Minute, 13900, 7100, 0.31)
 	r.Archive = &ar
 	r.Memory[0].AfterGC, r.Memory[1].AfterGC, r.Memory[1].HeapLive, r.Memory[0].Created = false, false, 5.3e6+1e6, 0
 	return &bench{settings: s, variants: variants, layout: &cpuLayout{split: true, cpus: 4}, results: r}
