@@ -612,9 +612,17 @@ type sustainedView struct {
 	Run   *sustainedRun
 	Level float64
 	Last  storedSample
-	// Mark judges Growth against its target, sustainedGrowth.
+	// Served is whether the live actions kept up: at most sustainedBacklog
+	// of the offered load in flight at the end.
+	Served bool
+	// Mark judges Growth against its target, sustainedGrowth, and Served.
 	Mark string
 }
+
+// sustainedBacklog is the most offered load, in seconds of it, that may be
+// in flight at the sustained run's end for the live actions to count as
+// served.
+const sustainedBacklog = 10 * time.Second
 
 // sustainedGrowth is the most etcd may gain over the sustained run's last
 // quarter, as a share of the actions offered in it, for its records to
@@ -653,8 +661,11 @@ func archiveFigures(a *archiveResult, t *tombstoneState, smoke bool) *archiveVie
 	}
 	if run := a.Sustained; run != nil && len(run.Samples) > 0 {
 		v.Sustained = &sustainedView{Run: run, Level: run.Rate * run.RecordRetention.Seconds(), Last: run.Samples[len(run.Samples)-1]}
+		// Records level off trivially when live actions stop finishing:
+		// the mark also asks that they kept up with the load.
+		v.Sustained.Served = float64(v.Sustained.Last.InFlight) <= run.Rate*sustainedBacklog.Seconds()
 		if !smoke {
-			v.Sustained.Mark = mark(run.Growth <= sustainedGrowth, false)
+			v.Sustained.Mark = mark(run.Growth <= sustainedGrowth && v.Sustained.Served, false)
 		}
 	}
 	if smoke {

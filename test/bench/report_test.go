@@ -321,7 +321,7 @@ func fullArchive() *archiveResult {
 // and whose last quarter gained growth of the actions offered.
 func sustained(rate float64, d, retention time.Duration, stored, archived int, growth float64) *sustainedRun {
 	return &sustainedRun{Namespace: sustainedNamespace, Rate: rate, Duration: d, RecordRetention: retention, Every: d / 60,
-		Samples: []storedSample{{At: 0}, {At: d / 2, Stored: stored, Archived: 0}, {At: d, Stored: stored, Archived: archived}},
+		Samples: []storedSample{{At: 0}, {At: d / 2, Stored: stored, Archived: 0}, {At: d, Stored: stored + 12, Archived: archived, InFlight: 12}},
 		Live:    openLoopResult{Latencies: make([]time.Duration, 20000)}, P50: msec(41.2), P99: msec(187.5), Growth: growth}
 }
 

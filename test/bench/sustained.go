@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,11 +40,17 @@ type sustainedRun struct {
 	Growth float64
 }
 
-// storedSample is what etcd and the archive held At into the run.
+// storedSample is what etcd and the archive held At into the run;
+// InFlight the invocations not yet answered Succeeded then, whose actions
+// are among Stored but not finished.
 type storedSample struct {
-	At               time.Duration
-	Stored, Archived int
+	At                         time.Duration
+	Stored, Archived, InFlight int
 }
+
+// Finished is the finished records etcd held, as near as the harness
+// knows: those stored less those in flight.
+func (s storedSample) Finished() int { return max(s.Stored-s.InFlight, 0) }
 
 // sustainedNamespace is the sustained run's tenant.
 const sustainedNamespace = "archive-sustained"
@@ -95,9 +102,12 @@ func (b *bench) archiveSustained(ctx context.Context, a *archiveBench, res *arch
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampled sync.WaitGroup
 	var sampleErr error
+	var inFlight atomic.Int64
 	sampled.Go(func() {
-		for {
-			sample := storedSample{At: time.Since(began)}
+		// Up to the run's end: the invocations still answered after it
+		// (drained) are not the offered load.
+		for time.Since(began) <= run.Duration {
+			sample := storedSample{At: time.Since(began), InFlight: int(inFlight.Load())}
 			stored, err := etcd.count(ctx, storageKey("toolactions", run.Namespace, ""))
 			if err == nil {
 				sample.Stored = stored
@@ -108,12 +118,14 @@ func (b *bench) archiveSustained(ctx context.Context, a *archiveBench, res *arch
 				return
 			}
 			run.Samples = append(run.Samples, sample)
-			if testenv.Sleep(sampleCtx, run.Every) != nil {
+			if testenv.Sleep(sampleCtx, min(run.Every, run.Duration-time.Since(began))) != nil {
 				return
 			}
 		}
 	})
 	run.Live = openLoop(ctx, run.Rate, 0, run.Duration, 4096, func(ctx context.Context, _, seq int) error {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
 		_, err := invokeSucceeded(ctx, b.sdk, request(run.Namespace, fmt.Sprintf("sustained-%07d", seq), seq+1))
 		return err
 	})
@@ -125,15 +137,15 @@ func (b *bench) archiveSustained(ctx context.Context, a *archiveBench, res *arch
 	run.P50, run.P99 = percentile(run.Live.Latencies, 50), percentile(run.Live.Latencies, 99)
 	run.Growth = growth(run)
 	last := run.Samples[len(run.Samples)-1]
-	b.logf("archive: sustained run: p50 %s ms, p99 %s ms; at the end %d records in etcd, %d archived; over the last quarter etcd gained %.2f of the actions offered",
-		ms(run.P50), ms(run.P99), last.Stored, last.Archived, run.Growth)
+	b.logf("archive: sustained run: p50 %s ms, p99 %s ms; at the end %d ToolActions in etcd, %d of them in flight, %d archived; over the last quarter the finished ones gained %.2f of the actions offered",
+		ms(run.P50), ms(run.P99), last.Stored, last.InFlight, last.Archived, run.Growth)
 	if run.Live.FirstErr != nil {
 		b.fail("archive: sustained run: %d errors, first: %v", run.Live.Errors, run.Live.FirstErr)
 	}
 	return nil
 }
 
-// growth is the records etcd gained from the sample nearest three
+// growth is the finished records etcd gained from the sample nearest three
 // quarters into the run to the last one, ÷ the actions offered meanwhile.
 func growth(run *sustainedRun) float64 {
 	if len(run.Samples) < 2 {
@@ -146,7 +158,7 @@ func growth(run *sustainedRun) float64 {
 			from = s
 		}
 	}
-	return safeDiv(float64(last.Stored-from.Stored), run.Rate*(last.At-from.At).Seconds())
+	return safeDiv(float64(last.Finished()-from.Finished()), run.Rate*(last.At-from.At).Seconds())
 }
 
 // count returns how many keys etcd holds under prefix.
@@ -174,14 +186,14 @@ func plotSustained(path string, run *sustainedRun) error {
 	p.Legend.Top, p.Legend.Left = true, true
 	var stored, archived plotter.XYs
 	for _, s := range run.Samples {
-		stored = append(stored, plotter.XY{X: s.At.Seconds(), Y: float64(s.Stored)})
+		stored = append(stored, plotter.XY{X: s.At.Seconds(), Y: float64(s.Finished())})
 		archived = append(archived, plotter.XY{X: s.At.Seconds(), Y: float64(s.Archived)})
 	}
 	for _, l := range []struct {
 		name string
 		pts  plotter.XYs
 		c    color.Color
-	}{{"ToolActions in etcd", stored, variantColors[0]}, {"records in the archive", archived, variantColors[2]}} {
+	}{{"finished ToolActions in etcd (stored less in flight)", stored, variantColors[0]}, {"records in the archive", archived, variantColors[2]}} {
 		line, err := plotter.NewLine(l.pts)
 		if err != nil {
 			return err
@@ -199,7 +211,7 @@ func plotSustained(path string, run *sustainedRun) error {
 	p.X.Min, p.Y.Min = 0, 0
 	p.Y.Max = level * 1.3
 	for _, s := range run.Samples {
-		p.Y.Max = max(p.Y.Max, float64(max(s.Stored, s.Archived))*1.1)
+		p.Y.Max = max(p.Y.Max, float64(max(s.Finished(), s.Archived))*1.1)
 	}
 	return p.Save(10*vg.Inch, 5*vg.Inch, path)
 }
