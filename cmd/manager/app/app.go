@@ -129,8 +129,10 @@ type Options struct {
 	// NotificationSweep is how often the records that still owe a sink an
 	// event are listed; a minute when zero.
 	NotificationSweep time.Duration
-	// RetentionRate bounds the retention writes a second (records retired
-	// into tombstones, tombstones deleted); DefaultRetentionRate when zero.
+	// RetentionRate bounds the retention work a second (records retired,
+	// tombstones moved or deleted) beyond the records coming due on their
+	// own, which keep their own pace (retention.Pacer);
+	// DefaultRetentionRate when zero.
 	RetentionRate float64
 	// Egress is where HTTP tools may connect (docs/security.md). Its Never
 	// is filled with the API server's own endpoint.
@@ -227,8 +229,9 @@ const DefaultArchiveKeyRetention = 90 * 24 * time.Hour
 // the archive's database by its superuser shows against anything older.
 const DefaultArchiveCheckpointInterval = 5 * time.Minute
 
-// DefaultRetentionRate is the retention writes a second a manager makes
-// by default: 100k records coming due at once are retired in about an hour.
+// DefaultRetentionRate is the retention work a second a manager makes by
+// default beyond the records coming due on their own: a backlog of 100k
+// records is retired in about an hour.
 const DefaultRetentionRate = 30
 
 // DefaultRoutineEventRate is the actions a second whose happy path a
