@@ -66,6 +66,11 @@ func (p *Pacer) Rate(now time.Time) float64 {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.pace(now)
+}
+
+// pace is the rate Rate reports. p.mu is held.
+func (p *Pacer) pace(now time.Time) float64 {
 	return p.most + p.due.rate(now)
 }
 
@@ -104,7 +109,7 @@ func (p *Pacer) take(now time.Time) time.Duration {
 		}
 		p.pruned = now
 	}
-	perSecond := p.most + p.due.rate(now)
+	perSecond := p.pace(now)
 	p.limiter.SetLimitAt(now, rate.Limit(perSecond))
 	pace.Set(perSecond)
 	return p.limiter.ReserveN(now, 1).DelayFrom(now)

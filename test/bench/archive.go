@@ -605,9 +605,8 @@ type archiveView struct {
 	P99Mark, HeapMark, GoalMark, CheckMark string
 }
 
-// sustainedView is the sustained run: Level is the actions offered over
-// one record retention, where the records stored level off if retirement
-// keeps up; Last the final counts.
+// sustainedView is the sustained run: Level is its level(); Last the
+// final counts.
 type sustainedView struct {
 	Run   *sustainedRun
 	Level float64
@@ -660,7 +659,7 @@ func archiveFigures(a *archiveResult, t *tombstoneState, smoke bool) *archiveVie
 		v.Etcd = t.Records
 	}
 	if run := a.Sustained; run != nil && len(run.Samples) > 0 {
-		v.Sustained = &sustainedView{Run: run, Level: run.Rate * run.RecordRetention.Seconds(), Last: run.Samples[len(run.Samples)-1]}
+		v.Sustained = &sustainedView{Run: run, Level: run.level(), Last: run.Samples[len(run.Samples)-1]}
 		// Records level off trivially when live actions stop finishing:
 		// the mark also asks that they kept up with the load.
 		v.Sustained.Served = float64(v.Sustained.Last.InFlight) <= run.Rate*sustainedBacklog.Seconds()

@@ -34,11 +34,15 @@ type sustainedRun struct {
 	Samples                          []storedSample
 	Live                             openLoopResult
 	P50, P99                         time.Duration
-	// Growth is the records etcd gained over the run's last quarter ÷ the
-	// actions offered in it: near 0 when retirement keeps up, near 1 when
-	// nothing is retired.
+	// Growth is the finished records etcd gained over the run's last
+	// quarter ÷ the actions offered in it: near 0 when retirement keeps
+	// up, near 1 when nothing is retired.
 	Growth float64
 }
+
+// level is the actions offered over one record retention, where the
+// finished records level off when retirement keeps up.
+func (r *sustainedRun) level() float64 { return r.Rate * r.RecordRetention.Seconds() }
 
 // storedSample is what etcd and the archive held At into the run;
 // InFlight the invocations not yet answered Succeeded then, whose actions
@@ -202,7 +206,7 @@ func plotSustained(path string, run *sustainedRun) error {
 		p.Add(line)
 		p.Legend.Add(l.name, line)
 	}
-	level := run.Rate * run.RecordRetention.Seconds()
+	level := run.level()
 	offered := plotter.NewFunction(func(float64) float64 { return level })
 	offered.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	offered.Color = colorFloor
