@@ -66,7 +66,7 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint with .golangci.yml.
 	$(GOLANGCI_LINT) run --allow-parallel-runners ./...
 
 .PHONY: test
-test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) chromium postgresql vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use; installs chromium and PostgreSQL).
+test: controlplane $(STRIPE_MOCK) $(HELM) $(PROMTOOL) chromium postgresql nodejs vet ## Run unit tests and the envtest suites (builds the control plane, stripe-mock, helm and promtool on first use; installs chromium, PostgreSQL and Node.js).
 	go test ./... -race -count=1 -timeout 20m
 
 # The web console's browser tests drive Debian's chromium (headless). It is a
@@ -88,6 +88,16 @@ postgresql: ## Install Debian's PostgreSQL server for the archive (make run, the
 		echo ">> installing Debian's postgresql for the archive's tests"; \
 		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends postgresql; }
+
+# The MCP gateway's tests drive it with the TypeScript MCP SDK's client,
+# which runs on Debian's nodejs; the test installs the client's packages
+# with npm ci from its package-lock.json. Installed like chromium.
+.PHONY: nodejs
+nodejs: ## Install Debian's nodejs and npm for the TypeScript MCP SDK's client in the tests, when missing.
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+		echo ">> installing Debian's nodejs and npm for the TypeScript MCP SDK's client"; \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends nodejs npm; }
 
 .PHONY: screenshots
 screenshots: controlplane chromium ## Take the web console's screenshots of docs/images with the browser tests.

@@ -532,6 +532,15 @@ type ToolSpec struct {
 	// +optional
 	SelfApprovalAllowed bool `json:"selfApprovalAllowed,omitempty"`
 
+	// clientKeyRequired makes the gateways refuse a call that carries no
+	// idempotency key of its caller's own (in MCP, _meta's
+	// toolledger.dev/key or the commerce bindings' arguments.meta key)
+	// instead of deriving one from its arguments; the MCP gateway says so
+	// in the tool's inputSchema. A ToolAction applied directly always has
+	// one: its name.
+	// +optional
+	ClientKeyRequired bool `json:"clientKeyRequired,omitempty"`
+
 	// recordRetention is how long a finished action's full record is kept
 	// after completion. The record is then deleted; an action that was
 	// dispatched leaves a Tombstone, which keeps its key until keyRetention.

@@ -125,6 +125,17 @@ type ToolActionSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Compensates string `json:"compensates,omitempty"`
+
+	// clientKey is the idempotency key the caller sent in its protocol's
+	// own carrier (an MCP commerce binding's meta key, say), when the
+	// action's name was derived from it: kept as sent, so that two keys
+	// whose derived names ever collided are refused as different requests,
+	// never answered as one.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[ -~]+$`
+	ClientKey string `json:"clientKey,omitempty"`
 }
 
 // Phase is a human-friendly summary of an action's conditions.

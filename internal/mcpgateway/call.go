@@ -119,39 +119,62 @@ func DeriveKey(in KeyInput) (string, error) {
 // handler returns the tool handler of a published entry.
 func (g *Gateway) handler(e *entry) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return g.tracedCall(ctx, e, req), nil
+		return g.tracedCall(ctx, e, req)
 	}
 }
 
-func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) *mcp.CallToolResult {
+// call records the call's intent and answers with its outcome. The error
+// it returns is a JSON-RPC error, and only for a call whose key came in a
+// commerce binding (ACP, UCP), which answers its idempotency failures so;
+// every other answer is a tool result holding the ledger's Outcome.
+func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	caller, err := g.callerOf(req.Extra)
 	if err != nil {
-		return refused("", v1alpha1.ErrorClassDenied, "Unauthenticated", err.Error())
+		return refused("", v1alpha1.ErrorClassDenied, "Unauthenticated", err.Error()), nil
 	}
 	arguments, err := objectArguments(req.Params.Arguments)
 	if err != nil {
-		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
+	}
+	meta := req.Params.Meta
+	arguments, ck, err := envelope(arguments, metaString(meta, MetaKey))
+	if err != nil {
+		if ck.binding != bindingLedger {
+			return nil, ck.binding.refuse(codeInvalidKey, err.Error()+"; nothing was recorded", 0)
+		}
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
 	}
 	if err := e.schema.Validate(arguments); err != nil {
 		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments",
-			strings.ReplaceAll(err.Error(), "spec.parameters", "arguments")+"; nothing was recorded: correct the arguments and call again")
+			strings.ReplaceAll(err.Error(), "spec.parameters", "arguments")+"; nothing was recorded: correct the arguments and call again"), nil
 	}
-	meta := req.Params.Meta
 	runID, stepID := metaString(meta, MetaRunID), metaString(meta, MetaStepID)
-	key := metaString(meta, MetaKey)
-	if key != "" {
-		if errs := validation.IsDNS1123Subdomain(key); len(errs) > 0 {
-			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidKey",
-				fmt.Sprintf("_meta %q %q is not a valid key (a Kubernetes object name): %s", MetaKey, key, strings.Join(errs, "; ")))
+	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind}
+	switch {
+	case ck.key == "" && e.spec.ClientKeyRequired:
+		message := fmt.Sprintf("tool %s requires the caller's own idempotency key (arguments.meta.%s, arguments.meta[%q] or _meta %q); nothing was recorded: "+
+			"call again with one key per intent, the same on every retry", e.ref.Name, acpKeyMember, ucpKeyMember, MetaKey)
+		if ck.binding != bindingLedger {
+			return nil, ck.binding.refuse(codeKeyRequired, message, 0)
 		}
-	} else if key, err = DeriveKey(KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Kind: e.ref.Kind, Tool: e.ref.Name, Arguments: arguments}); err != nil {
-		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+		return refused("", v1alpha1.ErrorClassInvalidInput, "KeyRequired", message), nil
+	case ck.key == "":
+		if request.Key, err = DeriveKey(KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Kind: e.ref.Kind, Tool: e.ref.Name, Arguments: arguments}); err != nil {
+			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
+		}
+	case ck.binding != bindingLedger:
+		request.Key, request.ClientKey = sdk.ClientKey(caller.name, e.ref.Kind, e.ref.Name, ck.key), ck.key
+	default:
+		if errs := validation.IsDNS1123Subdomain(ck.key); len(errs) > 0 {
+			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidKey",
+				fmt.Sprintf("_meta %q %q is not a valid key (a Kubernetes object name): %s", MetaKey, ck.key, strings.Join(errs, "; "))), nil
+		}
+		request.Key = ck.key
 	}
-	parameters, err := parameterMap(arguments)
-	if err != nil {
-		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error())
+	key := request.Key
+	if request.Parameters, err = parameterMap(arguments); err != nil {
+		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
 	}
-	request := sdk.Request{Namespace: g.opts.Namespace, Key: key, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters}
 	if runID != "" || stepID != "" {
 		request.Provenance = &v1alpha1.Provenance{RunID: runID, StepID: stepID}
 	}
@@ -166,6 +189,8 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 	case err == nil:
 	case outcome != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// The wait ran out, not the call: the action goes on.
+	case errors.Is(err, sdk.ErrDuplicateConflict) && ck.binding != bindingLedger:
+		return nil, ck.binding.refuse(codeConflict, fmt.Sprintf("%s %q has already been used with a different request (action %s); nothing was executed", ck.where, ck.key, key), 0)
 	case errors.Is(err, sdk.ErrDuplicateConflict) && outcome != nil:
 		// The key's tombstone records another request: the new record
 		// failed without executing, and says so.
@@ -173,27 +198,35 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 	case errors.Is(err, sdk.ErrDuplicateConflict):
 		return refused(key, v1alpha1.ErrorClassDuplicateConflict, string(v1alpha1.ErrorClassDuplicateConflict),
 			fmt.Sprintf("the key %q already records a different request (other arguments, tool or run); nothing was executed. "+
-				"Repeat the recorded request to read its outcome, or use a new key only for a new intent", key))
+				"Repeat the recorded request to read its outcome, or use a new key only for a new intent", key)), nil
 	case apierrors.IsForbidden(err):
 		log.Info("Call refused by RBAC", "error", err.Error())
 		return refused(key, v1alpha1.ErrorClassDenied, "Forbidden",
-			fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden): %s; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace, apiMessage(err)))
+			fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden): %s; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace, apiMessage(err))), nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidRequest", apiMessage(err))
+		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidRequest", apiMessage(err)), nil
 	case ctx.Err() != nil:
 		log.V(1).Info("The caller went away; the action goes on", "error", err.Error())
 		if outcome != nil {
-			return result(outcome, err)
+			return result(outcome, err), nil
 		}
-		return refused(key, "GatewayError", "CallCancelled", err.Error())
+		return refused(key, "GatewayError", "CallCancelled", err.Error()), nil
 	default:
 		log.Error(err, "Call failed")
 		if outcome == nil {
-			return &mcp.CallToolResult{IsError: true, Content: text(fmt.Sprintf("The gateway could not reach the ledger: %v. Nothing is known to be recorded; calling again with the same arguments is safe: it cannot cause a second effect.", err)),
-				StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: "GatewayError", Message: err.Error()}}
+			message := fmt.Sprintf("The gateway could not reach the ledger: %v. Nothing is known to be recorded; calling again with the same arguments is safe: it cannot cause a second effect.", err)
+			if ck.binding != bindingLedger {
+				return nil, ck.binding.refuse(codeUnavailable, message, time.Second)
+			}
+			return &mcp.CallToolResult{IsError: true, Content: text(message),
+				StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: "GatewayError", Message: err.Error()}}, nil
 		}
 	}
-	return result(outcome, err)
+	if ck.binding != bindingLedger && !outcome.Phase.IsTerminal() {
+		return nil, ck.binding.refuse(codeInFlight, fmt.Sprintf("a request with %s %q is still being processed (action %s, phase %s); call again later with the same key and arguments",
+			ck.where, ck.key, key, outcome.Phase), retryAfter(outcome.Phase))
+	}
+	return result(outcome, err), nil
 }
 
 // result reports an outcome in the words a model acts on: the ledger's

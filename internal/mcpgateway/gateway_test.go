@@ -44,7 +44,10 @@ func startGatewayWith(opts mcpgateway.Options, want ...string) *mcpgateway.Gatew
 	GinkgoHelper()
 	ctx, cancel := context.WithCancel(context.Background())
 	DeferCleanup(cancel)
-	opts.ClusterTools, opts.Wait, opts.ProgressInterval, opts.Logger = true, 20*time.Second, 100*time.Millisecond, log.Log.WithName("gateway")
+	if opts.Wait == 0 {
+		opts.Wait = 20 * time.Second
+	}
+	opts.ClusterTools, opts.ProgressInterval, opts.Logger = true, 100*time.Millisecond, log.Log.WithName("gateway")
 	g, err := mcpgateway.New(ctx, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(g.Run(ctx)).To(Succeed())

@@ -21,11 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/toolcontract"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 // catalogSyncTimeout bounds the first read of the catalog.
@@ -254,7 +256,7 @@ func newEntry(kind, name string, spec v1alpha1.ToolSpec) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	input, err := inputSchema(spec.ParametersSchema)
+	input, err := inputSchema(spec.ParametersSchema, spec.ClientKeyRequired)
 	if err != nil {
 		return nil, err
 	}
@@ -291,14 +293,15 @@ func newEntry(kind, name string, spec v1alpha1.ToolSpec) (*entry, error) {
 // inputSchema publishes the parametersSchema as the tool's JSON Schema. It
 // is decoded into the structural schema type and encoded again, so only the
 // keywords the controller checks are published; parameters are always an
-// object.
-func inputSchema(raw *apiextensionsv1.JSON) (json.RawMessage, error) {
-	if raw == nil || len(raw.Raw) == 0 {
-		return json.RawMessage(`{"type":"object"}`), nil
-	}
+// object. It adds the commerce bindings' meta member, which carries the
+// caller's key and is never a parameter, and requires the key there when
+// the Tool requires one.
+func inputSchema(raw *apiextensionsv1.JSON, keyRequired bool) (json.RawMessage, error) {
 	var props apiextensionsv1.JSONSchemaProps
-	if err := json.Unmarshal(raw.Raw, &props); err != nil {
-		return nil, fmt.Errorf("parametersSchema is not an OpenAPI v3 schema: %w", err)
+	if raw != nil && len(raw.Raw) > 0 {
+		if err := json.Unmarshal(raw.Raw, &props); err != nil {
+			return nil, fmt.Errorf("parametersSchema is not an OpenAPI v3 schema: %w", err)
+		}
 	}
 	switch props.Type {
 	case "":
@@ -307,6 +310,24 @@ func inputSchema(raw *apiextensionsv1.JSON) (json.RawMessage, error) {
 	default:
 		return nil, fmt.Errorf("parametersSchema has type %q, but parameters are an object", props.Type)
 	}
+	if _, declared := props.Properties[envelopeMember]; declared {
+		return nil, fmt.Errorf("parametersSchema declares a parameter %q, which MCP's commerce bindings (ACP, UCP) reserve for a call's metadata; rename it", envelopeMember)
+	}
+	clientKey := apiextensionsv1.JSONSchemaProps{Type: "string", MinLength: ptr.To[int64](1), MaxLength: ptr.To[int64](sdk.MaxClientKeyLength), Pattern: "^[ -~]+$"}
+	envelopeSchema := apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Description: "The call's metadata, never a parameter. Its " + acpKeyMember + " (ACP) or " + ucpKeyMember + " (UCP) is the caller's idempotency key: " +
+			"one per intent, the same on every retry of it.",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{acpKeyMember: clientKey, ucpKeyMember: clientKey},
+	}
+	if keyRequired {
+		envelopeSchema.AnyOf = []apiextensionsv1.JSONSchemaProps{{Required: []string{acpKeyMember}}, {Required: []string{ucpKeyMember}}}
+		props.Required = append(props.Required, envelopeMember)
+	}
+	if props.Properties == nil {
+		props.Properties = map[string]apiextensionsv1.JSONSchemaProps{}
+	}
+	props.Properties[envelopeMember] = envelopeSchema
 	encoded, err := json.Marshal(props)
 	if err != nil {
 		return nil, fmt.Errorf("cannot encode the parametersSchema: %w", err)
@@ -325,6 +346,9 @@ func description(spec v1alpha1.ToolSpec) string {
 	fmt.Fprintf(&b, "Operation %s, version %s, idempotency class %s: %s", spec.Operation, spec.Version, spec.IdempotencyClass, classPromise[spec.IdempotencyClass])
 	if spec.ApprovalRequired {
 		b.WriteString(" Every call waits for a human's approval before it runs.")
+	}
+	if spec.ClientKeyRequired {
+		b.WriteString(" Every call carries its own idempotency key in arguments.meta: mint one per intent and send the same key on every retry of it.")
 	}
 	return b.String()
 }

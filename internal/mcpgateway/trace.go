@@ -22,7 +22,7 @@ const (
 // the span the client names in params._meta.traceparent (and tracestate),
 // as OpenTelemetry's MCP conventions carry it. The ledger's invocation, and
 // through it the manager's attempt, continue the span.
-func (g *Gateway) tracedCall(ctx context.Context, e *entry, req *mcp.CallToolRequest) *mcp.CallToolResult {
+func (g *Gateway) tracedCall(ctx context.Context, e *entry, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	meta := req.Params.Meta
 	ctx = tracing.ContextWithTraceparent(ctx, metaString(meta, "traceparent"), metaString(meta, "tracestate"))
 	ctx, span := tracing.Tracer().Start(ctx, methodCall+" "+e.tool.Name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
@@ -33,7 +33,11 @@ func (g *Gateway) tracedCall(ctx context.Context, e *entry, req *mcp.CallToolReq
 		tracing.Namespace.String(g.opts.Namespace),
 	))
 	defer span.End()
-	res := g.call(ctx, e, req)
+	res, err := g.call(ctx, e, req)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return nil, err
+	}
 	if out, ok := res.StructuredContent.(Outcome); ok {
 		if out.Key != "" {
 			span.SetAttributes(tracing.Key.String(out.Key))
@@ -46,5 +50,5 @@ func (g *Gateway) tracedCall(ctx context.Context, e *entry, req *mcp.CallToolReq
 	if res.IsError {
 		span.SetStatus(codes.Error, "the tool call returned an error result")
 	}
-	return res
+	return res, nil
 }

@@ -122,6 +122,12 @@ func WithApprovalRequired() ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.ApprovalRequired = true }
 }
 
+// WithClientKeyRequired makes the gateways refuse a call without a key of
+// its caller's own.
+func WithClientKeyRequired() ToolOption {
+	return func(t *v1alpha1.Tool) { t.Spec.ClientKeyRequired = true }
+}
+
 // WithSelfApprovalAllowed lets an action's requester approve it.
 func WithSelfApprovalAllowed() ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.SelfApprovalAllowed = true }

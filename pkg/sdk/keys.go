@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/digest"
 )
 
@@ -38,7 +39,53 @@ const (
 	workflowDomain  = "toolledger.dev/workflow-key/v1"
 	argumentsDomain = "toolledger.dev/arguments-key/v1"
 	batchItemDomain = "toolledger.dev/batch-item/v1"
+	clientKeyDomain = "toolledger.dev/client-key/v1"
 )
+
+// MaxClientKeyLength is the longest key a caller may send in its own
+// protocol, as the HTTP Idempotency-Key conventions bound it.
+const MaxClientKeyLength = 255
+
+// clientKeyHashLength is the number of hex digits of SHA-256 that identify
+// a client key: 128 bits, because the caller chooses the key, and the
+// action records the key as sent (spec.clientKey), so that even a
+// collision is refused as a different request rather than answered.
+const clientKeyHashLength = 32
+
+// ValidClientKey reports whether key is one a caller may send: 1 to
+// MaxClientKeyLength printable ASCII characters.
+func ValidClientKey(key string) error {
+	if key == "" {
+		return errors.New("the client key is empty")
+	}
+	if len(key) > MaxClientKeyLength {
+		return fmt.Errorf("the client key is %d characters long; at most %d are allowed", len(key), MaxClientKeyLength)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < ' ' || key[i] > '~' {
+			return fmt.Errorf("the client key has a character other than printable ASCII at byte %d", i)
+		}
+	}
+	return nil
+}
+
+// ClientKey derives the idempotency key (the ToolAction's name) of a key a
+// caller sent in its own protocol (an HTTP Idempotency-Key, an MCP commerce
+// binding's meta key, an A2A messageId), scoped to the caller and the tool
+// (an empty toolKind is Tool):
+// the same key from another caller, or for another tool, is another intent.
+// It is a readable prefix of the sanitized key, '-', and 32 hex digits of a
+// SHA-256 over the scope and the key as sent; at most 63 characters. Record
+// the key itself in Request.ClientKey.
+func ClientKey(caller, toolKind, tool, key string) string {
+	toolKind = v1alpha1.ToolReference{Kind: toolKind}.KindOrDefault()
+	hash := hashPartsN(clientKeyHashLength, clientKeyDomain, caller, toolKind, tool, key)
+	prefix := truncate(sanitize(key), derivedKeyLength-1-clientKeyHashLength)
+	if prefix == "" {
+		return hash
+	}
+	return prefix + "-" + hash
+}
 
 // WorkflowKey derives an idempotency key from the stable identity of a
 // workflow step: the run, the step within it, and the tool's operation and
@@ -159,6 +206,11 @@ func truncate(s string, n int) string {
 // domain and the parts, each prefixed by its length, so that ("a-b", "c")
 // and ("a", "b-c") hash differently.
 func hashParts(domain string, parts ...string) string {
+	return hashPartsN(hashLength, domain, parts...)
+}
+
+// hashPartsN is hashParts with n hex digits.
+func hashPartsN(n int, domain string, parts ...string) string {
 	h := sha256.New()
 	var length [8]byte
 	for _, part := range append([]string{domain}, parts...) {
@@ -166,5 +218,5 @@ func hashParts(domain string, parts ...string) string {
 		h.Write(length[:])
 		h.Write([]byte(part))
 	}
-	return hex.EncodeToString(h.Sum(nil))[:hashLength]
+	return hex.EncodeToString(h.Sum(nil))[:n]
 }

@@ -2,6 +2,7 @@ package sdk_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -194,5 +195,69 @@ func TestKeysAreValidNamesForAnyInput(t *testing.T) {
 	}
 	if len(seen) < samples*99/100 {
 		t.Errorf("only %d distinct workflow keys from %d random inputs", len(seen), samples)
+	}
+}
+
+func TestClientKeyGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		caller, kind, tool, key string
+		want                    string
+	}{
+		{"uuid", "system:serviceaccount:shop:agent", "Tool", "charge", "8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a5-a10d6d35237fa27884e91d90c28b5801"},
+		{"acp prefix", "system:serviceaccount:shop:agent", "Tool", "charge", "idem_550e8400", "idem-550e8400-15ff17962aa46ff9a90e33c9e7d7a081"},
+		{"nothing readable", "alice", "ClusterTool", "charge", "___", "ba02e38262f5947b64e36f233e739049"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sdk.ClientKey(tc.caller, tc.kind, tc.tool, tc.key); got != tc.want {
+				t.Errorf("ClientKey(%q, %q, %q, %q) = %q, want %q", tc.caller, tc.kind, tc.tool, tc.key, got, tc.want)
+			}
+		})
+	}
+}
+
+// A client key is scoped: the same key from another caller or for another
+// tool is another intent, and keys differing only in case or punctuation
+// are different keys.
+func TestClientKeysAreScopedAndDistinct(t *testing.T) {
+	base := sdk.ClientKey("alice", "Tool", "charge", "Order-1")
+	for name, other := range map[string]string{
+		"another caller":    sdk.ClientKey("bob", "Tool", "charge", "Order-1"),
+		"another tool":      sdk.ClientKey("alice", "Tool", "refund", "Order-1"),
+		"another tool kind": sdk.ClientKey("alice", "ClusterTool", "charge", "Order-1"),
+		"another case":      sdk.ClientKey("alice", "Tool", "charge", "order-1"),
+		"punctuation":       sdk.ClientKey("alice", "Tool", "charge", "Order_1"),
+		"parts shifted":     sdk.ClientKey("alic", "eTool", "charge", "Order-1"),
+	} {
+		if other == base {
+			t.Errorf("%s derives the same name %q", name, base)
+		}
+	}
+	if got := sdk.ClientKey("alice", "", "charge", "Order-1"); got != base {
+		t.Errorf("an empty tool kind derives %q, not Tool's %q", got, base)
+	}
+	long := strings.Repeat("K", sdk.MaxClientKeyLength)
+	for _, key := range []string{"a", long, "idem_ÜBER", "  spaced key  ", "\"quoted\""} {
+		got := sdk.ClientKey("system:serviceaccount:shop:agent", "Tool", "charge", key)
+		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+			t.Errorf("ClientKey(…, %q) = %q, not a DNS-1123 label: %v", key, got, errs)
+		}
+	}
+}
+
+func TestValidClientKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"8e03978e-40d5-43e8-bc93-6894a57f9324":      "",
+		"1733300000000000000_AbC-d_":                "",
+		strings.Repeat("k", sdk.MaxClientKeyLength): "",
+		"": "the client key is empty",
+		strings.Repeat("k", sdk.MaxClientKeyLength+1): "the client key is 256 characters long; at most 255 are allowed",
+		"tab\there":   "the client key has a character other than printable ASCII at byte 3",
+		"Überweisung": "the client key has a character other than printable ASCII at byte 0",
+	} {
+		err := sdk.ValidClientKey(key)
+		if got := fmt.Sprint(err); (want == "" && err != nil) || (want != "" && got != want) {
+			t.Errorf("ValidClientKey(%q) = %v, want %q", key, err, want)
+		}
 	}
 }

@@ -50,6 +50,10 @@ type Request struct {
 	// Compensates optionally names the Succeeded ToolAction, in the same
 	// namespace, whose effect this intent offsets.
 	Compensates string `json:"compensates,omitempty"`
+	// ClientKey is the key the caller sent in its own protocol, when Key
+	// was derived from it with ClientKey; it is recorded in the spec as
+	// sent (1 to 255 printable ASCII characters).
+	ClientKey string `json:"clientKey,omitempty"`
 }
 
 // Delegate returns the Request a sub-agent sends when it carries out the
@@ -191,6 +195,7 @@ func applyBody(req Request, traceparent string) ([]byte, error) {
 			RequestDigest: req.RequestDigest,
 			Provenance:    req.Provenance,
 			Compensates:   req.Compensates,
+			ClientKey:     req.ClientKey,
 		},
 	}
 	if traceparent != "" {
@@ -215,6 +220,11 @@ func (r Request) validate() error {
 	}
 	if r.Tool == "" {
 		problems = append(problems, "tool is empty")
+	}
+	if r.ClientKey != "" {
+		if err := ValidClientKey(r.ClientKey); err != nil {
+			problems = append(problems, err.Error())
+		}
 	}
 	if r.ToolKind != "" && r.ToolKind != v1alpha1.KindTool && r.ToolKind != v1alpha1.KindClusterTool {
 		problems = append(problems, fmt.Sprintf("tool kind %q is neither %s nor %s", r.ToolKind, v1alpha1.KindTool, v1alpha1.KindClusterTool))
