@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,12 +8,7 @@ import (
 	nethttp "net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
-	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -25,42 +19,6 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
-
-// stripeMock runs Stripe's own mock server, built into bin/ by the test
-// command, on 127.0.0.1. It validates every request against Stripe's OpenAPI
-// description: a body it cannot read is a 400.
-func stripeMock() string {
-	path, err := filepath.Abs(filepath.Join("..", "bin", "stripe-mock"))
-	Expect(err).NotTo(HaveOccurred())
-	_, err = os.Stat(path)
-	Expect(err).NotTo(HaveOccurred(), "bin/stripe-mock is built by `make test` (make stripe-mock)")
-
-	// It listens where the kernel chooses and prints where: a port picked
-	// free beforehand could be taken by another program before it listens.
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, path, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
-	out, err := cmd.StdoutPipe()
-	Expect(err).NotTo(HaveOccurred())
-	cmd.Stderr = GinkgoWriter
-	Expect(cmd.Start()).To(Succeed())
-	DeferCleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		lines := bufio.NewScanner(out)
-		for lines.Scan() {
-			fmt.Fprintln(GinkgoWriter, lines.Text())
-			if a, ok := strings.CutPrefix(lines.Text(), "Listening for HTTP at address: "); ok {
-				addr <- a
-			}
-		}
-	}()
-	var listening string
-	Eventually(addr).WithTimeout(30*time.Second).Should(Receive(&listening), "stripe-mock did not say where it listens")
-	return "http://" + listening
-}
 
 // sentToStripe is one request as it reached the wire.
 type sentToStripe struct {
@@ -136,7 +94,7 @@ func (r *stripeRecorder) requests(path string) []sentToStripe {
 var _ = Describe("A Stripe-shaped API, through stripe-mock", func() {
 	It("charges and refunds with form-encoded bodies, the raw key and the secret only in Authorization; a lost answer is settled by Stripe's replay", func() {
 		ns := env.NewTenant()
-		stripe := newStripeRecorder(stripeMock(), "/v1/charges")
+		stripe := newStripeRecorder(specenv.StripeMock(), "/v1/charges")
 		const secretKey = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
@@ -266,7 +224,7 @@ spec:
 
 	It("keeps Stripe's error code and not its message when stripe-mock refuses a request", func() {
 		ns := env.NewTenant()
-		stripe := newStripeRecorder(stripeMock())
+		stripe := newStripeRecorder(specenv.StripeMock())
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
 			StringData: map[string]string{"authorization": "Bearer sk_test_123"},

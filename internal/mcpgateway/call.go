@@ -179,54 +179,123 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 		request.Provenance = &v1alpha1.Provenance{RunID: runID, StepID: stepID}
 	}
 
-	waitCtx, cancel := context.WithTimeout(ctx, g.opts.Wait)
-	defer cancel()
-	stopProgress := g.reportProgress(waitCtx, req, key)
-	outcome, err := g.ledger.Invoke(caller.acting(waitCtx), request)
-	stopProgress()
-	log := g.opts.Logger.WithValues("tool", e.ref.Name, "key", key, "caller", caller.name)
-	switch {
-	case err == nil:
-	case outcome != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		// The wait ran out, not the call: the action goes on.
-	case errors.Is(err, sdk.ErrDuplicateConflict) && ck.binding != bindingLedger:
-		return nil, ck.binding.refuse(codeConflict, fmt.Sprintf("%s %q has already been used with a different request (action %s); nothing was executed", ck.where, ck.key, key), 0)
-	case errors.Is(err, sdk.ErrDuplicateConflict) && outcome != nil:
-		// The key's tombstone records another request: the new record
-		// failed without executing, and says so.
-		err = nil
-	case errors.Is(err, sdk.ErrDuplicateConflict):
+	a := g.record(ctx, caller, request, func(waitCtx context.Context) func() { return g.reportProgress(waitCtx, req, key) })
+	switch a.verdict {
+	case verdictConflict:
+		if ck.binding != bindingLedger {
+			return nil, ck.binding.refuse(codeConflict, fmt.Sprintf("%s %q has already been used with a different request (action %s); nothing was executed", ck.where, ck.key, key), 0)
+		}
+		if a.outcome != nil {
+			// The key's tombstone records another request: the new record
+			// failed without executing, and says so.
+			return result(a.outcome, nil), nil
+		}
 		return refused(key, v1alpha1.ErrorClassDuplicateConflict, string(v1alpha1.ErrorClassDuplicateConflict),
 			fmt.Sprintf("the key %q already records a different request (other arguments, tool or run); nothing was executed. "+
 				"Repeat the recorded request to read its outcome, or use a new key only for a new intent", key)), nil
+	case verdictForbidden:
+		return refused(key, v1alpha1.ErrorClassDenied, "Forbidden", g.forbidden(caller, a.err)), nil
+	case verdictInvalid:
+		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidRequest", apiMessage(a.err)), nil
+	case verdictCancelled:
+		return refused(key, "GatewayError", "CallCancelled", a.err.Error()), nil
+	case verdictUnavailable:
+		message := unavailable(a.err)
+		if ck.binding != bindingLedger {
+			return nil, ck.binding.refuse(codeUnavailable, message, time.Second)
+		}
+		return &mcp.CallToolResult{IsError: true, Content: text(message),
+			StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: "GatewayError", Message: a.err.Error()}}, nil
+	}
+	if ck.binding != bindingLedger && !a.outcome.Phase.IsTerminal() {
+		return nil, ck.binding.refuse(codeInFlight, fmt.Sprintf("a request with %s %q is still being processed (action %s, phase %s); call again later with the same key and arguments",
+			ck.where, ck.key, key, a.outcome.Phase), retryAfter(a.outcome.Phase))
+	}
+	return result(a.outcome, a.err), nil
+}
+
+// verdict is what the ledger said of an invocation, in no protocol's words.
+type verdict int
+
+const (
+	// verdictOutcome: the action is recorded; the outcome says how far it
+	// got while the gateway waited.
+	verdictOutcome verdict = iota
+	// verdictConflict: the key records another request; nothing executed.
+	// The outcome is set when a Tombstone or archived record says so.
+	verdictConflict
+	// verdictForbidden: the caller may not create ToolActions here.
+	verdictForbidden
+	// verdictInvalid: the API server refused the request as invalid.
+	verdictInvalid
+	// verdictCancelled: the caller went away before anything was known
+	// to be recorded.
+	verdictCancelled
+	// verdictUnavailable: the ledger could not be reached; nothing is
+	// known to be recorded.
+	verdictUnavailable
+)
+
+// answer is the ledger's verdict on an invocation, its outcome when there
+// is one, and the error behind it: for verdictOutcome, non-nil when the
+// gateway stopped waiting before the action settled.
+type answer struct {
+	verdict verdict
+	outcome *sdk.Outcome
+	err     error
+}
+
+// record invokes the request as the caller and waits up to the gateway's
+// wait; progress, when not nil, runs during the wait until the function it
+// returns is called. The fronts (MCP, plain HTTP) answer the verdict each
+// in its own words.
+func (g *Gateway) record(ctx context.Context, caller *caller, request sdk.Request, progress func(waitCtx context.Context) (stop func())) answer {
+	waitCtx, cancel := context.WithTimeout(ctx, g.opts.Wait)
+	defer cancel()
+	stop := func() {}
+	if progress != nil {
+		stop = progress(waitCtx)
+	}
+	outcome, err := g.ledger.Invoke(caller.acting(waitCtx), request)
+	stop()
+	log := g.opts.Logger.WithValues("tool", request.Tool, "key", request.Key, "caller", caller.name)
+	switch {
+	case err == nil:
+		return answer{verdict: verdictOutcome, outcome: outcome}
+	case outcome != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// The wait ran out, not the call: the action goes on.
+		return answer{verdict: verdictOutcome, outcome: outcome, err: err}
+	case errors.Is(err, sdk.ErrDuplicateConflict):
+		return answer{verdict: verdictConflict, outcome: outcome, err: err}
 	case apierrors.IsForbidden(err):
 		log.Info("Call refused by RBAC", "error", err.Error())
-		return refused(key, v1alpha1.ErrorClassDenied, "Forbidden",
-			fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden): %s; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace, apiMessage(err))), nil
+		return answer{verdict: verdictForbidden, err: err}
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidRequest", apiMessage(err)), nil
+		return answer{verdict: verdictInvalid, err: err}
 	case ctx.Err() != nil:
 		log.V(1).Info("The caller went away; the action goes on", "error", err.Error())
 		if outcome != nil {
-			return result(outcome, err), nil
+			return answer{verdict: verdictOutcome, outcome: outcome, err: err}
 		}
-		return refused(key, "GatewayError", "CallCancelled", err.Error()), nil
+		return answer{verdict: verdictCancelled, err: err}
 	default:
 		log.Error(err, "Call failed")
 		if outcome == nil {
-			message := fmt.Sprintf("The gateway could not reach the ledger: %v. Nothing is known to be recorded; calling again with the same arguments is safe: it cannot cause a second effect.", err)
-			if ck.binding != bindingLedger {
-				return nil, ck.binding.refuse(codeUnavailable, message, time.Second)
-			}
-			return &mcp.CallToolResult{IsError: true, Content: text(message),
-				StructuredContent: Outcome{Key: key, Phase: PhaseNotRecorded, ErrorClass: "GatewayError", Message: err.Error()}}, nil
+			return answer{verdict: verdictUnavailable, err: err}
 		}
+		return answer{verdict: verdictOutcome, outcome: outcome, err: err}
 	}
-	if ck.binding != bindingLedger && !outcome.Phase.IsTerminal() {
-		return nil, ck.binding.refuse(codeInFlight, fmt.Sprintf("a request with %s %q is still being processed (action %s, phase %s); call again later with the same key and arguments",
-			ck.where, ck.key, key, outcome.Phase), retryAfter(outcome.Phase))
-	}
-	return result(outcome, err), nil
+}
+
+// forbidden says why the caller may not invoke, and whom to ask.
+func (g *Gateway) forbidden(caller *caller, err error) string {
+	return fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden): %s; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace, apiMessage(err))
+}
+
+// unavailable says that nothing is known to be recorded, so that a retry
+// is safe.
+func unavailable(err error) string {
+	return fmt.Sprintf("The gateway could not reach the ledger: %v. Nothing is known to be recorded; calling again with the same arguments is safe: it cannot cause a second effect.", err)
 }
 
 // result reports an outcome in the words a model acts on: the ledger's

@@ -41,10 +41,19 @@ const (
 // serving HTTP with tokens never gets here without one: the listener
 // refuses such requests.
 func (g *Gateway) callerOf(extra *mcp.RequestExtra) (*caller, error) {
-	if extra == nil || extra.TokenInfo == nil {
+	if extra == nil {
 		return g.self, nil
 	}
-	user, ok := extra.TokenInfo.Extra[userInfoKey].(authenticationv1.UserInfo)
+	return g.callerOfToken(extra.TokenInfo)
+}
+
+// callerOfToken is the user a reviewed bearer token names, else (no token)
+// the gateway's own identity.
+func (g *Gateway) callerOfToken(info *auth.TokenInfo) (*caller, error) {
+	if info == nil {
+		return g.self, nil
+	}
+	user, ok := info.Extra[userInfoKey].(authenticationv1.UserInfo)
 	if !ok {
 		return nil, errors.New("the request's token names no user")
 	}

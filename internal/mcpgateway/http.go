@@ -47,7 +47,8 @@ type HTTPOptions struct {
 	RateLimit *serve.RateLimit
 }
 
-// HTTPHandler serves the gateway over Streamable HTTP, stateless as the
+// HTTPHandler serves the gateway over Streamable HTTP at MCPPath, and its
+// plain HTTP front at every other path (FrontPath). MCP is stateless as the
 // 2026-07-28 protocol is: each POST carries one request, and the ledger key
 // (not a session) recognises a call sent again. Unless LocalOnly, every
 // request needs a bearer token of the gateway's audience, which the API
@@ -65,6 +66,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	mux := http.NewServeMux()
 	if opts.LocalOnly {
 		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
+		mux.Handle("/", loopbackOnly(g.front()))
 		return opts.RateLimit.Handler(mux), nil
 	}
 	resource, err := url.Parse(opts.ResourceURL)
@@ -80,6 +82,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 		AllowMissingExpiration: true,
 	})
 	mux.Handle(MCPPath, requireToken(refusePrivileged(mcpHandler)))
+	mux.Handle("/", requireToken(refusePrivileged(g.front())))
 	metadata := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               opts.ResourceURL,
 		AuthorizationServers:   opts.AuthorizationServers,

@@ -192,6 +192,14 @@ func (c *publisher) sync(ctx context.Context) error {
 	return nil
 }
 
+// lookup is the published tool of the name.
+func (c *publisher) lookup(name string) (*entry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.published[name]
+	return e, ok
+}
+
 func (c *publisher) names() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

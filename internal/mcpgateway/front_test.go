@@ -1,0 +1,250 @@
+package mcpgateway_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/stripe/stripe-go/v85"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/mcpgateway"
+	"github.com/toolledger/toolledger/internal/testenv"
+	"github.com/toolledger/toolledger/internal/testenv/specenv"
+	"github.com/toolledger/toolledger/pkg/sdk"
+)
+
+// relay forwards to target and records each request's Idempotency-Key and
+// the answer's status and Idempotent-Replayed; it holds a request for hold
+// first when told to, and it drops the connection instead of answering the
+// next request when told to: an answer lost in transit.
+type relay struct {
+	*httptest.Server
+	mu       sync.Mutex
+	keys     []string
+	statuses []int
+	replayed []string
+	hold     time.Duration
+	drop     bool
+}
+
+func newRelay(target string) *relay {
+	r := &relay{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		defer GinkgoRecover()
+		body, err := io.ReadAll(req.Body)
+		Expect(err).NotTo(HaveOccurred())
+		r.mu.Lock()
+		hold, drop := r.hold, r.drop
+		r.hold, r.drop = 0, false
+		r.mu.Unlock()
+		time.Sleep(hold)
+		forward, err := http.NewRequestWithContext(context.Background(), req.Method, target+req.URL.RequestURI(), bytes.NewReader(body))
+		Expect(err).NotTo(HaveOccurred())
+		forward.Header = req.Header.Clone()
+		resp, err := http.DefaultClient.Do(forward)
+		Expect(err).NotTo(HaveOccurred())
+		defer func() { _ = resp.Body.Close() }()
+		answer, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		r.mu.Lock()
+		r.keys = append(r.keys, req.Header.Get("Idempotency-Key"))
+		r.statuses = append(r.statuses, resp.StatusCode)
+		r.replayed = append(r.replayed, resp.Header.Get("Idempotent-Replayed"))
+		r.mu.Unlock()
+		if drop {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			Expect(err).NotTo(HaveOccurred())
+			_ = conn.Close()
+			return
+		}
+		for name, values := range resp.Header {
+			w.Header()[name] = values
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(answer)
+	}))
+	DeferCleanup(r.Close)
+	return r
+}
+
+func (r *relay) seen() (keys []string, statuses []int, replayed []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.keys...), append([]int(nil), r.statuses...), append([]string(nil), r.replayed...)
+}
+
+func (r *relay) set(hold time.Duration, drop bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold, r.drop = hold, drop
+}
+
+var _ = Describe("The gateway's plain HTTP front", func() {
+	It("gives Stripe's own Go client one charge through its retries, a replay marked as one, 422 for a changed request and 409 while in flight", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeIdentity)
+
+		// The ledger charges stripe-mock through a relay that counts charges.
+		stripeSide := newRelay(specenv.StripeMock())
+		Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
+			StringData: map[string]string{"authorization": "Bearer sk_test_4eC39HqLyjWDarjtT1zdp7dc"},
+		})).To(Succeed())
+		var tool v1alpha1.Tool
+		Expect(yaml.UnmarshalStrict([]byte(fmt.Sprintf(`apiVersion: toolledger.dev/v1alpha1
+kind: Tool
+metadata: {name: charges, namespace: %s}
+spec:
+  operation: payments.charge
+  version: "2024-06-20"
+  idempotencyClass: KeyProtected
+  clientKeyRequired: true
+  parametersSchema:
+    type: object
+    required: [amount, currency, source]
+    properties:
+      amount: {type: integer, minimum: 50}
+      currency: {type: string}
+      source: {type: string}
+      description: {type: string}
+      metadata: {type: object, additionalProperties: {type: string}}
+  http:
+    url: %s/v1/charges
+    encoding: Form
+    idempotencyKey: {format: Raw, maxLength: 255}
+    authHeader: {secretKeyRef: {name: stripe, key: authorization}}
+    lookup: {strategy: Replay, replayWindow: 24h}
+    response:
+      externalIDPointer: /id
+      resultPointers: [/id, /object, /amount, /currency, /status]
+`, ns, stripeSide.URL)), &tool)).To(Succeed())
+		Expect(k8s.Create(ctx, &tool)).To(Succeed())
+
+		gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
+		bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
+		identity := rest.AnonymousClientConfig(cfg)
+		identity.BearerToken = token(gatewaySA, nil)
+		g := startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: time.Second}, "charges")
+		handler := http.NotFoundHandler()
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+		DeferCleanup(server.Close)
+		handler, err = g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: server.URL + mcpgateway.MCPPath})
+		Expect(err).NotTo(HaveOccurred())
+		agent := serviceAccount(ns, "agent", "toolledger-agent")
+		agentToken := token(agent, []string{server.URL + mcpgateway.MCPPath})
+		agentName := "system:serviceaccount:" + ns + ":agent"
+
+		// Stripe's client reaches the front through a relay that can lose an answer.
+		clientSide := newRelay(server.URL)
+		stripeClient := func(retries int64) *stripe.Client {
+			return stripe.NewClient(agentToken, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
+				URL: stripe.String(clientSide.URL), MaxNetworkRetries: stripe.Int64(retries),
+			})))
+		}
+		params := func(amount int64, key string) *stripe.ChargeCreateParams {
+			p := &stripe.ChargeCreateParams{Amount: stripe.Int64(amount), Currency: stripe.String("usd"), Description: stripe.String("Order 7001"),
+				Metadata: map[string]string{"order": "7001"}}
+			Expect(p.SetSource("tok_visa")).To(Succeed())
+			if key != "" {
+				p.SetIdempotencyKey(key)
+			}
+			return p
+		}
+
+		By("losing the first answer: the client's retry under its own key is answered from the record, one charge")
+		clientSide.set(0, true)
+		charge, err := stripeClient(2).V1Charges.Create(ctx, params(2000, ""))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(charge.ID).To(MatchRegexp(`^ch_`))
+		Expect(charge.Amount).To(BeEquivalentTo(2000))
+		Expect(charge.LastResponse.Header.Get("Idempotent-Replayed")).To(Equal("true"))
+		key := charge.LastResponse.IdempotencyKey
+		keys, statuses, replayed := clientSide.seen()
+		Expect(keys).To(Equal([]string{key, key}), "the client retried under the key it minted")
+		Expect(statuses).To(Equal([]int{200, 200}))
+		Expect(replayed).To(Equal([]string{"", "true"}))
+		name := sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", key)
+		action := env.Get(ns, name)
+		Expect(action.Spec.ClientKey).To(Equal(key))
+		Expect(action.Status.ExternalRef).To(Equal(charge.ID))
+		Expect(action.Spec.Parameters["amount"].Raw).To(MatchJSON(`2000`), "the form's amount is typed by the Tool's schema")
+		Expect(action.Spec.Parameters["metadata"].Raw).To(MatchJSON(`{"order":"7001"}`))
+		downstreamKeys, _, _ := stripeSide.seen()
+		Expect(downstreamKeys).To(Equal([]string{ns + "/" + name}), "one charge reached Stripe")
+
+		By("refusing a changed request under the key with 422, executing nothing")
+		_, err = stripeClient(2).V1Charges.Create(ctx, params(2100, key))
+		Expect(err).To(MatchError(ContainSubstring(`"code":"idempotency_conflict"`)))
+		_, statuses, _ = clientSide.seen()
+		Expect(statuses[len(statuses)-1]).To(Equal(http.StatusUnprocessableEntity))
+		downstreamKeys, _, _ = stripeSide.seen()
+		Expect(downstreamKeys).To(HaveLen(1))
+
+		By("answering a concurrent duplicate 409 while the first is in flight, then the one charge to a retry")
+		stripeSide.set(3*time.Second, false)
+		slow := "order-7002-" + strings.Repeat("x", 8)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * 300 * time.Millisecond)
+				_, errs[i] = stripeClient(0).V1Charges.Create(ctx, params(3000, slow))
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			Expect(err).To(MatchError(ContainSubstring(`"code":"idempotency_in_flight"`)))
+		}
+		Eventually(func() error {
+			_, err := stripeClient(0).V1Charges.Create(ctx, params(3000, slow))
+			return err
+		}).WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
+		downstreamKeys, _, _ = stripeSide.seen()
+		Expect(downstreamKeys).To(HaveLen(2), "one more charge, for the second key only")
+
+		By("refusing a POST without a key with 400, and taking a quoted key as the bare one")
+		post := func(key string, body string) *http.Response {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, server.URL+mcpgateway.FrontPath+"charges", strings.NewReader(body))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Authorization", "Bearer "+agentToken)
+			req.Header.Set("Content-Type", "application/json")
+			if key != "" {
+				req.Header.Set("Idempotency-Key", key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			return resp
+		}
+		body := func(resp *http.Response) string {
+			defer func() { _ = resp.Body.Close() }()
+			b, err := io.ReadAll(resp.Body)
+			Expect(err).NotTo(HaveOccurred())
+			return string(b)
+		}
+		resp := post("", `{"amount":2000,"currency":"usd","source":"tok_visa"}`)
+		Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+		Expect(body(resp)).To(MatchJSON(`{"type":"invalid_request","code":"idempotency_key_required","message":"an Idempotency-Key header is required on every POST; nothing was recorded"}`))
+		resp = post(`"`+slow+`"`, `{"amount":3000,"currency":"usd","source":"tok_visa","description":"Order 7001","metadata":{"order":"7001"}}`)
+		Expect(body(resp)).To(MatchJSON(`{"id":"` + env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.ExternalRef + `","object":"charge","amount":3000,"currency":"usd","status":"succeeded"}`))
+		Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		Expect(resp.Header.Get("Idempotent-Replayed")).To(Equal("true"))
+		downstreamKeys, _, _ = stripeSide.seen()
+		Expect(downstreamKeys).To(HaveLen(2))
+	})
+})
