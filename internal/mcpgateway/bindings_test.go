@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/client-go/rest"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/demo"
@@ -145,23 +142,8 @@ var _ = Describe("The MCP gateway's commerce key bindings", func() {
 		ns := env.NewTenant()
 		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
 		env.CreateTool(ns, "pay-keyed", testenv.WithParametersSchema(paySchema), testenv.WithClientKeyRequired())
-		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(removeIdentity)
-		gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
-		bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
-		identity := rest.AnonymousClientConfig(cfg)
-		identity.BearerToken = token(gatewaySA, nil)
-		g := startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: 2 * time.Second}, "pay", "pay-keyed")
-		handler := http.NotFoundHandler()
-		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
-		DeferCleanup(server.Close)
-		endpoint := server.URL + mcpgateway.MCPPath
-		handler, err = g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: endpoint})
-		Expect(err).NotTo(HaveOccurred())
-		agent := serviceAccount(ns, "agent", "toolledger-agent")
-		agentName := "system:serviceaccount:" + ns + ":agent"
-
+		served := serveToAnAgent(ns, 2*time.Second, "pay", "pay-keyed")
+		endpoint, agentName := served.endpoint, served.agentName
 		for _, b := range []struct {
 			binding, key, inFlightKey string
 			missing                   int64
@@ -174,7 +156,7 @@ var _ = Describe("The MCP gateway's commerce key bindings", func() {
 			downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 5 * time.Second})
 			cmd := exec.CommandContext(ctx, node, "matrix.mjs")
 			cmd.Dir = tsClientDir
-			cmd.Env = append(os.Environ(), "MCP_URL="+endpoint, "MCP_TOKEN="+token(agent, []string{endpoint}),
+			cmd.Env = append(os.Environ(), "MCP_URL="+endpoint, "MCP_TOKEN="+served.agentToken,
 				"BINDING="+b.binding, "KEY="+b.key, "IN_FLIGHT_KEY="+b.inFlightKey)
 			var stdout bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, GinkgoWriter

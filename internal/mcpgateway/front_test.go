@@ -16,12 +16,10 @@ import (
 	"github.com/stripe/stripe-go/v85"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/mcpgateway"
-	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -96,10 +94,6 @@ var _ = Describe("The gateway's plain HTTP front", func() {
 	It("gives Stripe's own Go client one charge through its retries, a replay marked as one, 422 for a changed request and 409 while in flight", func() {
 		ctx := context.Background()
 		ns := env.NewTenant()
-		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(removeIdentity)
-
 		// The ledger charges stripe-mock through a relay that counts charges.
 		stripeSide := newRelay(specenv.StripeMock())
 		Expect(k8s.Create(ctx, &corev1.Secret{
@@ -136,22 +130,11 @@ spec:
 `, ns, stripeSide.URL)), &tool)).To(Succeed())
 		Expect(k8s.Create(ctx, &tool)).To(Succeed())
 
-		gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
-		bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
-		identity := rest.AnonymousClientConfig(cfg)
-		identity.BearerToken = token(gatewaySA, nil)
-		g := startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: time.Second}, "charges")
-		handler := http.NotFoundHandler()
-		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
-		DeferCleanup(server.Close)
-		handler, err = g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: server.URL + mcpgateway.MCPPath})
-		Expect(err).NotTo(HaveOccurred())
-		agent := serviceAccount(ns, "agent", "toolledger-agent")
-		agentToken := token(agent, []string{server.URL + mcpgateway.MCPPath})
-		agentName := "system:serviceaccount:" + ns + ":agent"
+		served := serveToAnAgent(ns, time.Second, "charges")
+		agentToken, agentName := served.agentToken, served.agentName
 
 		// Stripe's client reaches the front through a relay that can lose an answer.
-		clientSide := newRelay(server.URL)
+		clientSide := newRelay(served.base)
 		stripeClient := func(retries int64) *stripe.Client {
 			return stripe.NewClient(agentToken, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 				URL: stripe.String(clientSide.URL), MaxNetworkRetries: stripe.Int64(retries),
@@ -220,7 +203,7 @@ spec:
 
 		By("refusing a POST without a key with 400, and taking a quoted key as the bare one")
 		post := func(key string, body string) *http.Response {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, server.URL+mcpgateway.FrontPath+"charges", strings.NewReader(body))
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, served.base+mcpgateway.FrontPath+"charges", strings.NewReader(body))
 			Expect(err).NotTo(HaveOccurred())
 			req.Header.Set("Authorization", "Bearer "+agentToken)
 			req.Header.Set("Content-Type", "application/json")

@@ -79,6 +79,8 @@ type Gateway struct {
 	// (the request's context names them), while the watch where calls wait
 	// is the gateway's own, one for all callers.
 	ledger *sdk.Client
+	// reader reads records as the caller (impersonated), for A2A's GetTask.
+	reader client.Client
 	// access decides who may list the tools.
 	access *access
 }
@@ -119,6 +121,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		return nil, fmt.Errorf("cannot create an authorization client: %w", err)
 	}
 	g.access = newAccess(opts.Namespace, authz.SelfSubjectAccessReviews())
+	if g.reader, err = client.New(shared, client.Options{Scheme: s}); err != nil {
+		return nil, fmt.Errorf("cannot create the impersonating reader: %w", err)
+	}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		// Tools come and go with the catalog, after clients connect.

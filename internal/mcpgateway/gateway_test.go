@@ -465,3 +465,38 @@ func token(sa *corev1.ServiceAccount, audiences []string) string {
 	Expect(k8s.SubResource("token").Create(context.Background(), sa, request)).To(Succeed())
 	return request.Status.Token
 }
+
+// servedTo is a gateway served over HTTP on 127.0.0.1 to one agent.
+type servedTo struct {
+	// base is the server's URL; endpoint its MCP endpoint.
+	base, endpoint string
+	// agentToken is a token of the agent (the ServiceAccount agent of the
+	// namespace, with the shipped agent role) for the gateway's audience;
+	// agentName is the agent's user name.
+	agentToken, agentName string
+}
+
+// serveToAnAgent runs a gateway of ns as a ServiceAccount with the shipped
+// roles only, waiting up to wait, until it publishes want; it serves it
+// over HTTP and makes an agent to call it. The identity policy records
+// each action's requester.
+func serveToAnAgent(ns string, wait time.Duration, want ...string) servedTo {
+	GinkgoHelper()
+	ctx := context.Background()
+	removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(removeIdentity)
+	gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
+	bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
+	identity := rest.AnonymousClientConfig(cfg)
+	identity.BearerToken = token(gatewaySA, nil)
+	g := startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: wait}, want...)
+	handler := http.NotFoundHandler()
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	DeferCleanup(server.Close)
+	endpoint := server.URL + mcpgateway.MCPPath
+	handler, err = g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: endpoint})
+	Expect(err).NotTo(HaveOccurred())
+	agent := serviceAccount(ns, "agent", "toolledger-agent")
+	return servedTo{base: server.URL, endpoint: endpoint, agentToken: token(agent, []string{endpoint}), agentName: "system:serviceaccount:" + ns + ":agent"}
+}

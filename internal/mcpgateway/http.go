@@ -47,8 +47,9 @@ type HTTPOptions struct {
 	RateLimit *serve.RateLimit
 }
 
-// HTTPHandler serves the gateway over Streamable HTTP at MCPPath, and its
-// plain HTTP front at every other path (FrontPath). MCP is stateless as the
+// HTTPHandler serves the gateway over Streamable HTTP at MCPPath, over A2A
+// at A2APath (with its card at AgentCardPath), and its plain HTTP front at
+// every other path (FrontPath). MCP is stateless as the
 // 2026-07-28 protocol is: each POST carries one request, and the ledger key
 // (not a session) recognises a call sent again. Unless LocalOnly, every
 // request needs a bearer token of the gateway's audience, which the API
@@ -64,13 +65,24 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 		PropagateRequestCancellation: true,
 	})
 	mux := http.NewServeMux()
+	resource, err := url.Parse(opts.ResourceURL)
+	absolute := err == nil && resource.Scheme != "" && resource.Host != ""
+	// base is where A2A clients reach the gateway; a local-only gateway
+	// without a resource URL is reached at the Host its clients name.
+	base := ""
+	if absolute {
+		base = resource.Scheme + "://" + resource.Host
+	}
+	// The agent card is public, as A2A clients fetch it before they
+	// authenticate; it names no skills.
+	mux.Handle("GET "+AgentCardPath, g.agentCardHandler(base))
 	if opts.LocalOnly {
 		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
+		mux.Handle(A2APath, loopbackOnly(g.a2a(base)))
 		mux.Handle("/", loopbackOnly(g.front()))
 		return opts.RateLimit.Handler(mux), nil
 	}
-	resource, err := url.Parse(opts.ResourceURL)
-	if err != nil || resource.Scheme == "" || resource.Host == "" {
+	if !absolute {
 		return nil, fmt.Errorf("the resource URL %q is not an absolute URL", opts.ResourceURL)
 	}
 	verifier := tokenVerifier(identity.NewReviewer(g.kube, cmp.Or(opts.Audience, opts.ResourceURL), nil))
@@ -82,6 +94,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 		AllowMissingExpiration: true,
 	})
 	mux.Handle(MCPPath, requireToken(refusePrivileged(mcpHandler)))
+	mux.Handle(A2APath, requireToken(refusePrivileged(g.a2a(base))))
 	mux.Handle("/", requireToken(refusePrivileged(g.front())))
 	metadata := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               opts.ResourceURL,

@@ -129,6 +129,12 @@ func (o *Outcome) AwaitingApproval() bool {
 	return o.Phase == v1alpha1.PhaseAwaitingApproval
 }
 
+// OutcomeOf is the outcome an action's record holds, as Invoke would
+// report it to a caller that did not record it.
+func OutcomeOf(action *v1alpha1.ToolAction) *Outcome {
+	return newOutcome(action, false)
+}
+
 func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 	o := &Outcome{
 		Namespace:     action.Namespace,
