@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 
@@ -78,8 +79,8 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	mux.Handle("GET "+AgentCardPath, g.agentCardHandler(base))
 	if opts.LocalOnly {
 		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
-		mux.Handle(A2APath, loopbackOnly(g.a2a(base)))
-		mux.Handle("/", loopbackOnly(g.front()))
+		mux.Handle(A2APath, loopbackOnly(browserSafe(g.a2a(base))))
+		mux.Handle("/", loopbackOnly(browserSafe(g.front())))
 		return opts.RateLimit.Handler(mux), nil
 	}
 	if !absolute {
@@ -94,8 +95,8 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 		AllowMissingExpiration: true,
 	})
 	mux.Handle(MCPPath, requireToken(refusePrivileged(mcpHandler)))
-	mux.Handle(A2APath, requireToken(refusePrivileged(g.a2a(base))))
-	mux.Handle("/", requireToken(refusePrivileged(g.front())))
+	mux.Handle(A2APath, requireToken(refusePrivileged(browserSafe(g.a2a(base)))))
+	mux.Handle("/", requireToken(refusePrivileged(browserSafe(g.front()))))
 	metadata := auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource:               opts.ResourceURL,
 		AuthorizationServers:   opts.AuthorizationServers,
@@ -110,15 +111,33 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 }
 
 // loopbackOnly refuses requests from other machines: without tokens, the
-// only caller may be the user who started the gateway.
+// only caller may be the user who started the gateway. It also refuses a
+// request for a host name other than a loopback one: a web page whose name
+// an attacker re-points at 127.0.0.1 (DNS rebinding) would otherwise be
+// same-origin with the gateway.
 func loopbackOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !serve.IsLoopback(r.RemoteAddr) {
 			http.Error(w, "the local-only gateway serves loopback clients only", http.StatusForbidden)
 			return
 		}
+		host := r.Host
+		if h, _, err := net.SplitHostPort(r.Host); err == nil {
+			host = h
+		}
+		if host != "localhost" && !serve.IsLoopback(host) {
+			http.Error(w, fmt.Sprintf("the local-only gateway answers requests for a loopback host only, not %q", r.Host), http.StatusForbidden)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// browserSafe refuses cross-origin requests from browsers, which a page
+// elsewhere could otherwise send with the user's network position; clients
+// that are not browsers send neither Sec-Fetch-Site nor Origin.
+func browserSafe(next http.Handler) http.Handler {
+	return http.NewCrossOriginProtection().Handler(next)
 }
 
 // ErrNotLoopback refuses a local-only listener on an address other
