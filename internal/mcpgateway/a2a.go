@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
@@ -235,7 +236,16 @@ func (g *Gateway) a2a(base string) http.Handler {
 			result, e := g.getTask(r.Context(), caller, req.Params)
 			reply(req.ID, result, e)
 		case "GetExtendedAgentCard":
-			reply(req.ID, g.agentCard(baseOf(base, r), true), nil)
+			// The catalog, like tools/list, only for a caller who may invoke it.
+			allowed, err := g.access.mayInvoke(r.Context(), caller)
+			switch {
+			case err != nil:
+				reply(req.ID, nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, "cannot ask the API server whether you may invoke: "+err.Error()))
+			case !allowed:
+				reply(req.ID, nil, rpcError(jsonrpcInvalidRequest, a2aReasonForbidden, fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden), so no skills are listed; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace)))
+			default:
+				reply(req.ID, g.agentCard(baseOf(base, r), true), nil)
+			}
 		default:
 			reply(req.ID, nil, rpcError(jsonrpcMethodNotFound, "", fmt.Sprintf("method %q is not served: SendMessage, GetTask and GetExtendedAgentCard are", req.Method)))
 		}
@@ -302,11 +312,7 @@ func (g *Gateway) sendMessage(ctx context.Context, caller *caller, params json.R
 	case verdictCancelled, verdictUnavailable:
 		return nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, unavailable(a.err))
 	}
-	contextID := m.ContextID
-	if contextID == "" {
-		contextID = request.Key
-	}
-	return map[string]any{"task": taskOf(a.outcome, contextID, m.MessageID)}, nil
+	return map[string]any{"task": taskOf(a.outcome, m.MessageID)}, nil
 }
 
 // getTask reads a task (an action) as the caller.
@@ -317,6 +323,9 @@ func (g *Gateway) getTask(ctx context.Context, caller *caller, params json.RawMe
 	if err := json.Unmarshal(params, &p); err != nil || p.ID == "" {
 		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "params.id names the task")
 	}
+	if len(validation.IsDNS1123Subdomain(p.ID)) > 0 {
+		return nil, rpcError(a2aTaskNotFound, "", fmt.Sprintf("no task %q in namespace %q: a task id is an action's name", p.ID, g.opts.Namespace))
+	}
 	var action v1alpha1.ToolAction
 	err := g.reader.Get(caller.acting(ctx), client.ObjectKey{Namespace: g.opts.Namespace, Name: p.ID}, &action)
 	switch {
@@ -326,12 +335,13 @@ func (g *Gateway) getTask(ctx context.Context, caller *caller, params json.RawMe
 	case err != nil:
 		return nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, unavailable(err))
 	}
-	return taskOf(sdk.OutcomeOf(&action), p.ID, action.Spec.ClientKey), nil
+	return taskOf(sdk.OutcomeOf(&action), action.Spec.ClientKey), nil
 }
 
 // taskOf is the task of an action: its state, the stored result as an
-// artifact, and the ledger's words in the metadata.
-func taskOf(o *sdk.Outcome, contextID, messageID string) a2aTask {
+// artifact, and the ledger's words in the metadata. The ledger keeps no
+// conversation: the task's context is the task itself.
+func taskOf(o *sdk.Outcome, messageID string) a2aTask {
 	state, words := a2aStateWorking, ""
 	switch o.Phase {
 	case v1alpha1.PhaseSucceeded:
@@ -346,6 +356,8 @@ func taskOf(o *sdk.Outcome, contextID, messageID string) a2aTask {
 		}
 	case v1alpha1.PhasePending:
 		state = a2aStateSubmitted
+	case v1alpha1.PhaseAccepted, v1alpha1.PhaseExecuting, v1alpha1.PhaseRetryScheduled:
+		words = fmt.Sprintf("Still in flight (phase %s). Do not send a new message for it; GetTask, or send the same message again.", o.Phase)
 	case v1alpha1.PhaseUnknown:
 		words = "The outcome is not known yet: the ledger is looking the effect up. Do not send a new message for it; GetTask, or send the same message again."
 	case v1alpha1.PhaseEscalated:
@@ -353,7 +365,7 @@ func taskOf(o *sdk.Outcome, contextID, messageID string) a2aTask {
 	case v1alpha1.PhaseAwaitingApproval:
 		words = "Awaiting a human's approval: it runs once approved."
 	}
-	t := a2aTask{ID: o.Key, ContextID: contextID, Status: a2aTaskStatus{State: state}, Metadata: map[string]any{
+	t := a2aTask{ID: o.Key, ContextID: o.Key, Status: a2aTaskStatus{State: state}, Metadata: map[string]any{
 		a2aMetadataPrefix + "phase":        string(o.Phase),
 		a2aMetadataPrefix + "deduplicated": o.Deduplicated,
 		a2aMetadataPrefix + "messageId":    messageID,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -98,6 +99,22 @@ var _ = Describe("The gateway's A2A endpoint", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(resp.Body.Close()).To(Succeed())
 		Expect(string(card)).To(ContainSubstring(`"skills":[]`), "the public card names no skills")
+
+		By("listing no skills to a caller who may not invoke them")
+		stranger := serviceAccount(ns, "stranger", "")
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, served.base+mcpgateway.A2APath,
+			strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"GetExtendedAgentCard","params":{}}`))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+token(stranger, []string{served.endpoint}))
+		req.Header.Set("A2A-Version", "1.0")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err = http.DefaultClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		refusal, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Body.Close()).To(Succeed())
+		Expect(string(refusal)).To(ContainSubstring(`"reason":"FORBIDDEN"`))
+		Expect(string(refusal)).NotTo(ContainSubstring(`"pay"`))
 
 		By("refusing the messageId with another request: nothing executed")
 		conflict := sendA2A(served, messageID, `{"amount":1300,"currency":"EUR","customer":"c-a2a"}`, 1)

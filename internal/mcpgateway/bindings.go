@@ -100,9 +100,13 @@ func envelope(arguments json.RawMessage, ledgerKey string) (json.RawMessage, cal
 		k.key, err = keyString(acp, k.where)
 	case hasUCP:
 		k.key, err = keyString(ucp, k.where)
+	case ledgerKey != "":
+		// No commerce key: _meta's is the ledger's own, the action's name.
+		return stripped, callKey{key: ledgerKey, where: "_meta " + MetaKey}, nil
 	default:
-		// No commerce key: _meta's, if any, is the ledger's own.
-		return stripped, callKey{binding: k.binding, key: ledgerKey, where: "_meta " + MetaKey}, nil
+		// No key at all: the binding shapes only the refusal of a Tool
+		// that requires one.
+		return stripped, callKey{binding: k.binding}, nil
 	}
 	return stripped, k, err
 }

@@ -83,6 +83,12 @@ var _ = Describe("The MCP gateway's commerce key bindings", func() {
 		Expect(outcomeOf(res).Key).NotTo(Equal(created.Key))
 		Expect(actionWithClientKey(ns, "idem_Order-40")).NotTo(BeNil())
 
+		By("keeping _meta's key the action's name when the arguments carry a meta without a key")
+		res, named := pay(cs, with(map[string]any{"request_id": "r-9"}), mcp.Meta{mcpgateway.MetaKey: "order-9"})
+		Expect(res.IsError).To(BeFalse(), textOf(res))
+		Expect(named.Key).To(Equal("order-9"))
+		Expect(env.Get(ns, "order-9").Spec.ClientKey).To(BeEmpty())
+
 		By("refusing keys that are not keys, and two keys at once, with nothing recorded")
 		before := actionsIn(ns)
 		for _, tc := range []struct {

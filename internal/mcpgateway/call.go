@@ -159,6 +159,8 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 		}
 		return refused("", v1alpha1.ErrorClassInvalidInput, "KeyRequired", message), nil
 	case ck.key == "":
+		// A derived key is the ledger's: its answers are the ledger's too.
+		ck.binding = bindingLedger
 		if request.Key, err = DeriveKey(KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Kind: e.ref.Kind, Tool: e.ref.Name, Arguments: arguments}); err != nil {
 			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
 		}
@@ -278,6 +280,8 @@ func (g *Gateway) record(ctx context.Context, caller *caller, request sdk.Reques
 			return answer{verdict: verdictOutcome, outcome: outcome, err: err}
 		}
 		return answer{verdict: verdictCancelled, err: err}
+	case errors.Is(err, sdk.ErrInvalidRequest):
+		return answer{verdict: verdictInvalid, err: err}
 	default:
 		log.Error(err, "Call failed")
 		if outcome == nil {

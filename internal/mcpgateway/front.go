@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -46,6 +47,13 @@ const (
 // maxFrontBody bounds a request body: the parameters of one action are 1
 // MiB at most.
 const maxFrontBody = 1 << 20
+
+// maxFormDepth bounds how deep a form's a[b][c] names nest, far below what
+// any API's forms use, so that one field cannot build a deep structure.
+const maxFormDepth = 32
+
+// codeInvalidParameters refuses a body that is no request of the tool.
+const codeInvalidParameters = "invalid_parameters"
 
 // frontError is the body of every refusal: the Agentic Commerce Protocol's
 // Error object.
@@ -86,7 +94,7 @@ func (g *Gateway) front() http.Handler {
 		if err != nil {
 			var status *statusError
 			if !errors.As(err, &status) {
-				status = &statusError{http.StatusBadRequest, "invalid_parameters", err}
+				status = &statusError{http.StatusBadRequest, codeInvalidParameters, err}
 			}
 			refuse(w, status.status, frontError{Type: acpInvalid, Code: status.code, Message: status.Error() + "; nothing was recorded"})
 			return
@@ -116,7 +124,7 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 		refuse(w, http.StatusForbidden, frontError{Type: acpInvalid, Code: "forbidden", Message: apiMessage(a.err)})
 		return
 	case verdictInvalid:
-		refuse(w, http.StatusBadRequest, frontError{Type: acpInvalid, Code: acpInvalid, Message: apiMessage(a.err)})
+		refuse(w, http.StatusBadRequest, frontError{Type: acpInvalid, Code: codeInvalidParameters, Message: apiMessage(a.err) + "; nothing was recorded"})
 		return
 	case verdictCancelled, verdictUnavailable:
 		w.Header().Set("Retry-After", "1")
@@ -235,7 +243,7 @@ func (e *statusError) Error() string { return e.err.Error() }
 func frontParameters(r *http.Request, e *entry) (map[string]any, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxFrontBody+1))
 	if err != nil {
-		return nil, &statusError{http.StatusBadRequest, acpInvalid, fmt.Errorf("cannot read the body: %w", err)}
+		return nil, &statusError{http.StatusBadRequest, codeInvalidParameters, fmt.Errorf("cannot read the body: %w", err)}
 	}
 	if len(body) > maxFrontBody {
 		return nil, &statusError{http.StatusRequestEntityTooLarge, "body_too_large", fmt.Errorf("the body is larger than %d bytes", maxFrontBody)}
@@ -284,6 +292,11 @@ func formObject(form url.Values, schema *apiextensionsv1.JSONSchemaProps) (map[s
 	// In order, so that a form that cannot be read always says the same.
 	for _, field := range slices.Sorted(maps.Keys(form)) {
 		values := form[field]
+		// JSON would turn invalid UTF-8 into U+FFFD: two different forms
+		// would read as one request.
+		if !utf8.ValidString(field) || slices.ContainsFunc(values, func(v string) bool { return !utf8.ValidString(v) }) {
+			return nil, fmt.Errorf("the form field %q is not UTF-8 text", field)
+		}
 		segments, err := formPath(field)
 		if err != nil {
 			return nil, err
@@ -305,6 +318,9 @@ func formPath(field string) ([]string, error) {
 	}
 	segments := []string{name}
 	for nested {
+		if len(segments) > maxFormDepth {
+			return nil, fmt.Errorf("the form field %.64q… nests deeper than %d levels", field, maxFormDepth)
+		}
 		var segment string
 		var ok bool
 		if segment, rest, ok = strings.Cut(rest, "]"); !ok {

@@ -75,3 +75,24 @@ func TestFormObjectNestsAndTypesByTheSchema(t *testing.T) {
 		}
 	}
 }
+
+func TestFormObjectRefusesDeepNamesAndBytesThatAreNotText(t *testing.T) {
+	deep := "a" + strings.Repeat("[b]", maxFormDepth+1)
+	for form, want := range map[string]string{
+		url.Values{deep: {"1"}}.Encode(): `the form field "a[b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b][b]"… nests deeper than 32 levels`,
+		"customer=%FF":                   `the form field "customer" is not UTF-8 text`,
+		"%FE=1":                          `the form field "\xfe" is not UTF-8 text`,
+	} {
+		values, err := url.ParseQuery(form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := formObject(values, nil); err == nil || err.Error() != want {
+			t.Errorf("formObject(%.40s…) error = %v, want %q", form, err, want)
+		}
+	}
+	shallow := "a" + strings.Repeat("[b]", maxFormDepth-1)
+	if _, err := formObject(url.Values{shallow: {"1"}}, nil); err != nil {
+		t.Errorf("a form %d levels deep: %v", maxFormDepth, err)
+	}
+}

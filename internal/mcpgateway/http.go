@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -76,8 +77,8 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	}
 	// The agent card is public, as A2A clients fetch it before they
 	// authenticate; it names no skills.
-	mux.Handle("GET "+AgentCardPath, g.agentCardHandler(base))
 	if opts.LocalOnly {
+		mux.Handle("GET "+AgentCardPath, loopbackOnly(g.agentCardHandler(base)))
 		mux.Handle(MCPPath, loopbackOnly(mcpHandler))
 		mux.Handle(A2APath, loopbackOnly(browserSafe(g.a2a(base))))
 		mux.Handle("/", loopbackOnly(browserSafe(g.front())))
@@ -86,6 +87,7 @@ func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
 	if !absolute {
 		return nil, fmt.Errorf("the resource URL %q is not an absolute URL", opts.ResourceURL)
 	}
+	mux.Handle("GET "+AgentCardPath, g.agentCardHandler(base))
 	verifier := tokenVerifier(identity.NewReviewer(g.kube, cmp.Or(opts.Audience, opts.ResourceURL), nil))
 	metadataURL := resource.Scheme + "://" + resource.Host + ResourceMetadataPath + resource.Path
 	requireToken := auth.RequireBearerToken(verifier, &auth.RequireBearerTokenOptions{
@@ -125,7 +127,8 @@ func loopbackOnly(next http.Handler) http.Handler {
 		if h, _, err := net.SplitHostPort(r.Host); err == nil {
 			host = h
 		}
-		if host != "localhost" && !serve.IsLoopback(host) {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		if !strings.EqualFold(host, "localhost") && !serve.IsLoopback(host) {
 			http.Error(w, fmt.Sprintf("the local-only gateway answers requests for a loopback host only, not %q", r.Host), http.StatusForbidden)
 			return
 		}

@@ -19,6 +19,8 @@ func TestLocalOnlyRefusesRebindingAndCrossOriginBrowsers(t *testing.T) {
 		{"loopback host", "127.0.0.1:40000", "127.0.0.1:8090", "", http.StatusOK},
 		{"localhost", "127.0.0.1:40000", "localhost:8090", "", http.StatusOK},
 		{"IPv6 loopback", "[::1]:40000", "[::1]:8090", "", http.StatusOK},
+		{"IPv6 loopback without a port", "[::1]:40000", "[::1]", "", http.StatusOK},
+		{"localhost in capitals", "127.0.0.1:40000", "LocalHost:8090", "", http.StatusOK},
 		{"same-origin browser", "127.0.0.1:40000", "127.0.0.1:8090", "same-origin", http.StatusOK},
 		{"another machine", "192.0.2.7:40000", "127.0.0.1:8090", "", http.StatusForbidden},
 		{"a rebound name", "127.0.0.1:40000", "shop.attacker.example:8090", "", http.StatusForbidden},
@@ -26,7 +28,7 @@ func TestLocalOnlyRefusesRebindingAndCrossOriginBrowsers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := served
-			r := httptest.NewRequest(http.MethodPost, "/tools/charge", nil)
+			r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/tools/charge", nil)
 			r.RemoteAddr, r.Host = tc.remote, tc.host
 			if tc.fetchSite != "" {
 				r.Header.Set("Sec-Fetch-Site", tc.fetchSite)

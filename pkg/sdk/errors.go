@@ -20,6 +20,11 @@ var (
 	// ErrDuplicateConflict matches (errors.Is) every *DuplicateConflictError.
 	ErrDuplicateConflict = errors.New("the idempotency key already records a different request")
 
+	// ErrInvalidRequest matches (errors.Is) a Request that Invoke refuses
+	// before sending anything: nothing was recorded, and sending it again
+	// unchanged cannot succeed.
+	ErrInvalidRequest = errors.New("invalid request")
+
 	// ErrDeleted means the ToolAction was deleted while Invoke waited for
 	// its outcome. The deletion does not say whether the effect happened.
 	ErrDeleted = errors.New("the ToolAction was deleted before it settled")

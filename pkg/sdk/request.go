@@ -189,7 +189,7 @@ func applyBody(req Request, traceparent string) ([]byte, error) {
 	}
 	parameters, err := encodeParameters(req.Parameters)
 	if err != nil {
-		return nil, fmt.Errorf("toolaction %s/%s: %w", req.Namespace, req.Key, err)
+		return nil, fmt.Errorf("%w: toolaction %s/%s: %w", ErrInvalidRequest, req.Namespace, req.Key, err)
 	}
 	body := applyConfiguration{
 		APIVersion: v1alpha1.GroupVersion.String(),
@@ -236,7 +236,7 @@ func (r Request) validate() error {
 		problems = append(problems, fmt.Sprintf("tool kind %q is neither %s nor %s", r.ToolKind, v1alpha1.KindTool, v1alpha1.KindClusterTool))
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("invalid request: %s", strings.Join(problems, "; "))
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, strings.Join(problems, "; "))
 	}
 	return nil
 }

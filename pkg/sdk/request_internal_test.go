@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -62,8 +63,8 @@ func TestApplyBodyRefusesInvalidRequests(t *testing.T) {
 			req := valid
 			tc.modify(&req)
 			body, err := applyBody(req, "")
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("applyBody = %s, %v; want an error containing %q", body, err, tc.want)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("applyBody = %s, %v; want an ErrInvalidRequest containing %q", body, err, tc.want)
 			}
 		})
 	}
