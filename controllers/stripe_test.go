@@ -1,14 +1,8 @@
 package controllers_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	nethttp "net/http"
-	"net/http/httptest"
-	"net/url"
-	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -20,81 +14,10 @@ import (
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 )
 
-// sentToStripe is one request as it reached the wire.
-type sentToStripe struct {
-	method, path string
-	header       nethttp.Header
-	body         string
-	status       int
-}
-
-// stripeRecorder forwards to stripe-mock and records every request; it
-// drops the connection instead of answering the first request to a path in
-// lose, after stripe-mock has handled it: an answer lost in transit.
-type stripeRecorder struct {
-	*httptest.Server
-	mu   sync.Mutex
-	sent []sentToStripe
-	lose map[string]bool
-}
-
-func newStripeRecorder(upstream string, lose ...string) *stripeRecorder {
-	r := &stripeRecorder{lose: map[string]bool{}}
-	for _, path := range lose {
-		r.lose[path] = true
-	}
-	target, err := url.Parse(upstream)
-	Expect(err).NotTo(HaveOccurred())
-	r.Server = httptest.NewServer(nethttp.HandlerFunc(func(w nethttp.ResponseWriter, req *nethttp.Request) {
-		defer GinkgoRecover()
-		body, err := io.ReadAll(req.Body)
-		Expect(err).NotTo(HaveOccurred())
-		forward, err := nethttp.NewRequestWithContext(req.Context(), req.Method, target.String()+req.URL.RequestURI(), bytes.NewReader(body))
-		Expect(err).NotTo(HaveOccurred())
-		forward.Header = req.Header.Clone()
-		resp, err := nethttp.DefaultClient.Do(forward)
-		Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = resp.Body.Close() }()
-		answer, err := io.ReadAll(resp.Body)
-		Expect(err).NotTo(HaveOccurred())
-
-		r.mu.Lock()
-		r.sent = append(r.sent, sentToStripe{method: req.Method, path: req.URL.Path, header: req.Header.Clone(), body: string(body), status: resp.StatusCode})
-		drop := r.lose[req.URL.Path]
-		delete(r.lose, req.URL.Path)
-		r.mu.Unlock()
-		if drop {
-			conn, _, err := nethttp.NewResponseController(w).Hijack()
-			Expect(err).NotTo(HaveOccurred())
-			_ = conn.Close()
-			return
-		}
-		for name, values := range resp.Header {
-			w.Header()[name] = values
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(answer)
-	}))
-	DeferCleanup(r.Close)
-	return r
-}
-
-func (r *stripeRecorder) requests(path string) []sentToStripe {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []sentToStripe
-	for _, s := range r.sent {
-		if s.path == path {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 var _ = Describe("A Stripe-shaped API, through stripe-mock", func() {
 	It("charges and refunds with form-encoded bodies, the raw key and the secret only in Authorization; a lost answer is settled by Stripe's replay", func() {
 		ns := env.NewTenant()
-		stripe := newStripeRecorder(specenv.StripeMock(), "/v1/charges")
+		stripe := specenv.NewRelay(specenv.StripeMock(), "/v1/charges")
 		const secretKey = "sk_test_4eC39HqLyjWDarjtT1zdp7dc"
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
@@ -184,14 +107,14 @@ spec:
 
 		// The answer to the first request was lost; Stripe's replay under the
 		// same key is the lookup: two identical requests, both valid.
-		charges := stripe.requests("/v1/charges")
+		charges := stripe.Sent("/v1/charges")
 		Expect(charges).To(HaveLen(2))
 		for _, sent := range charges {
-			Expect(sent.status).To(Equal(200), sent.body)
-			Expect(sent.header.Get("Content-Type")).To(Equal("application/x-www-form-urlencoded"))
-			Expect(sent.body).To(Equal("amount=2000&currency=usd&description=Order+1001&metadata[channel]=agent&metadata[order]=1001&source=tok_visa"))
-			Expect(sent.header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-charge"}))
-			Expect(sent.header.Values("Authorization")).To(Equal([]string{"Bearer " + secretKey}))
+			Expect(sent.Status).To(Equal(200), sent.Body)
+			Expect(sent.Header.Get("Content-Type")).To(Equal("application/x-www-form-urlencoded"))
+			Expect(sent.Body).To(Equal("amount=2000&currency=usd&description=Order+1001&metadata[channel]=agent&metadata[order]=1001&source=tok_visa"))
+			Expect(sent.Header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-charge"}))
+			Expect(sent.Header.Values("Authorization")).To(Equal([]string{"Bearer " + secretKey}))
 			expectSecretOnlyInAuthorization(sent, secretKey)
 		}
 
@@ -208,11 +131,11 @@ spec:
 		Expect(err).NotTo(HaveOccurred(), out)
 		refund := env.WaitForPhase(ns, "order-1001-refund", v1alpha1.PhaseSucceeded)
 		Expect(refund.Status.ExternalRef).To(MatchRegexp(`^re_[A-Za-z0-9]+$`))
-		refunds := stripe.requests("/v1/refunds")
+		refunds := stripe.Sent("/v1/refunds")
 		Expect(refunds).To(HaveLen(1))
-		Expect(refunds[0].status).To(Equal(200), refunds[0].body)
-		Expect(refunds[0].body).To(Equal("charge=" + charge.Status.ExternalRef + "&metadata[reason]=order+cancelled"))
-		Expect(refunds[0].header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-refund"}))
+		Expect(refunds[0].Status).To(Equal(200), refunds[0].Body)
+		Expect(refunds[0].Body).To(Equal("charge=" + charge.Status.ExternalRef + "&metadata[reason]=order+cancelled"))
+		Expect(refunds[0].Header.Values("Idempotency-Key")).To(Equal([]string{ns + "/order-1001-refund"}))
 		expectSecretOnlyInAuthorization(refunds[0], secretKey)
 
 		Eventually(func(g Gomega) {
@@ -224,7 +147,7 @@ spec:
 
 	It("keeps Stripe's error code and not its message when stripe-mock refuses a request", func() {
 		ns := env.NewTenant()
-		stripe := newStripeRecorder(specenv.StripeMock())
+		stripe := specenv.NewRelay(specenv.StripeMock())
 		Expect(k8s.Create(context.Background(), &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
 			StringData: map[string]string{"authorization": "Bearer sk_test_123"},
@@ -254,15 +177,15 @@ spec:
 		Expect(failed.Status.Error.Class).To(Equal(v1alpha1.ErrorClassInvalidInput))
 		Expect(failed.Status.Error.Reason).To(Equal("HTTP400"))
 		Expect(failed.Status.Error.Message).To(MatchRegexp(`^HTTP400: downstream answered 400 \(error code "invalid_request_error"\); body of \d+ bytes, sha256:[0-9a-f]{16}, not stored$`))
-		Expect(stripe.requests("/v1/charges")).To(HaveLen(1))
+		Expect(stripe.Sent("/v1/charges")).To(HaveLen(1))
 	})
 })
 
 // expectSecretOnlyInAuthorization: the API key is in no other header, in
 // no URL and in no body.
-func expectSecretOnlyInAuthorization(sent sentToStripe, secret string) {
+func expectSecretOnlyInAuthorization(sent specenv.Relayed, secret string) {
 	GinkgoHelper()
-	for name, values := range sent.header {
+	for name, values := range sent.Header {
 		if name == "Authorization" {
 			continue
 		}
@@ -270,6 +193,6 @@ func expectSecretOnlyInAuthorization(sent sentToStripe, secret string) {
 			Expect(v).NotTo(ContainSubstring(secret), "header %s", name)
 		}
 	}
-	Expect(sent.path).NotTo(ContainSubstring(secret))
-	Expect(sent.body).NotTo(ContainSubstring(secret))
+	Expect(sent.Path).NotTo(ContainSubstring(secret))
+	Expect(sent.Body).NotTo(ContainSubstring(secret))
 }

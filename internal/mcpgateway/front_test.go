@@ -1,12 +1,10 @@
 package mcpgateway_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -24,70 +22,15 @@ import (
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
-// relay forwards to target and records each request's Idempotency-Key and
-// the answer's status and Idempotent-Replayed; it holds a request for hold
-// first when told to, and it drops the connection instead of answering the
-// next request when told to: an answer lost in transit.
-type relay struct {
-	*httptest.Server
-	mu       sync.Mutex
-	keys     []string
-	statuses []int
-	replayed []string
-	hold     time.Duration
-	drop     bool
-}
-
-func newRelay(target string) *relay {
-	r := &relay{}
-	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		defer GinkgoRecover()
-		body, err := io.ReadAll(req.Body)
-		Expect(err).NotTo(HaveOccurred())
-		r.mu.Lock()
-		hold, drop := r.hold, r.drop
-		r.hold, r.drop = 0, false
-		r.mu.Unlock()
-		time.Sleep(hold)
-		forward, err := http.NewRequestWithContext(context.Background(), req.Method, target+req.URL.RequestURI(), bytes.NewReader(body))
-		Expect(err).NotTo(HaveOccurred())
-		forward.Header = req.Header.Clone()
-		resp, err := http.DefaultClient.Do(forward)
-		Expect(err).NotTo(HaveOccurred())
-		defer func() { _ = resp.Body.Close() }()
-		answer, err := io.ReadAll(resp.Body)
-		Expect(err).NotTo(HaveOccurred())
-		r.mu.Lock()
-		r.keys = append(r.keys, req.Header.Get("Idempotency-Key"))
-		r.statuses = append(r.statuses, resp.StatusCode)
-		r.replayed = append(r.replayed, resp.Header.Get("Idempotent-Replayed"))
-		r.mu.Unlock()
-		if drop {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			Expect(err).NotTo(HaveOccurred())
-			_ = conn.Close()
-			return
-		}
-		for name, values := range resp.Header {
-			w.Header()[name] = values
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(answer)
-	}))
-	DeferCleanup(r.Close)
-	return r
-}
-
-func (r *relay) seen() (keys []string, statuses []int, replayed []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.keys...), append([]int(nil), r.statuses...), append([]string(nil), r.replayed...)
-}
-
-func (r *relay) set(hold time.Duration, drop bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.hold, r.drop = hold, drop
+// seen is what a relay saw: each request's Idempotency-Key, the answer's
+// status and its Idempotent-Replayed.
+func seen(r *specenv.Relay) (keys []string, statuses []int, replayed []string) {
+	for _, s := range r.Sent("") {
+		keys = append(keys, s.Header.Get("Idempotency-Key"))
+		statuses = append(statuses, s.Status)
+		replayed = append(replayed, s.Answer.Get("Idempotent-Replayed"))
+	}
+	return keys, statuses, replayed
 }
 
 var _ = Describe("The gateway's plain HTTP front", func() {
@@ -95,7 +38,7 @@ var _ = Describe("The gateway's plain HTTP front", func() {
 		ctx := context.Background()
 		ns := env.NewTenant()
 		// The ledger charges stripe-mock through a relay that counts charges.
-		stripeSide := newRelay(specenv.StripeMock())
+		stripeSide := specenv.NewRelay(specenv.StripeMock())
 		Expect(k8s.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stripe", Labels: map[string]string{v1alpha1.ToolCredentialLabel: "true"}},
 			StringData: map[string]string{"authorization": "Bearer sk_test_4eC39HqLyjWDarjtT1zdp7dc"},
@@ -134,7 +77,7 @@ spec:
 		agentToken, agentName := served.agentToken, served.agentName
 
 		// Stripe's client reaches the front through a relay that can lose an answer.
-		clientSide := newRelay(served.base)
+		clientSide := specenv.NewRelay(served.base)
 		stripeClient := func(retries int64) *stripe.Client {
 			return stripe.NewClient(agentToken, stripe.WithBackends(stripe.NewBackendsWithConfig(&stripe.BackendConfig{
 				URL: stripe.String(clientSide.URL), MaxNetworkRetries: stripe.Int64(retries),
@@ -151,14 +94,14 @@ spec:
 		}
 
 		By("losing the first answer: the client's retry under its own key is answered from the record, one charge")
-		clientSide.set(0, true)
+		clientSide.LoseNextAnswer()
 		charge, err := stripeClient(2).V1Charges.Create(ctx, params(2000, ""))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(charge.ID).To(MatchRegexp(`^ch_`))
 		Expect(charge.Amount).To(BeEquivalentTo(2000))
 		Expect(charge.LastResponse.Header.Get("Idempotent-Replayed")).To(Equal("true"))
 		key := charge.LastResponse.IdempotencyKey
-		keys, statuses, replayed := clientSide.seen()
+		keys, statuses, replayed := seen(clientSide)
 		Expect(keys).To(Equal([]string{key, key}), "the client retried under the key it minted")
 		Expect(statuses).To(Equal([]int{200, 200}))
 		Expect(replayed).To(Equal([]string{"", "true"}))
@@ -168,19 +111,19 @@ spec:
 		Expect(action.Status.ExternalRef).To(Equal(charge.ID))
 		Expect(action.Spec.Parameters["amount"].Raw).To(MatchJSON(`2000`), "the form's amount is typed by the Tool's schema")
 		Expect(action.Spec.Parameters["metadata"].Raw).To(MatchJSON(`{"order":"7001"}`))
-		downstreamKeys, _, _ := stripeSide.seen()
+		downstreamKeys, _, _ := seen(stripeSide)
 		Expect(downstreamKeys).To(Equal([]string{ns + "/" + name}), "one charge reached Stripe")
 
 		By("refusing a changed request under the key with 422, executing nothing")
 		_, err = stripeClient(2).V1Charges.Create(ctx, params(2100, key))
 		Expect(err).To(MatchError(ContainSubstring(`"code":"idempotency_conflict"`)))
-		_, statuses, _ = clientSide.seen()
+		_, statuses, _ = seen(clientSide)
 		Expect(statuses[len(statuses)-1]).To(Equal(http.StatusUnprocessableEntity))
-		downstreamKeys, _, _ = stripeSide.seen()
+		downstreamKeys, _, _ = seen(stripeSide)
 		Expect(downstreamKeys).To(HaveLen(1))
 
 		By("answering a concurrent duplicate 409 while the first is in flight, then the one charge to a retry")
-		stripeSide.set(3*time.Second, false)
+		stripeSide.HoldNext(3 * time.Second)
 		slow := "order-7002-" + strings.Repeat("x", 8)
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
@@ -198,7 +141,7 @@ spec:
 			_, err := stripeClient(0).V1Charges.Create(ctx, params(3000, slow))
 			return err
 		}).WithTimeout(20 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
-		downstreamKeys, _, _ = stripeSide.seen()
+		downstreamKeys, _, _ = seen(stripeSide)
 		Expect(downstreamKeys).To(HaveLen(2), "one more charge, for the second key only")
 
 		By("refusing a POST without a key with 400, and taking a quoted key as the bare one")
@@ -230,7 +173,7 @@ spec:
 		Expect(body(resp)).To(MatchJSON(`{"id":"` + env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.ExternalRef + `","object":"charge","amount":3000,"currency":"usd","status":"succeeded"}`))
 		Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		Expect(resp.Header.Get("Idempotent-Replayed")).To(Equal("true"))
-		downstreamKeys, _, _ = stripeSide.seen()
+		downstreamKeys, _, _ = seen(stripeSide)
 		Expect(downstreamKeys).To(HaveLen(2))
 	})
 })

@@ -285,16 +285,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		ctx := context.Background()
 		ns := env.NewTenant()
 		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
-		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(removeIdentity)
-
-		// The gateway runs as a ServiceAccount with the shipped roles only.
-		gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
-		bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
-		identity := rest.AnonymousClientConfig(cfg)
-		identity.BearerToken = token(gatewaySA, nil)
-		g := startGateway(ns, identity, "pay")
+		g := gatewayAsServiceAccount(ns, 0, "pay")
 		base := serve(g, func(url string) mcpgateway.HTTPOptions { return mcpgateway.HTTPOptions{ResourceURL: url} })
 		endpoint := base + mcpgateway.MCPPath
 
@@ -482,21 +473,28 @@ type servedTo struct {
 // each action's requester.
 func serveToAnAgent(ns string, wait time.Duration, want ...string) servedTo {
 	GinkgoHelper()
-	ctx := context.Background()
-	removeIdentity, err := testenv.InstallIdentityPolicy(ctx, cfg, k8s, ns, "mcp-suite")
+	g := gatewayAsServiceAccount(ns, wait, want...)
+	handler := http.NotFoundHandler()
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	DeferCleanup(server.Close)
+	endpoint := server.URL + mcpgateway.MCPPath
+	handler, err := g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: endpoint})
+	Expect(err).NotTo(HaveOccurred())
+	agent := serviceAccount(ns, "agent", "toolledger-agent")
+	return servedTo{base: server.URL, endpoint: endpoint, agentToken: token(agent, []string{endpoint}), agentName: "system:serviceaccount:" + ns + ":agent"}
+}
+
+// gatewayAsServiceAccount runs a gateway of ns as a ServiceAccount with the
+// shipped roles only, waiting up to wait (the suite's default when 0), until
+// it publishes want. The identity policy records each action's requester.
+func gatewayAsServiceAccount(ns string, wait time.Duration, want ...string) *mcpgateway.Gateway {
+	GinkgoHelper()
+	removeIdentity, err := testenv.InstallIdentityPolicy(context.Background(), cfg, k8s, ns, "mcp-suite")
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(removeIdentity)
 	gatewaySA := serviceAccount(ns, "gateway", "toolledger-viewer")
 	bindCluster(ns, gatewaySA, "toolledger-mcp-gateway")
 	identity := rest.AnonymousClientConfig(cfg)
 	identity.BearerToken = token(gatewaySA, nil)
-	g := startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: wait}, want...)
-	handler := http.NotFoundHandler()
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
-	DeferCleanup(server.Close)
-	endpoint := server.URL + mcpgateway.MCPPath
-	handler, err = g.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: endpoint})
-	Expect(err).NotTo(HaveOccurred())
-	agent := serviceAccount(ns, "agent", "toolledger-agent")
-	return servedTo{base: server.URL, endpoint: endpoint, agentToken: token(agent, []string{endpoint}), agentName: "system:serviceaccount:" + ns + ":agent"}
+	return startGatewayWith(mcpgateway.Options{Config: identity, Namespace: ns, Wait: wait}, want...)
 }
