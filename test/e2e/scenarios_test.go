@@ -40,7 +40,9 @@ func allScenarios() []scenario {
 		{"crash-2", "2 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(2, victimStages)},
 		{"crash-3", "3 managers at once (no leader election), one SIGKILLed mid-dispatch", crashScenario(3, victimStages)},
 		{"share-kill", "3 managers sharing the actions by key, one holding claims SIGKILLed and not replaced until the others finish its share", shareKill},
-		{"fronts-kill", "fronts: each intent sent twice at once over HTTP (Idempotency-Key), MCP (ACP's meta key) or A2A (messageId, the A2A JavaScript SDK's client), the only manager SIGKILLed mid-dispatch and replaced", frontsKill},
+		{"front-http-kill", "HTTP front: each intent POSTed twice at once with its Idempotency-Key, the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontHTTP)},
+		{"front-mcp-kill", "MCP front: each intent called twice at once with ACP's meta key (Go MCP SDK), the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontMCP)},
+		{"front-a2a-kill", "A2A front: each message sent twice at once by the A2A JavaScript SDK's client, the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontA2A)},
 		{"apiserver-restart", "kube-apiserver restarted mid-flight", restartScenario("kube-apiserver", (*cluster).restartAPIServer)},
 		{"etcd-restart", "etcd restarted mid-flight (data kept)", restartScenario("etcd", (*cluster).restartEtcd)},
 		{"drop-after-commit", "downstream: response dropped after commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
@@ -131,13 +133,13 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
 * **2 or 3 managers** — as above with 2 (or 3) managers running at once: the suite freezes them
   all to look, kills one whose own claim stands at the aimed-at point (a random one at a random
   moment otherwise), thaws the others and starts a replacement.
-* **fronts** — one trial is one tenant with its own gateway process (` + "`toolledger-mcp --local-only`" + `) and
-  5–7 intents, a third each through the HTTP front (` + "`Idempotency-Key`" + `), MCP (ACP's
-  ` + "`arguments.meta.idempotency_key`" + `, the Go MCP SDK's client) and A2A (the messageId, the A2A
-  JavaScript SDK's client), each with a key its caller minted and each sent by two callers at once;
-  the only manager is SIGKILLed at an aimed-at point as above and replaced, and every caller sends
-  again, with its key, while the answer is in flight, until it is final. An answer naming another
-  action than the key's, or another amount, is a violation the driver saw. At most 12 trials.
+* **HTTP, MCP and A2A fronts** — one row per front; one trial is one tenant with its own gateway process
+  (` + "`toolledger-mcp --local-only`" + `) and 5–7 intents, each with a key its caller minted (the
+  ` + "`Idempotency-Key`" + `; ACP's ` + "`arguments.meta.idempotency_key`" + ` through the Go MCP SDK's client;
+  the messageId through the A2A JavaScript SDK's client) and each sent by two callers at once; the
+  only manager is SIGKILLed at an aimed-at point as above and replaced, and every caller sends again,
+  with its key, while the answer is in flight, until it is final. An answer naming another action
+  than the key's, or another amount, is a violation the driver saw. At most 10 trials each.
 * **3 managers sharing the actions** — the managers split the active actions by key over their
   member Leases (as in every scenario; ` + "`--member-lease-duration=3s`" + `). One trial is one tenant of 8–12
   intents, every request held downstream 1.5–3.5s; the suite kills (SIGKILL, as above) a manager
