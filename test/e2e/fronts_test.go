@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -82,83 +83,56 @@ func frontsKill(s *suite, sc *run, front string) error {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(trials)*8*time.Second+3*time.Minute)
 	defer cancel()
 	var (
-		wg             sync.WaitGroup
-		reached        tally
-		kills, started int
-		intents        int
-		mu             sync.Mutex
-		answers        tally
-		resent         int
+		wg      sync.WaitGroup
+		intents int
+		mu      sync.Mutex
+		answers tally
+		resent  int
 	)
-	for i := range trials {
-		if s.ctx.Err() != nil {
-			break
-		}
-		rng := s.rngFor(sc.name, i)
-		for len(pool) < 1 {
-			m, err := s.startManager("fronts")
-			if err != nil {
-				return err
-			}
-			started++
-			pool = append(pool, m)
-		}
-		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
-		if err != nil {
-			return err
-		}
+	k, err := s.crashTrials(sc, d, &pool, 1, trials, allStages, "fronts", func(tr *trial, rng *rand.Rand) (int, func(), error) {
 		base, g, err := s.startGateway(gatewayPath, tr.ns)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		gateways = append(gateways, g)
 		n := intRange(rng, 5, 7)
-		target := allStages[rng.IntN(len(allStages))]
-		if err := d.clearFaults(s.ctx); err != nil {
-			return err
+		intents += n
+		type intent struct {
+			clientKey, name string
+			amount          int64
 		}
-		if err := d.inject(s.ctx, crashFaults(rng, target, n)...); err != nil {
-			return err
-		}
-		for j := range n {
+		sends := make([]intent, n)
+		for j := range sends {
 			clientKey := fmt.Sprintf("%s_%s-%02d-%08x", strings.ToUpper(front), tr.ns, j, rng.Uint32())
 			name := tr.add(sdk.ClientKey(self.Username, v1alpha1.KindTool, "charge", clientKey), int64(intRange(rng, 100, 99999)))
-			amount := tr.amount(name)
-			intents++
-			for range 2 {
-				wg.Go(func() {
-					answer, sends, err := sendThrough(ctx, node, base, front, clientKey, name, amount)
-					mu.Lock()
-					answers.add(answer, 1)
-					resent += sends - 1
-					mu.Unlock()
-					if err != nil {
-						tr.violation(name, "%s: %v", front, err)
-					}
-				})
+			sends[j] = intent{clientKey, name, tr.amount(name)}
+		}
+		return n, func() {
+			for _, in := range sends {
+				for range 2 {
+					wg.Go(func() {
+						answer, sent, err := sendThrough(ctx, node, base, front, in.clientKey, in.name, in.amount)
+						mu.Lock()
+						answers.add(answer, 1)
+						resent += sent - 1
+						mu.Unlock()
+						if err != nil {
+							tr.violation(in.name, "%s: %v", front, err)
+						}
+					})
+				}
 			}
-		}
-		k, err := s.killAt(pool, tr, target, rng)
-		if err != nil {
-			return err
-		}
-		kills++
-		if k.hit {
-			reached.add(string(target), 1)
-		}
-		m, err := s.startManager("fronts")
-		if err != nil {
-			return err
-		}
-		started++
-		pool[k.victim] = m
+		}, nil
+	})
+	if err != nil {
+		return err
 	}
 	wg.Wait()
 	err = s.verify(sc)
 	sc.row.Notes = append(sc.row.Notes,
 		fmt.Sprintf("%d trials, each a tenant with its own gateway process; %d intents, each sent by two callers at once", trials, intents),
 		fmt.Sprintf("the callers sent again %d times after an answer in flight or a failed connection; their last answers: %s", resent, answers.String()),
-		fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points reached: %s", kills, started, reached.String()),
+		fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points reached: %s", k.kills, k.started, k.reached.String()),
 		s.paths(sc))
 	return err
 }

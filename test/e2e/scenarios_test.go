@@ -612,76 +612,101 @@ func crashScenario(managers int, targets []stage) func(s *suite, sc *run) error 
 		defer d.proc.stop(5 * time.Second)
 		var pool []*manager
 		defer stopAll(&pool)
-		var (
-			wg             sync.WaitGroup
-			aimed, reached tally
-			caught         tally
-			kills, started int
-		)
+		var wg sync.WaitGroup
 		// Agents wait through every later trial of the scenario.
 		ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.trials)*5*time.Second+3*time.Minute)
 		defer cancel()
-		prefix := strings.TrimPrefix(sc.name, "crash-")
-		for i := range s.trials {
-			if s.ctx.Err() != nil {
-				break
-			}
-			rng := s.rngFor(sc.name, i)
-			for len(pool) < managers {
-				m, err := s.startManager("crash" + prefix)
-				if err != nil {
-					return err
-				}
-				started++
-				pool = append(pool, m)
-			}
-			tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
-			if err != nil {
-				return err
-			}
-			n := intRange(rng, 5, 10)
-			keys := intents(tr, rng, "order", n)
-			target := targets[rng.IntN(len(targets))]
-			if err := d.clearFaults(s.ctx); err != nil {
-				return err
-			}
-			if err := d.inject(s.ctx, crashFaults(rng, target, n)...); err != nil {
-				return err
-			}
-			s.invokeAll(ctx, tr, keys, &wg)
-			k, err := s.killAt(pool, tr, target, rng)
-			if err != nil {
-				return err
-			}
-			kills++
-			aimed.add(string(target), 1)
-			if k.hit {
-				reached.add(string(target), 1)
-			}
-			for _, st := range []stage{stageUnclaimed, stageNotSent, stageInTransit, stageHeld, stageCommitted, stageAnswered} {
-				if k.caught[st] > 0 {
-					caught.add(string(st), k.caught[st])
-				}
-			}
-			m, err := s.startManager("crash" + prefix)
-			if err != nil {
-				return err
-			}
-			started++
-			pool[k.victim] = m
-			if (i+1)%10 == 0 {
-				s.logf("%s: %d/%d trials; kill points reached: %s", sc.name, i+1, s.trials, reached.String())
-			}
+		k, err := s.crashTrials(sc, d, &pool, managers, s.trials, targets, "crash"+strings.TrimPrefix(sc.name, "crash-"),
+			func(tr *trial, rng *rand.Rand) (int, func(), error) {
+				n := intRange(rng, 5, 10)
+				keys := intents(tr, rng, "order", n)
+				return n, func() { s.invokeAll(ctx, tr, keys, &wg) }, nil
+			})
+		if err != nil {
+			return err
 		}
 		wg.Wait()
 		err = s.verify(sc)
 		sc.row.Notes = append(sc.row.Notes,
-			fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points aimed at: %s", kills, started, aimed.String()),
-			fmt.Sprintf("kill points reached: %s", reached.String()),
-			fmt.Sprintf("actions of the trial caught at the kill, by point: %s", caught.String()),
+			fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points aimed at: %s", k.kills, k.started, k.aimed.String()),
+			fmt.Sprintf("kill points reached: %s", k.reached.String()),
+			fmt.Sprintf("actions of the trial caught at the kill, by point: %s", k.caught.String()),
 			s.paths(sc))
 		return err
 	}
+}
+
+// crashLoad prepares a trial's intents, adding their keys to tr, and
+// returns how many there are and the function that sends them.
+type crashLoad func(tr *trial, rng *rand.Rand) (n int, send func(), err error)
+
+// crashKills is what a scenario's SIGKILLs did.
+type crashKills struct {
+	kills, started         int
+	aimed, reached, caught tally
+}
+
+// crashTrials runs trials trials with managers in *pool at once (named
+// after prefix): each a tenant whose intents load prepares, the
+// downstream's faults aimed at a kill point of targets, the intents sent,
+// one manager SIGKILLed at that point and a replacement started. The pool
+// is the caller's to stop once its agents are done.
+func (s *suite) crashTrials(sc *run, d *downstream, pool *[]*manager, managers, trials int, targets []stage, prefix string, load crashLoad) (*crashKills, error) {
+	k := &crashKills{}
+	for i := range trials {
+		if s.ctx.Err() != nil {
+			break
+		}
+		rng := s.rngFor(sc.name, i)
+		for len(*pool) < managers {
+			m, err := s.startManager(prefix)
+			if err != nil {
+				return k, err
+			}
+			k.started++
+			*pool = append(*pool, m)
+		}
+		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true})
+		if err != nil {
+			return k, err
+		}
+		n, send, err := load(tr, rng)
+		if err != nil {
+			return k, err
+		}
+		target := targets[rng.IntN(len(targets))]
+		if err := d.clearFaults(s.ctx); err != nil {
+			return k, err
+		}
+		if err := d.inject(s.ctx, crashFaults(rng, target, n)...); err != nil {
+			return k, err
+		}
+		send()
+		report, err := s.killAt(*pool, tr, target, rng)
+		if err != nil {
+			return k, err
+		}
+		k.kills++
+		k.aimed.add(string(target), 1)
+		if report.hit {
+			k.reached.add(string(target), 1)
+		}
+		for _, st := range []stage{stageUnclaimed, stageNotSent, stageInTransit, stageHeld, stageCommitted, stageAnswered} {
+			if report.caught[st] > 0 {
+				k.caught.add(string(st), report.caught[st])
+			}
+		}
+		m, err := s.startManager(prefix)
+		if err != nil {
+			return k, err
+		}
+		k.started++
+		(*pool)[report.victim] = m
+		if (i+1)%10 == 0 {
+			s.logf("%s: %d/%d trials; kill points reached: %s", sc.name, i+1, trials, k.reached.String())
+		}
+	}
+	return k, nil //nolint:nilerr // a suite whose time is up stops here; verify says what is unsettled
 }
 
 // stopAll stops the managers of a scenario's pool, as it stands when the
