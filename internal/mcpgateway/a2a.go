@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,10 +37,6 @@ const (
 const (
 	a2aTaskNotFound           = -32001
 	a2aVersionNotSupported    = -32009
-	jsonrpcParseError         = -32700
-	jsonrpcInvalidRequest     = -32600
-	jsonrpcMethodNotFound     = -32601
-	jsonrpcInternalError      = -32603
 	a2aErrorInfoType          = "type.googleapis.com/google.rpc.ErrorInfo"
 	a2aReasonConflict         = "IDEMPOTENCY_CONFLICT"
 	a2aReasonInvalid          = "INVALID_ARGUMENTS"
@@ -54,7 +50,6 @@ const (
 	a2aStateCompleted         = "TASK_STATE_COMPLETED"
 	a2aStateFailed            = "TASK_STATE_FAILED"
 	a2aStateRejected          = "TASK_STATE_REJECTED"
-	a2aMetadataPrefix         = metaPrefix
 	a2aMediaTypeJSON          = "application/json"
 	a2aMaxRequest             = maxFrontBody + 64<<10
 	a2aCardCacheSeconds       = 60
@@ -207,16 +202,16 @@ func (g *Gateway) a2a(base string) http.Handler {
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, a2aMaxRequest+1))
 		if err != nil || len(body) > a2aMaxRequest {
-			reply(nil, nil, rpcError(jsonrpcInvalidRequest, "", fmt.Sprintf("the request cannot be read, or is larger than %d bytes", a2aMaxRequest)))
+			reply(nil, nil, rpcError(jsonrpc.CodeInvalidRequest, "", fmt.Sprintf("the request cannot be read, or is larger than %d bytes", a2aMaxRequest)))
 			return
 		}
 		var req a2aRequest
 		if err := json.Unmarshal(body, &req); err != nil {
-			reply(nil, nil, rpcError(jsonrpcParseError, "", "the request is not JSON: "+err.Error()))
+			reply(nil, nil, rpcError(jsonrpc.CodeParseError, "", "the request is not JSON: "+err.Error()))
 			return
 		}
 		if req.JSONRPC != "2.0" || req.Method == "" {
-			reply(req.ID, nil, rpcError(jsonrpcInvalidRequest, "", `the request is not JSON-RPC 2.0 ("jsonrpc":"2.0" and a method)`))
+			reply(req.ID, nil, rpcError(jsonrpc.CodeInvalidRequest, "", `the request is not JSON-RPC 2.0 ("jsonrpc":"2.0" and a method)`))
 			return
 		}
 		if v := r.Header.Get(a2aVersionHeader); v != a2aVersion {
@@ -225,7 +220,7 @@ func (g *Gateway) a2a(base string) http.Handler {
 		}
 		caller, err := g.callerOfToken(auth.TokenInfoFromContext(r.Context()))
 		if err != nil {
-			reply(req.ID, nil, rpcError(jsonrpcInvalidRequest, a2aReasonForbidden, err.Error()))
+			reply(req.ID, nil, rpcError(jsonrpc.CodeInvalidRequest, a2aReasonForbidden, err.Error()))
 			return
 		}
 		switch req.Method {
@@ -240,14 +235,14 @@ func (g *Gateway) a2a(base string) http.Handler {
 			allowed, err := g.access.mayInvoke(r.Context(), caller)
 			switch {
 			case err != nil:
-				reply(req.ID, nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, "cannot ask the API server whether you may invoke: "+err.Error()))
+				reply(req.ID, nil, rpcError(jsonrpc.CodeInternalError, a2aReasonUnavailable, "cannot ask the API server whether you may invoke: "+err.Error()))
 			case !allowed:
-				reply(req.ID, nil, rpcError(jsonrpcInvalidRequest, a2aReasonForbidden, fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden), so no skills are listed; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace)))
+				reply(req.ID, nil, rpcError(jsonrpc.CodeInvalidRequest, a2aReasonForbidden, fmt.Sprintf("%s may not invoke tools in namespace %q (creating ToolActions is forbidden), so no skills are listed; ask the namespace's admin for the toolledger agent role", caller.name, g.opts.Namespace)))
 			default:
 				reply(req.ID, g.agentCard(baseOf(base, r), true), nil)
 			}
 		default:
-			reply(req.ID, nil, rpcError(jsonrpcMethodNotFound, "", fmt.Sprintf("method %q is not served: SendMessage, GetTask and GetExtendedAgentCard are", req.Method)))
+			reply(req.ID, nil, rpcError(jsonrpc.CodeMethodNotFound, "", fmt.Sprintf("method %q is not served: SendMessage, GetTask and GetExtendedAgentCard are", req.Method)))
 		}
 	})
 }
@@ -259,11 +254,11 @@ func (g *Gateway) sendMessage(ctx context.Context, caller *caller, params json.R
 		Message *a2aMessage `json:"message"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil || p.Message == nil {
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "params.message is required: a Message with a messageId and one data part {\"skill\", \"arguments\"}")
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, "params.message is required: a Message with a messageId and one data part {\"skill\", \"arguments\"}")
 	}
 	m := p.Message
 	if err := sdk.ValidClientKey(m.MessageID); err != nil {
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalidKey, "message.messageId is the idempotency key: "+err.Error())
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalidKey, "message.messageId is the idempotency key: "+err.Error())
 	}
 	if m.TaskID != "" {
 		return nil, rpcError(a2aTaskNotFound, "", "every message starts a task of its own: send it without a taskId (a retried message returns its task)")
@@ -274,43 +269,40 @@ func (g *Gateway) sendMessage(ctx context.Context, caller *caller, params json.R
 			continue
 		}
 		if invocation != nil {
-			return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "the message has more than one data part; send one {\"skill\", \"arguments\"}")
+			return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, "the message has more than one data part; send one {\"skill\", \"arguments\"}")
 		}
 		invocation = &a2aInvocation{}
 		if err := json.Unmarshal(part.Data, invocation); err != nil || invocation.Skill == "" {
-			return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "the data part must be an object {\"skill\": <tool>, \"arguments\": {…}}")
+			return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, "the data part must be an object {\"skill\": <tool>, \"arguments\": {…}}")
 		}
 	}
 	if invocation == nil {
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "the message has no data part {\"skill\": <tool>, \"arguments\": {…}}: text alone names no tool")
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, "the message has no data part {\"skill\": <tool>, \"arguments\": {…}}: text alone names no tool")
 	}
 	e, ok := g.publisher.lookup(invocation.Skill)
 	if !ok {
-		return nil, rpcError(rpcInvalidParams, a2aReasonUnknownSkill, fmt.Sprintf("no skill %q is served in namespace %q; GetExtendedAgentCard lists them", invocation.Skill, g.opts.Namespace))
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonUnknownSkill, fmt.Sprintf("no skill %q is served in namespace %q; GetExtendedAgentCard lists them", invocation.Skill, g.opts.Namespace))
 	}
 	arguments, err := objectArguments(invocation.Arguments)
-	if err == nil {
-		err = e.schema.Validate(arguments)
-	}
 	var parameters map[string]any
 	if err == nil {
-		parameters, err = parameterMap(arguments)
+		parameters, err = e.parameters(arguments, "arguments")
 	}
 	if err != nil {
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, strings.ReplaceAll(err.Error(), "spec.parameters", "arguments")+"; nothing was recorded")
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, err.Error()+"; nothing was recorded")
 	}
 	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters,
 		Key: sdk.ClientKey(caller.name, e.ref.Kind, e.ref.Name, m.MessageID), ClientKey: m.MessageID}
 	a := g.record(ctx, caller, request, nil)
 	switch a.verdict {
 	case verdictConflict:
-		return nil, rpcError(rpcInvalidParams, a2aReasonConflict, fmt.Sprintf("messageId %q has already been sent with a different request (task %s); nothing was executed", m.MessageID, request.Key))
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonConflict, fmt.Sprintf("messageId %q has already been sent with a different request (task %s); nothing was executed", m.MessageID, request.Key))
 	case verdictForbidden:
-		return nil, rpcError(jsonrpcInvalidRequest, a2aReasonForbidden, g.forbidden(caller, a.err))
+		return nil, rpcError(jsonrpc.CodeInvalidRequest, a2aReasonForbidden, g.forbidden(caller, a.err))
 	case verdictInvalid:
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, apiMessage(a.err))
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, apiMessage(a.err))
 	case verdictCancelled, verdictUnavailable:
-		return nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, unavailable(a.err))
+		return nil, rpcError(jsonrpc.CodeInternalError, a2aReasonUnavailable, unavailable(a.err))
 	}
 	return map[string]any{"task": taskOf(a.outcome, m.MessageID)}, nil
 }
@@ -321,7 +313,7 @@ func (g *Gateway) getTask(ctx context.Context, caller *caller, params json.RawMe
 		ID string `json:"id"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil || p.ID == "" {
-		return nil, rpcError(rpcInvalidParams, a2aReasonInvalid, "params.id names the task")
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, "params.id names the task")
 	}
 	if len(validation.IsDNS1123Subdomain(p.ID)) > 0 {
 		return nil, rpcError(a2aTaskNotFound, "", fmt.Sprintf("no task %q in namespace %q: a task id is an action's name", p.ID, g.opts.Namespace))
@@ -333,7 +325,7 @@ func (g *Gateway) getTask(ctx context.Context, caller *caller, params json.RawMe
 		// A task no message started is no task of this endpoint.
 		return nil, rpcError(a2aTaskNotFound, "", fmt.Sprintf("no task %q in namespace %q that you may read", p.ID, g.opts.Namespace))
 	case err != nil:
-		return nil, rpcError(jsonrpcInternalError, a2aReasonUnavailable, unavailable(err))
+		return nil, rpcError(jsonrpc.CodeInternalError, a2aReasonUnavailable, unavailable(err))
 	}
 	return taskOf(sdk.OutcomeOf(&action), action.Spec.ClientKey), nil
 }
@@ -366,19 +358,19 @@ func taskOf(o *sdk.Outcome, messageID string) a2aTask {
 		words = "Awaiting a human's approval: it runs once approved."
 	}
 	t := a2aTask{ID: o.Key, ContextID: o.Key, Status: a2aTaskStatus{State: state}, Metadata: map[string]any{
-		a2aMetadataPrefix + "phase":        string(o.Phase),
-		a2aMetadataPrefix + "deduplicated": o.Deduplicated,
-		a2aMetadataPrefix + "messageId":    messageID,
+		metaPrefix + "phase":        string(o.Phase),
+		metaPrefix + "deduplicated": o.Deduplicated,
+		metaPrefix + "messageId":    messageID,
 	}}
 	if words != "" {
 		t.Status.Message = &a2aMessage{MessageID: o.Key + "-status", Role: "ROLE_AGENT", Parts: []a2aPart{{Text: words}}}
 	}
 	if o.ErrorClass != "" {
-		t.Metadata[a2aMetadataPrefix+"errorClass"] = string(o.ErrorClass)
-		t.Metadata[a2aMetadataPrefix+"errorReason"] = o.ErrorReason
+		t.Metadata[metaPrefix+"errorClass"] = string(o.ErrorClass)
+		t.Metadata[metaPrefix+"errorReason"] = o.ErrorReason
 	}
 	if o.ExternalRef != "" {
-		t.Metadata[a2aMetadataPrefix+"externalRef"] = o.ExternalRef
+		t.Metadata[metaPrefix+"externalRef"] = o.ExternalRef
 	}
 	if len(o.Result) > 0 {
 		t.Artifacts = []a2aArtifact{{ArtifactID: a2aArtifactResult, Name: a2aArtifactResult, Parts: []a2aPart{{Data: o.Result, MediaType: a2aMediaTypeJSON}}}}

@@ -40,16 +40,15 @@ const (
 // The error codes the bindings answer idempotency failures with, as ACP's
 // REST rules name them (UCP names none of its own).
 const (
-	codeKeyRequired  = "idempotency_key_required"
-	codeInvalidKey   = "invalid_idempotency_key"
-	codeConflict     = "idempotency_conflict"
-	codeInFlight     = "idempotency_in_flight"
-	codeUnavailable  = "service_unavailable"
-	acpInvalid       = "invalid_request"
-	acpUnavailable   = "service_unavailable"
-	acpKeyPath       = "$.meta.idempotency_key"
-	rpcBindingError  = -32000
-	rpcInvalidParams = jsonrpc.CodeInvalidParams
+	codeKeyRequired = "idempotency_key_required"
+	codeInvalidKey  = "invalid_idempotency_key"
+	codeConflict    = "idempotency_conflict"
+	codeInFlight    = "idempotency_in_flight"
+	codeUnavailable = "service_unavailable"
+	acpInvalid      = "invalid_request"
+	acpUnavailable  = "service_unavailable"
+	acpKeyPath      = "$.meta.idempotency_key"
+	rpcBindingError = -32000
 )
 
 // callKey is the key a call carries of its caller's own, and the binding
@@ -122,8 +121,8 @@ func keyString(raw json.RawMessage, where string) (string, error) {
 	return key, nil
 }
 
-// acpError is ACP's Error object, which its MCP binding carries in a
-// JSON-RPC error's data.
+// acpError is ACP's Error object: the data of a JSON-RPC error in its MCP
+// binding, and the body of every refusal of the HTTP front.
 type acpError struct {
 	Type    string `json:"type"`
 	Code    string `json:"code"`
@@ -148,7 +147,7 @@ func (b binding) refuse(code, message string, retryAfter time.Duration) error {
 	switch b {
 	case bindingUCP:
 		if code == codeKeyRequired {
-			rpc = rpcInvalidParams
+			rpc = jsonrpc.CodeInvalidParams
 		}
 		data = ucpError{Code: code, Content: message, RetryAfter: int64(retryAfter.Round(time.Second) / time.Second)}
 	default:

@@ -144,12 +144,12 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 		}
 		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
 	}
-	if err := e.schema.Validate(arguments); err != nil {
-		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments",
-			strings.ReplaceAll(err.Error(), "spec.parameters", "arguments")+"; nothing was recorded: correct the arguments and call again"), nil
+	parameters, err := e.parameters(arguments, "arguments")
+	if err != nil {
+		return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", fmt.Sprintf("%v; nothing was recorded: correct the arguments and call again", err)), nil
 	}
 	runID, stepID := metaString(meta, MetaRunID), metaString(meta, MetaStepID)
-	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind}
+	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters}
 	switch {
 	case ck.key == "" && e.spec.ClientKeyRequired:
 		message := fmt.Sprintf("tool %s requires the caller's own idempotency key (arguments.meta.%s, arguments.meta[%q] or _meta %q); nothing was recorded: "+
@@ -174,9 +174,6 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 		request.Key = ck.key
 	}
 	key := request.Key
-	if request.Parameters, err = parameterMap(arguments); err != nil {
-		return refused(key, v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
-	}
 	if runID != "" || stepID != "" {
 		request.Provenance = &v1alpha1.Provenance{RunID: runID, StepID: stepID}
 	}
@@ -414,6 +411,15 @@ func objectArguments(raw any) (json.RawMessage, error) {
 		return nil, errors.New("the arguments must be a JSON object")
 	}
 	return trimmed, nil
+}
+
+// parameters checks the arguments against the tool's schema, naming their
+// paths from where, and splits them into the request's parameters.
+func (e *entry) parameters(arguments json.RawMessage, where string) (map[string]any, error) {
+	if err := e.schema.Validate(arguments); err != nil {
+		return nil, errors.New(strings.ReplaceAll(err.Error(), "spec.parameters", where))
+	}
+	return parameterMap(arguments)
 }
 
 // parameterMap splits the arguments into the request's parameters; the SDK

@@ -55,28 +55,19 @@ const maxFormDepth = 32
 // codeInvalidParameters refuses a body that is no request of the tool.
 const codeInvalidParameters = "invalid_parameters"
 
-// frontError is the body of every refusal: the Agentic Commerce Protocol's
-// Error object.
-type frontError struct {
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Param   string `json:"param,omitempty"`
-}
-
 // front serves the plain HTTP front. Its caller is the bearer token's user
 // (or the gateway's own identity in the local-only mode), as for MCP.
 func (g *Gateway) front() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			refuse(w, http.StatusMethodNotAllowed, frontError{Type: acpInvalid, Code: "method_not_allowed", Message: "only POST records an intent"})
+			refuse(w, http.StatusMethodNotAllowed, acpError{Type: acpInvalid, Code: "method_not_allowed", Message: "only POST records an intent"})
 			return
 		}
 		name := path.Base(r.URL.Path)
 		e, ok := g.publisher.lookup(name)
 		if !ok {
-			refuse(w, http.StatusNotFound, frontError{Type: acpInvalid, Code: "unknown_tool",
+			refuse(w, http.StatusNotFound, acpError{Type: acpInvalid, Code: "unknown_tool",
 				Message: fmt.Sprintf("no tool %q is served in namespace %q: the last segment of the path names a ready Tool or ClusterTool (POST %s<tool>)", name, g.opts.Namespace, FrontPath)})
 			return
 		}
@@ -86,7 +77,7 @@ func (g *Gateway) front() http.Handler {
 			if errors.Is(err, errNoKey) {
 				code = codeKeyRequired
 			}
-			refuse(w, http.StatusBadRequest, frontError{Type: acpInvalid, Code: code, Message: err.Error() + "; nothing was recorded"})
+			refuse(w, http.StatusBadRequest, acpError{Type: acpInvalid, Code: code, Message: err.Error() + "; nothing was recorded"})
 			return
 		}
 		w.Header().Set(headerIdempotencyKey, r.Header.Get(headerIdempotencyKey))
@@ -96,12 +87,12 @@ func (g *Gateway) front() http.Handler {
 			if !errors.As(err, &status) {
 				status = &statusError{http.StatusBadRequest, codeInvalidParameters, err}
 			}
-			refuse(w, status.status, frontError{Type: acpInvalid, Code: status.code, Message: status.Error() + "; nothing was recorded"})
+			refuse(w, status.status, acpError{Type: acpInvalid, Code: status.code, Message: status.Error() + "; nothing was recorded"})
 			return
 		}
 		caller, err := g.callerOfToken(auth.TokenInfoFromContext(r.Context()))
 		if err != nil {
-			refuse(w, http.StatusUnauthorized, frontError{Type: acpInvalid, Code: "unauthenticated", Message: err.Error()})
+			refuse(w, http.StatusUnauthorized, acpError{Type: acpInvalid, Code: "unauthenticated", Message: err.Error()})
 			return
 		}
 		request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters,
@@ -117,18 +108,18 @@ func (g *Gateway) front() http.Handler {
 func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer) {
 	switch a.verdict {
 	case verdictConflict:
-		refuse(w, http.StatusUnprocessableEntity, frontError{Type: acpInvalid, Code: codeConflict,
+		refuse(w, http.StatusUnprocessableEntity, acpError{Type: acpInvalid, Code: codeConflict,
 			Message: fmt.Sprintf("Idempotency-Key %q has already been used with a different request (action %s); nothing was executed", key, name)})
 		return
 	case verdictForbidden:
-		refuse(w, http.StatusForbidden, frontError{Type: acpInvalid, Code: "forbidden", Message: apiMessage(a.err)})
+		refuse(w, http.StatusForbidden, acpError{Type: acpInvalid, Code: "forbidden", Message: apiMessage(a.err)})
 		return
 	case verdictInvalid:
-		refuse(w, http.StatusBadRequest, frontError{Type: acpInvalid, Code: codeInvalidParameters, Message: apiMessage(a.err) + "; nothing was recorded"})
+		refuse(w, http.StatusBadRequest, acpError{Type: acpInvalid, Code: codeInvalidParameters, Message: apiMessage(a.err) + "; nothing was recorded"})
 		return
 	case verdictCancelled, verdictUnavailable:
 		w.Header().Set("Retry-After", "1")
-		refuse(w, http.StatusServiceUnavailable, frontError{Type: acpUnavailable, Code: codeUnavailable, Message: unavailable(a.err)})
+		refuse(w, http.StatusServiceUnavailable, acpError{Type: acpUnavailable, Code: codeUnavailable, Message: unavailable(a.err)})
 		return
 	}
 	o := a.outcome
@@ -138,7 +129,7 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	}
 	if !o.Phase.IsTerminal() {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfter(o.Phase).Seconds()), 10))
-		refuse(w, http.StatusConflict, frontError{Type: acpInvalid, Code: codeInFlight,
+		refuse(w, http.StatusConflict, acpError{Type: acpInvalid, Code: codeInFlight,
 			Message: fmt.Sprintf("a request with this Idempotency-Key is still being processed (action %s, phase %s); retry later with the same key and body", name, o.Phase)})
 		return
 	}
@@ -153,7 +144,7 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 		case v1alpha1.ErrorClassDenied:
 			status, kind = http.StatusForbidden, acpInvalid
 		}
-		refuse(w, status, frontError{Type: kind, Code: string(o.ErrorClass), Message: fmt.Sprintf("the action failed: %s/%s: %s", o.ErrorClass, o.ErrorReason, o.Message)})
+		refuse(w, status, acpError{Type: kind, Code: string(o.ErrorClass), Message: fmt.Sprintf("the action failed: %s/%s: %s", o.ErrorClass, o.ErrorReason, o.Message)})
 		return
 	}
 	body := []byte(o.Result)
@@ -165,7 +156,7 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	_, _ = w.Write(body)
 }
 
-func refuse(w http.ResponseWriter, status int, e frontError) {
+func refuse(w http.ResponseWriter, status int, e acpError) {
 	body, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -277,10 +268,7 @@ func frontParameters(r *http.Request, e *entry) (map[string]any, error) {
 		return nil, &statusError{http.StatusUnsupportedMediaType, "unsupported_media_type",
 			fmt.Errorf("the body's Content-Type %q is neither application/json nor application/x-www-form-urlencoded", r.Header.Get("Content-Type"))}
 	}
-	if err := e.schema.Validate(arguments); err != nil {
-		return nil, errors.New(strings.ReplaceAll(err.Error(), "spec.parameters", "body"))
-	}
-	return parameterMap(arguments)
+	return e.parameters(arguments, "body")
 }
 
 // formObject nests a form's fields: metadata[order]=7 is
