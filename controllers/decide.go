@@ -144,7 +144,7 @@ func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 		return step{kind: stepResolveTool}
 	case tool.err != nil && !isInvalid(tool.err):
 		return step{kind: stepFail, err: tool.err}
-	case !p.keepsEveryRecord && tool.err == nil && retention.KeyPassed(a.Status.CompletionTime.Time, tool.tool, p.now):
+	case !p.keepsEveryRecord && tool.err == nil && retention.KeyPassed(a.Status.CompletionTime.Time, a.Status.KeptUntil, tool.tool, p.now):
 		return step{kind: stepRelease}
 	}
 	return step{kind: stepBury}
@@ -235,7 +235,25 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 		}
 		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong, message: message})}
 	}
+	if expiry := downstreamKeyExpiry(a, tool.tool); !expiry.IsZero() && !p.now.Before(expiry) && (a.Status.Phase == v1alpha1.PhaseUnknown || unsettledUnknown(a)) {
+		// The downstream deduplicates no more by the key: a re-send could
+		// apply twice. A tool with a lookup call settled it by a lookup.
+		return step{kind: stepRecord, record: p.escalation(ReasonDownstreamKeyExpired, fmt.Sprintf(
+			"an earlier attempt's outcome is unknown, and the downstream kept its idempotency key until %s (the tool's downstreamKeyRetention of %s from the first attempt): a re-send could apply twice; resolve it with a ToolResolution",
+			expiry.UTC().Format(time.RFC3339), tool.tool.Spec.DownstreamKeyRetention.Duration))}
+	}
 	return step{kind: stepAttempt, reason: reason}
+}
+
+// downstreamKeyExpiry is when the downstream forgets the key of a's
+// attempts, by the tool's downstreamKeyRetention counted from the first
+// attempt; zero when the tool declares none or a never started.
+func downstreamKeyExpiry(a *v1alpha1.ToolAction, tool *v1alpha1.Tool) time.Time {
+	d := tool.Spec.DownstreamKeyRetention
+	if d == nil || a.Status.StartTime == nil {
+		return time.Time{}
+	}
+	return a.Status.StartTime.Add(d.Duration)
 }
 
 // afterLookup decides what a lookup's answer means: found is Succeeded,

@@ -277,6 +277,51 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// A downstream that keeps its idempotency keys for a while (Stripe: 24h)
+// deduplicates a re-send only within it: after, an attempt whose outcome
+// is unknown is looked up, or goes to a human, never re-sent.
+func TestDecideAfterTheDownstreamsKeyWindow(t *testing.T) {
+	window := func(d time.Duration, caps ...func(*adapter.Capabilities)) *resolvedTool {
+		tool := withTool(v1alpha1.KeyProtected, caps...)
+		tool.tool.Spec.DownstreamKeyRetention = &metav1.Duration{Duration: d}
+		return tool
+	}
+	startedAgo := func(d time.Duration) actionOption {
+		return func(a *v1alpha1.ToolAction) { a.Status.StartTime = metaTimePtr(t0.Add(-d)) }
+	}
+	wentUnknown := func(a *v1alpha1.ToolAction) {
+		a.Status.History = []v1alpha1.Transition{{From: v1alpha1.PhaseExecuting, To: v1alpha1.PhaseUnknown, Reason: ReasonLeaseExpired}}
+	}
+	expired := result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
+		ErrorReason: ReasonDownstreamKeyExpired, Events: []string{"Warning/Escalated"}}
+	tests := []struct {
+		name   string
+		action *v1alpha1.ToolAction
+		tool   *resolvedTool
+		want   result
+	}{
+		{"unknown, no lookup, within the window: re-sent under the key", newAction(v1alpha1.PhaseUnknown, startedAgo(time.Hour)),
+			window(24*time.Hour, noLookup), result{Kind: "attempt", Reason: ReasonRedispatch}},
+		{"unknown, no lookup, after the window: escalated, never re-sent", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			window(24*time.Hour, noLookup), expired},
+		{"unknown, with a lookup, after the window: looked up", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			window(24 * time.Hour), result{Kind: "lookup"}},
+		{"a retry after an unknown outcome, after the window: escalated", newAction(v1alpha1.PhaseRetryScheduled, startedAgo(25*time.Hour), nextAttemptIn(-time.Second), wentUnknown),
+			window(24*time.Hour, noLookup), expired},
+		{"a retry of an attempt that definitely failed, after the window: attempted", newAction(v1alpha1.PhaseRetryScheduled, startedAgo(25*time.Hour), nextAttemptIn(-time.Second)),
+			window(24*time.Hour, noLookup), result{Kind: "attempt", Reason: ReasonExecuting}},
+		{"no window declared: re-sent under the key", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			withTool(v1alpha1.KeyProtected, noLookup), result{Kind: "attempt", Reason: ReasonRedispatch}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, summarize(tt.action, atT0().decide(tt.action, tt.tool))); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // With an archive every finished record is archived before it leaves etcd,
 // whatever its key: the history keeps what the key check would not need.
 func TestDecideDeletedWithAnArchive(t *testing.T) {

@@ -177,6 +177,23 @@ var _ = Describe("Unknown outcomes", func() {
 		Expect(downstream.Effects(key)).To(Equal(1))
 	})
 
+	It("escalates, never re-sends, an unknown outcome once the downstream no longer keeps the key", func() {
+		// The lookup-less re-send is due an attempt timeout (1s) after the
+		// outcome became unknown: past the downstream's 1s window.
+		newTool(ns, short, testenv.WithoutLookup(), testenv.WithDownstreamKeyRetention(time.Second))
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDropAfterCommit, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-forgotten", "charge", charge(410)))).To(Succeed())
+
+		escalated := env.WaitForPhase(ns, "order-forgotten", v1alpha1.PhaseEscalated)
+		Expect(escalated.Status.Error.Reason).To(Equal("DownstreamKeyExpired"))
+		Expect(escalated.Status.Error.Message).To(ContainSubstring("a re-send could apply twice"))
+		Expect(escalated.Status.DownstreamKeptUntil).NotTo(BeNil())
+		Expect(escalated.Status.DownstreamKeptUntil.Time).To(BeTemporally("==", escalated.Status.StartTime.Add(time.Second)))
+		key := keyOf(ns, "order-forgotten")
+		Consistently(func() int { return downstream.Requests(key) }, time.Second, 100*time.Millisecond).Should(Equal(1))
+		Expect(transitions(escalated)).To(Equal([]string{"Executing/Executing", "Unknown/OutcomeUnknown", "Escalated/DownstreamKeyExpired"}))
+	})
+
 	It("escalates, never fails, when retries run out after an attempt whose outcome was unknown", func() {
 		// The downstream holds the first request past the tool's timeout and
 		// answers every re-send under the same key "409 in progress".

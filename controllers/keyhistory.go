@@ -75,7 +75,7 @@ func (h tombstoneHistory) earlier(ctx context.Context, action *v1alpha1.ToolActi
 	if tomb == nil || err != nil {
 		return nil, err
 	}
-	if sameTool(action, tomb.Record.ToolRef) && retention.KeyPassed(tomb.Record.CompletionTime.Time, tool, h.clock.Now()) {
+	if sameTool(action, tomb.Record.ToolRef) && retention.KeyPassed(tomb.Record.CompletionTime.Time, tomb.Record.KeptUntil, tool, h.clock.Now()) {
 		return nil, retention.Unbury(ctx, h.client, tomb)
 	}
 	return fromTombstone(tomb), nil
@@ -149,12 +149,13 @@ type archiveHistory struct {
 }
 
 // keyFreed reports whether the key of a record that finished at completed
-// is free by tool's keyRetention, or the archive's default.
-func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool {
+// is free by tool's keyRetention, or the archive's default, and by its
+// keptUntil, promised.
+func (h archiveHistory) keyFreed(completed time.Time, promised *metav1.Time, tool *v1alpha1.Tool) bool {
 	if tool == nil {
 		return false
 	}
-	return retention.KeyPassed(completed, &v1alpha1.Tool{Spec: *h.defaults.Of(&tool.Spec)}, h.clock.Now())
+	return retention.KeyPassed(completed, promised, &v1alpha1.Tool{Spec: *h.defaults.Of(&tool.Spec)}, h.clock.Now())
 }
 
 // archivedKeyFreed reports whether rec's key is free by tool: a record
@@ -162,9 +163,9 @@ func (h archiveHistory) keyFreed(completed time.Time, tool *v1alpha1.Tool) bool 
 // keyRetention (for good without one), whatever the archive's default.
 func (h archiveHistory) archivedKeyFreed(rec *archive.Record, tool *v1alpha1.Tool) bool {
 	if rec.FromTombstone {
-		return retention.KeyPassed(rec.CompletionTime, tool, h.clock.Now())
+		return retention.KeyPassed(rec.CompletionTime, rec.KeptUntil, tool, h.clock.Now())
 	}
-	return h.keyFreed(rec.CompletionTime, tool)
+	return h.keyFreed(rec.CompletionTime, rec.KeptUntil, tool)
 }
 
 // earlier reads the key's Tombstone, written before the archive, then the
@@ -252,7 +253,7 @@ func (h archiveHistory) keep(ctx context.Context, action *v1alpha1.ToolAction, t
 	if err == nil {
 		// A record kept after its key retention passed is history only:
 		// its key is free, whatever tool asks for it next.
-		rec.GuardsKey = rec.GuardsKey && !h.keyFreed(rec.CompletionTime, tool)
+		rec.GuardsKey = rec.GuardsKey && !h.keyFreed(rec.CompletionTime, rec.KeptUntil, tool)
 		err = h.store.Keep(ctx, rec)
 	}
 	switch {

@@ -20,6 +20,7 @@ import (
 	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/printable"
+	"github.com/toolledger/toolledger/internal/retention"
 )
 
 // commit is the one path by which the ToolAction controller's transitions
@@ -82,6 +83,9 @@ type Ledger struct {
 	// chains has the archived chains' checkpoints the events carry; nil
 	// without an archive.
 	chains *chainstate.Store
+	// retention gives a tool that sets none the archive's retentions, by
+	// which a finished action's keptUntil is stated.
+	retention retention.Defaults
 }
 
 // Decisions is what the controllers of people's decisions about an action
@@ -138,13 +142,15 @@ type LedgerOptions struct {
 	// Chains has the archived chains' checkpoints the events carry; nil
 	// without an archive.
 	Chains *chainstate.Store
+	// Retention gives a tool that sets none the archive's retentions.
+	Retention retention.Defaults
 }
 
 // NewLedger builds the manager's one writer of ToolAction records.
 func NewLedger(o LedgerOptions) *Ledger {
 	return &Ledger{client: o.Client, reader: o.Reader, recorder: o.Recorder, routine: o.RoutineEvents,
 		clock: o.Clock, executor: o.Executor, tools: o.Tools, handBack: o.HandBack, notifier: o.Notifier,
-		trustCallerTrace: o.TrustCallerTraceContext, chains: o.Chains}
+		trustCallerTrace: o.TrustCallerTraceContext, chains: o.Chains, retention: o.Retention}
 }
 
 // rules are the state machine's decisions, at the clock's time, made by
@@ -193,6 +199,7 @@ func lostRace(ctx context.Context, action string) ctrl.Result {
 // itself is returned. Otherwise it returns the action as recorded, or nil
 // when the record moved on without it. tool may be nil.
 func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool *v1alpha1.Tool, t transition) (*v1alpha1.ToolAction, error) {
+	t.apply = l.statingKeyWindows(ctx, t.apply, tool)
 	next := l.applied(ctx, current, t)
 	if statusEqual(current, next) {
 		return current, nil
@@ -213,6 +220,38 @@ func (l *Ledger) record(ctx context.Context, current *v1alpha1.ToolAction, tool 
 		l.routine.finished(recorded.UID)
 	}
 	return recorded, nil
+}
+
+// statingKeyWindows is apply, which then states the key windows it
+// opened: the downstream's once the first attempt started, the ledger's
+// once the action finished. The action's answers (the SDK's outcome, the
+// gateways') read them from the record. An action answered by its key's
+// earlier record states that record's window, which its transition copied.
+func (l *Ledger) statingKeyWindows(ctx context.Context, apply func(*v1alpha1.ToolAction), tool *v1alpha1.Tool) func(*v1alpha1.ToolAction) {
+	return func(a *v1alpha1.ToolAction) {
+		wasStarted, wasFinished := a.Status.StartTime != nil, a.Status.Phase.IsTerminal()
+		apply(a)
+		status := &a.Status
+		started := !wasStarted && status.StartTime != nil
+		finished := !wasFinished && status.Phase.IsTerminal() && status.KeptUntil == nil && !answeredByEarlierRecord(a)
+		if !started && !finished {
+			return
+		}
+		if tool == nil {
+			found, err := l.tools.find(ctx, a)
+			if err != nil {
+				log.FromContext(ctx).V(1).Info("No key window stated: the tool cannot be read", "error", err.Error())
+				return
+			}
+			tool = found
+		}
+		if d := tool.Spec.DownstreamKeyRetention; started && d != nil {
+			status.DownstreamKeptUntil = metaTimePtr(status.StartTime.Add(d.Duration))
+		}
+		if finished {
+			status.KeptUntil = retention.KeptUntil(a, l.retention.Of(&tool.Spec))
+		}
+	}
 }
 
 // applied is base with the transition applied, and the event it owes the

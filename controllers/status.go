@@ -17,12 +17,15 @@ import (
 // Condition, event and history reasons that the controller itself decides;
 // adapter reasons (HTTP503, Timeout, ...) are recorded as the adapter names them.
 const (
-	ReasonAccepted             = "Accepted"
-	ReasonExecuting            = "Executing"
-	ReasonSucceeded            = "Succeeded"
-	ReasonFoundByLookup        = v1alpha1.ReasonFoundByLookup
-	ReasonAbsentByLookup       = "AbsentByLookup"
-	ReasonLookupWindowClosed   = "LookupWindowClosed"
+	ReasonAccepted           = "Accepted"
+	ReasonExecuting          = "Executing"
+	ReasonSucceeded          = "Succeeded"
+	ReasonFoundByLookup      = v1alpha1.ReasonFoundByLookup
+	ReasonAbsentByLookup     = "AbsentByLookup"
+	ReasonLookupWindowClosed = "LookupWindowClosed"
+	// ReasonDownstreamKeyExpired: an attempt's outcome is unknown and the
+	// downstream no longer keeps the key a re-send would go under.
+	ReasonDownstreamKeyExpired = "DownstreamKeyExpired"
 	ReasonReplayedByDownstream = "ReplayedByDownstream"
 	ReasonLookupFailed         = "LookupFailed"
 	ReasonRetryScheduled       = "RetryScheduled"
@@ -61,12 +64,8 @@ const (
 	ReasonTombstoneConflict     = v1alpha1.ReasonTombstoneConflict
 	ReasonSettledByArchive      = v1alpha1.ReasonSettledByArchive
 	ReasonArchiveConflict       = v1alpha1.ReasonArchiveConflict
-	// ReasonArchiveUnavailable: the archive cannot check a new action's
-	// key, so the action waits.
-	ReasonArchiveUnavailable = "ArchiveUnavailable"
-	// ReasonArchiveRequired: the ledger keeps its keys in an archive this
-	// manager does not use, so a new action waits.
-	ReasonArchiveRequired = "ArchiveRequired"
+	ReasonArchiveUnavailable    = v1alpha1.ReasonArchiveUnavailable
+	ReasonArchiveRequired       = v1alpha1.ReasonArchiveRequired
 )
 
 // The set* functions below are the only writers of phase, conditions and

@@ -28,6 +28,7 @@ func newTombstone(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, cause, deletedBy 
 		ExternalRef:    a.Status.ExternalRef,
 		Attempts:       a.Status.Attempts,
 		CompletionTime: *a.Status.CompletionTime,
+		KeptUntil:      a.Status.KeptUntil,
 		ToolRef:        a.Spec.ToolRef,
 		Cause:          cause,
 		DeletedBy:      deletedBy,

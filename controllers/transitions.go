@@ -408,6 +408,7 @@ func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition 
 			a.Status.RequestDigest = requestDigest
 			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
 			accept(a, p.now)
+			a.Status.KeptUntil = rec.KeptUntil
 			if rec.Phase == v1alpha1.PhaseSucceeded {
 				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef})
 				return
@@ -430,6 +431,7 @@ func (p rules) keyConflict(e *earlierRecord, requestDigest string) transition {
 		apply: func(a *v1alpha1.ToolAction) {
 			a.Status.RequestDigest = requestDigest
 			a.Status.IdempotencyKey = v1alpha1.IdempotencyKey(a.Namespace, a.Name)
+			a.Status.KeptUntil = rec.KeptUntil
 			setRejected(a, p.now, p.by, v1alpha1.ErrorClassDuplicateConflict, e.conflictReason, message)
 		},
 		events: []report{warning(e.conflictReason, "Validate", message)},

@@ -78,6 +78,11 @@ type TombstoneRecord struct {
 	// +required
 	CompletionTime metav1.Time `json:"completionTime"`
 
+	// keptUntil is the action's status.keptUntil: the key is not freed
+	// before it, whatever the tool's keyRetention says later.
+	// +optional
+	KeptUntil *metav1.Time `json:"keptUntil,omitempty"`
+
 	// toolRef is the tool the action named, and idempotencyClass its class
 	// when the action finished.
 	// +required
@@ -173,4 +178,10 @@ const (
 	// ReasonArchiveConflict: another request was settled before under this
 	// key; the action fails with DuplicateConflict.
 	ReasonArchiveConflict = "ArchiveConflict"
+	// ReasonArchiveUnavailable: the archive cannot check a new action's
+	// key, so the action waits, never dispatched before it can.
+	ReasonArchiveUnavailable = "ArchiveUnavailable"
+	// ReasonArchiveRequired: the ledger keeps its keys in an archive the
+	// manager does not use, so a new action waits.
+	ReasonArchiveRequired = "ArchiveRequired"
 )

@@ -219,6 +219,17 @@ func (s *ToolActionStatus) SettledBy() string {
 	return ""
 }
 
+// KeyUncheckable reports an action held before its first dispatch because
+// no manager can check its key now: the archive that keeps the ledger's
+// keys is down, or not used by the manager. It runs once one can.
+func (s *ToolActionStatus) KeyUncheckable() bool {
+	if s.Phase != PhaseAccepted || s.Attempts > 0 {
+		return false
+	}
+	c := meta.FindStatusCondition(s.Conditions, ConditionReconciling)
+	return c != nil && c.Status == metav1.ConditionTrue && (c.Reason == ReasonArchiveUnavailable || c.Reason == ReasonArchiveRequired)
+}
+
 // SettledByEarlierRecord reports an action answered by its key's tombstone
 // or archived record, without a dispatch.
 func (s *ToolActionStatus) SettledByEarlierRecord() bool {
@@ -345,6 +356,24 @@ type ToolActionStatus struct {
 	// completionTime is when the action reached Succeeded or Failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// keptUntil is until when, at least, the ledger keeps the key of the
+	// finished action: a retry under it before then is answered from this
+	// record (or its Tombstone or archived record), never dispatched again.
+	// It is the completion plus the tool's keyRetention, or the archive's
+	// default, in force then; a later change of them never frees the key
+	// sooner. An action answered by its key's earlier record states that
+	// record's. Unset while the action runs, for an action never
+	// dispatched (its key guards no effect), and when nothing but an
+	// administrator frees the key.
+	// +optional
+	KeptUntil *metav1.Time `json:"keptUntil,omitempty"`
+
+	// downstreamKeptUntil is when the downstream forgets the idempotency
+	// key it was sent: the first attempt's start plus the tool's
+	// downstreamKeyRetention. Unset when the tool declares none.
+	// +optional
+	DownstreamKeptUntil *metav1.Time `json:"downstreamKeptUntil,omitempty"`
 
 	// unknownSince is when the outcome became unknown; the tool's
 	// unknownOutcomeDeadline counts from here.

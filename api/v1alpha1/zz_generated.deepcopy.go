@@ -566,6 +566,10 @@ func (in *TombstoneList) DeepCopyObject() runtime.Object {
 func (in *TombstoneRecord) DeepCopyInto(out *TombstoneRecord) {
 	*out = *in
 	in.CompletionTime.DeepCopyInto(&out.CompletionTime)
+	if in.KeptUntil != nil {
+		in, out := &in.KeptUntil, &out.KeptUntil
+		*out = (*in).DeepCopy()
+	}
 	out.ToolRef = in.ToolRef
 	in.DeletionTime.DeepCopyInto(&out.DeletionTime)
 }
@@ -729,6 +733,14 @@ func (in *ToolActionStatus) DeepCopyInto(out *ToolActionStatus) {
 	}
 	if in.CompletionTime != nil {
 		in, out := &in.CompletionTime, &out.CompletionTime
+		*out = (*in).DeepCopy()
+	}
+	if in.KeptUntil != nil {
+		in, out := &in.KeptUntil, &out.KeptUntil
+		*out = (*in).DeepCopy()
+	}
+	if in.DownstreamKeptUntil != nil {
+		in, out := &in.DownstreamKeptUntil, &out.DownstreamKeptUntil
 		*out = (*in).DeepCopy()
 	}
 	if in.UnknownSince != nil {
@@ -1059,6 +1071,11 @@ func (in *ToolSpec) DeepCopyInto(out *ToolSpec) {
 	}
 	if in.KeyRetention != nil {
 		in, out := &in.KeyRetention, &out.KeyRetention
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.DownstreamKeyRetention != nil {
+		in, out := &in.DownstreamKeyRetention, &out.DownstreamKeyRetention
 		*out = new(v1.Duration)
 		**out = **in
 	}

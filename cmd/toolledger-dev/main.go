@@ -1,7 +1,9 @@
 // Command toolledger-dev runs toolledger on one machine for development and
 // trials: an embedded control plane (kube-apiserver and etcd from bin/, with
 // etcd's data kept under the state directory so the ledger survives a
-// restart), the demo downstream and the operator, all in the foreground.
+// restart), the demo downstream, the operator and the gateway of the sample
+// Tool's namespace (MCP, A2A and the HTTP front, local only), all in the
+// foreground.
 // The operator runs as its ServiceAccount's user, impersonated, so that the
 // guard admission policy exempts it as it does the deployed one.
 // Ctrl-C stops everything. With --existing-cluster it uses the current
@@ -14,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -36,7 +39,9 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/demo"
 	"github.com/toolledger/toolledger/internal/egress"
+	"github.com/toolledger/toolledger/internal/mcpgateway"
 	"github.com/toolledger/toolledger/internal/notify"
+	"github.com/toolledger/toolledger/internal/serve"
 	"github.com/toolledger/toolledger/internal/telemetry"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
@@ -63,6 +68,7 @@ type options struct {
 	egressAllow       string
 	archive           bool
 	archiveAPIListen  string
+	gatewayListen     string
 	notificationSinks []notify.Sink
 }
 
@@ -86,6 +92,7 @@ func main() {
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
 	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones; --archive=false keeps Tombstones.")
 	flag.StringVar(&opts.archiveAPIListen, "archive-api-listen", "127.0.0.1:8445", "With --archive and the embedded control plane, where the archive API (kubectl get archivedtoolactions) listens for the API server.")
+	flag.StringVar(&opts.gatewayListen, "gateway-listen", "127.0.0.1:8090", "Loopback address of the gateway of --namespace, in its local-only mode (no tokens, every call as the identity toolledger-dev runs with): MCP at /mcp, A2A at /a2a, the HTTP front at /tools/<tool>; empty starts none.")
 	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver that gets an event for each action awaiting approval, escalated, succeeded or failed (the manager's --notification-sink; the demo downstream is one at /events); repeatable.", notify.SinkFlag(&opts.notificationSinks))
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -159,7 +166,11 @@ func run(opts options) error {
 	if err != nil {
 		return err
 	}
-	printBanner(kubeconfig, downstreamURL, archiveDSN, opts, guarded)
+	gatewayURL, err := startGateway(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	printBanner(kubeconfig, downstreamURL, archiveDSN, gatewayURL, opts, guarded)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("operator stopped: %w", err)
 	}
@@ -334,7 +345,44 @@ func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, 
 	return nil
 }
 
-func printBanner(kubeconfig, downstreamURL, archiveDSN string, opts options, guarded bool) {
+// startGateway serves the gateway of the sample Tool's namespace on a
+// loopback address, in the local-only mode; it returns its URL, empty
+// when none is asked for.
+func startGateway(ctx context.Context, cfg *rest.Config, opts options) (string, error) {
+	if opts.gatewayListen == "" {
+		return "", nil
+	}
+	if !serve.IsLoopback(opts.gatewayListen) {
+		return "", fmt.Errorf("--gateway-listen %s: %w", opts.gatewayListen, mcpgateway.ErrNotLoopback)
+	}
+	gateway, err := mcpgateway.New(ctx, mcpgateway.Options{Config: cfg, Namespace: opts.namespace, ClusterTools: true,
+		Logger: ctrl.Log.WithName("gateway")})
+	if err != nil {
+		return "", err
+	}
+	if err := gateway.Run(ctx); err != nil {
+		return "", err
+	}
+	var lc net.ListenConfig
+	listener, err := lc.Listen(ctx, "tcp", opts.gatewayListen)
+	if err != nil {
+		return "", fmt.Errorf("cannot listen on %s (set --gateway-listen): %w", opts.gatewayListen, err)
+	}
+	url := "http://" + listener.Addr().String()
+	handler, err := gateway.HTTPHandler(mcpgateway.HTTPOptions{ResourceURL: url + mcpgateway.MCPPath, LocalOnly: true})
+	if err != nil {
+		_ = listener.Close()
+		return "", err
+	}
+	go func() {
+		if err := serve.Serve(ctx, listener, handler, "", ""); err != nil {
+			ctrl.Log.Error(err, "The gateway stopped")
+		}
+	}()
+	return url, nil
+}
+
+func printBanner(kubeconfig, downstreamURL, archiveDSN, gatewayURL string, opts options, guarded bool) {
 	fmt.Println()
 	fmt.Println("toolledger-dev: the operator is starting; Ctrl-C stops everything.")
 	if kubeconfig != "" {
@@ -351,6 +399,10 @@ func printBanner(kubeconfig, downstreamURL, archiveDSN string, opts options, gua
 	}
 	if opts.sampleTool != "" {
 		fmt.Printf("  sample tool: %s/charge\n", opts.namespace)
+	}
+	if gatewayURL != "" {
+		fmt.Println("  gateway:     " + gatewayURL + " for namespace " + opts.namespace + ", local only (docs/mcp.md, docs/a2a.md, docs/http-front.md)")
+		fmt.Println("               MCP " + gatewayURL + mcpgateway.MCPPath + ", A2A " + gatewayURL + mcpgateway.A2APath + ", HTTP front " + gatewayURL + mcpgateway.FrontPath + "<tool>")
 	}
 	if guarded {
 		fmt.Println("  operator:    runs as " + testenv.ManagerUser + ", which the guard policy exempts")

@@ -205,6 +205,9 @@ type Record struct {
 	// dispatched), so that its key answers from it.
 	GuardsKey      bool
 	CompletionTime time.Time
+	// KeptUntil is the action's status.keptUntil, read from its document:
+	// the key is not freed before it. Nil when the action stated none.
+	KeptUntil *metav1.Time
 	// Cause is why the record left etcd (v1alpha1.TombstoneCause*);
 	// DeletedBy who deleted it, when the manager did.
 	Cause     string
@@ -265,7 +268,7 @@ func NewRecord(a *v1alpha1.ToolAction, namespaceUID types.UID, tool *v1alpha1.To
 		RequestDigest: a.Status.RequestDigest, Phase: a.Status.Phase, ExternalRef: a.Status.ExternalRef,
 		Attempts: a.Status.Attempts, GuardsKey: a.Status.Attempts > 0,
 		CompletionTime: a.Status.CompletionTime.Time, Cause: cause, DeletedBy: deletedBy, DeletionTime: deleted,
-		Action: action,
+		Action: action, KeptUntil: a.Status.KeptUntil,
 	}
 	if tool != nil {
 		r.IdempotencyClass = tool.Spec.IdempotencyClass
@@ -295,6 +298,7 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone, namespaceUID types.UID) (Reco
 		RequestDigest: t.RequestDigest, Phase: t.Phase, ErrorClass: t.ErrorClass, ErrorReason: t.ErrorReason,
 		ExternalRef: t.ExternalRef, Attempts: t.Attempts, GuardsKey: true, CompletionTime: t.CompletionTime.Time,
 		Cause: t.Cause, DeletedBy: t.DeletedBy, DeletionTime: t.DeletionTime.Time, Action: doc, FromTombstone: true,
+		KeptUntil: t.KeptUntil,
 	}, nil
 }
 
@@ -305,7 +309,7 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 		ActionUID: r.UID, RequestDigest: r.RequestDigest, Phase: r.Phase, ExternalRef: r.ExternalRef,
 		Attempts: r.Attempts, CompletionTime: metav1.NewTime(r.CompletionTime), ToolRef: r.Tool,
 		IdempotencyClass: r.IdempotencyClass, ErrorClass: r.ErrorClass, ErrorReason: r.ErrorReason,
-		Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metav1.NewTime(r.DeletionTime),
+		Cause: r.Cause, DeletedBy: r.DeletedBy, DeletionTime: metav1.NewTime(r.DeletionTime), KeptUntil: r.KeptUntil,
 	}
 }
 
@@ -480,7 +484,8 @@ func collectNewest(operation string, rows pgx.Rows, err error) (*Record, error) 
 
 const recordColumns = `uid, namespace, coalesce(namespace_uid, ''), key, tool_kind, tool_name, idempotency_class, request_digest, phase,
 	error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
-	coalesce(chain_seq, 0), coalesce(chain_hash, ''), archived_at, coalesce(action->>'kind', '') = 'Tombstone'`
+	coalesce(chain_seq, 0), coalesce(chain_hash, ''), archived_at, coalesce(action->>'kind', '') = 'Tombstone',
+	coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil', '')`
 
 func scanRecord(row pgx.CollectableRow) (Record, error) {
 	var r Record
@@ -495,13 +500,14 @@ func scanRecord(row pgx.CollectableRow) (Record, error) {
 type recordScan struct {
 	record                                      *Record
 	uid, namespaceUID, class, phase, errorClass string
+	keptUntil                                   string
 }
 
 func (s *recordScan) dest() []any {
 	r := s.record
 	return []any{&s.uid, &r.Namespace, &s.namespaceUID, &r.Key, &r.Tool.Kind, &r.Tool.Name, &s.class, &r.RequestDigest, &s.phase,
 		&s.errorClass, &r.ErrorReason, &r.ExternalRef, &r.Attempts, &r.GuardsKey, &r.CompletionTime, &r.Cause,
-		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash, &r.ArchivedAt, &r.FromTombstone}
+		&r.DeletedBy, &r.DeletionTime, &r.Action, &r.Chain.Sequence, &r.Chain.Hash, &r.ArchivedAt, &r.FromTombstone, &s.keptUntil}
 }
 
 func (s *recordScan) finish() {
@@ -509,6 +515,9 @@ func (s *recordScan) finish() {
 	r.UID, r.NamespaceUID = types.UID(s.uid), types.UID(s.namespaceUID)
 	r.IdempotencyClass, r.Phase, r.ErrorClass = v1alpha1.IdempotencyClass(s.class), v1alpha1.Phase(s.phase), v1alpha1.ErrorClass(s.errorClass)
 	r.CompletionTime, r.DeletionTime, r.ArchivedAt = r.CompletionTime.UTC(), r.DeletionTime.UTC(), r.ArchivedAt.UTC()
+	if kept, err := time.Parse(time.RFC3339, s.keptUntil); err == nil {
+		r.KeptUntil = &metav1.Time{Time: kept}
+	}
 }
 
 // Position is where a page of List starts: after the record it names.

@@ -59,7 +59,8 @@ func NewToolRetentions() ToolRetentions {
 }
 
 // KeyFreed says when the tombstone's key is freed, by the same rule as the
-// manager: completion plus the keyRetention of the tool the record named.
+// manager: completion plus the keyRetention of the tool the record named,
+// and not before the keptUntil its answers stated.
 func (tools ToolRetentions) KeyFreed(tomb *v1alpha1.Tombstone) KeyFreed {
 	key := toolKeyOf(tomb)
 	if err, unread := tools.Unreadable[key.Kind]; unread {
@@ -73,6 +74,9 @@ func (tools ToolRetentions) KeyFreed(tomb *v1alpha1.Tombstone) KeyFreed {
 		return KeyFreed{By: FreedByAdministrator}
 	default:
 		at := metav1.NewTime(tomb.Record.CompletionTime.Add(retention.Duration))
+		if promised := tomb.Record.KeptUntil; promised != nil && promised.After(at.Time) {
+			at = *promised
+		}
 		return KeyFreed{By: FreedByKeyRetention, Time: &at, KeyRetention: retention}
 	}
 }

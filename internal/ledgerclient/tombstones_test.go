@@ -45,6 +45,12 @@ func catalog() ToolRetentions {
 	return tools
 }
 
+// promised is tomb with a keptUntil at timePtr(after).
+func promised(tomb v1alpha1.Tombstone, after time.Duration) v1alpha1.Tombstone {
+	tomb.Record.KeptUntil = timePtr(after)
+	return tomb
+}
+
 func TestKeyFreed(t *testing.T) {
 	unreadable := catalog()
 	unreadable.Unreadable[v1alpha1.KindClusterTool] = errors.New("cannot list ClusterTools: forbidden")
@@ -58,6 +64,8 @@ func TestKeyFreed(t *testing.T) {
 			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(19 * time.Hour), KeyRetention: &metav1.Duration{Duration: 24 * time.Hour}}},
 		{name: "a ClusterTool's keyRetention, passed", tomb: tombstone("shop", platformTool), tools: catalog(),
 			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(-4 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
+		{name: "a ClusterTool's keyRetention, shortened after the answers promised later", tomb: promised(tombstone("shop", platformTool), 20*time.Hour), tools: catalog(),
+			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(20 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
 		{name: "no keyRetention", tomb: tombstone("shop", refundTool), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
 		{name: "tool gone", tomb: tombstone("shop", goneTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
 		// Tools are namespaced: billing's charge is another tool.

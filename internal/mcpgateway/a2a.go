@@ -372,6 +372,12 @@ func taskOf(o *sdk.Outcome, messageID string) a2aTask {
 	if o.ExternalRef != "" {
 		t.Metadata[metaPrefix+"externalRef"] = o.ExternalRef
 	}
+	if kept := rfc3339(o.KeptUntil); kept != "" {
+		t.Metadata[metaPrefix+"keptUntil"] = kept
+	}
+	if kept := rfc3339(o.DownstreamKeptUntil); kept != "" {
+		t.Metadata[metaPrefix+"downstreamKeptUntil"] = kept
+	}
 	if len(o.Result) > 0 {
 		t.Artifacts = []a2aArtifact{{ArtifactID: a2aArtifactResult, Name: a2aArtifactResult, Parts: []a2aPart{{Data: o.Result, MediaType: a2aMediaTypeJSON}}}}
 	}

@@ -67,7 +67,7 @@ func sendA2A(served servedTo, messageID, arguments string, sends int) a2aReport 
 var _ = Describe("The gateway's A2A endpoint", func() {
 	It("runs a message sent twice by the A2A JavaScript SDK's client once, as the same task, and names the catalog only to a caller", func() {
 		ns := env.NewTenant()
-		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
+		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema), testenv.WithKeyRetention(48*time.Hour), testenv.WithDownstreamKeyRetention(24*time.Hour))
 		served := serveToAnAgent(ns, 3*time.Second, "pay")
 		messageID := "9f0c2a4e-7b1d-4c3e-a5f6-0b1c2d3e4f50"
 		name := sdk.ClientKey(served.agentName, v1alpha1.KindTool, "pay", messageID)
@@ -82,6 +82,9 @@ var _ = Describe("The gateway's A2A endpoint", func() {
 			Expect(send.Metadata).To(HaveKeyWithValue("toolledger.dev/phase", "Succeeded"))
 			Expect(send.Metadata).To(HaveKeyWithValue("toolledger.dev/messageId", messageID))
 			Expect(send.Metadata["toolledger.dev/externalRef"]).To(Equal(env.Get(ns, name).Status.ExternalRef))
+			status := env.Get(ns, name).Status
+			Expect(send.Metadata).To(HaveKeyWithValue("toolledger.dev/keptUntil", status.KeptUntil.UTC().Format(time.RFC3339)))
+			Expect(send.Metadata).To(HaveKeyWithValue("toolledger.dev/downstreamKeptUntil", status.DownstreamKeptUntil.UTC().Format(time.RFC3339)))
 		}
 		Expect(report.Sends[0].Metadata).To(HaveKeyWithValue("toolledger.dev/deduplicated", false))
 		Expect(report.Sends[1].Metadata).To(HaveKeyWithValue("toolledger.dev/deduplicated", true))

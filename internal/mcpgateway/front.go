@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -42,6 +43,10 @@ const (
 	headerPhase = "Toolledger-Phase"
 	// headerExternalRef is the downstream's identifier of the effect.
 	headerExternalRef = "Toolledger-External-Ref"
+	// headerKeptUntil is until when, at least, the ledger keeps the key;
+	// headerDownstreamKeptUntil when the downstream forgets it (HTTP-dates).
+	headerKeptUntil           = "Toolledger-Kept-Until"
+	headerDownstreamKeptUntil = "Toolledger-Downstream-Kept-Until"
 )
 
 // maxFrontBody bounds a request body: the parameters of one action are 1
@@ -106,6 +111,10 @@ func (g *Gateway) front() http.Handler {
 // or a refusal. A 5xx is only ever an answer about the gateway's reach,
 // never read from a record, so it is never replayed.
 func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer) {
+	if o := a.outcome; o != nil {
+		setDate(w.Header(), headerKeptUntil, o.KeptUntil)
+		setDate(w.Header(), headerDownstreamKeptUntil, o.DownstreamKeptUntil)
+	}
 	switch a.verdict {
 	case verdictConflict:
 		refuse(w, http.StatusUnprocessableEntity, acpError{Type: acpInvalid, Code: codeConflict,
@@ -126,6 +135,12 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	w.Header().Set(headerPhase, string(o.Phase))
 	if o.ExternalRef != "" {
 		w.Header().Set(headerExternalRef, o.ExternalRef)
+	}
+	if o.KeyUncheckable {
+		// Fail closed: nothing runs until the key is checked.
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(keyCheckRetry.Seconds()), 10))
+		refuse(w, http.StatusServiceUnavailable, acpError{Type: acpUnavailable, Code: codeUnavailable, Message: uncheckable(name)})
+		return
 	}
 	if !o.Phase.IsTerminal() {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(retryAfter(o.Phase).Seconds()), 10))
@@ -154,6 +169,13 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// setDate sets the header to t as an HTTP-date, unless t is zero.
+func setDate(h http.Header, name string, t time.Time) {
+	if !t.IsZero() {
+		h.Set(name, t.UTC().Format(http.TimeFormat))
+	}
 }
 
 func refuse(w http.ResponseWriter, status int, e acpError) {

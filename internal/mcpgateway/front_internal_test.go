@@ -3,11 +3,18 @@ package mcpgateway
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
 func TestIdempotencyKeyTakesAStructuredStringOrTheBareValue(t *testing.T) {
@@ -94,5 +101,42 @@ func TestFormObjectRefusesDeepNamesAndBytesThatAreNotText(t *testing.T) {
 	shallow := "a" + strings.Repeat("[b]", maxFormDepth-1)
 	if _, err := formObject(url.Values{shallow: {"1"}}, nil); err != nil {
 		t.Errorf("a form %d levels deep: %v", maxFormDepth, err)
+	}
+}
+
+// The front's answer to each kind of outcome: a key the ledger cannot
+// check fails closed with 503, every unfinished phase is 409, and a
+// finished one states until when the key is kept.
+func TestAnswerFrontStatesTheKeysWindowsAndFailsClosed(t *testing.T) {
+	kept := time.Date(2026, 12, 8, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name        string
+		outcome     sdk.Outcome
+		status      int
+		code        string
+		retryAfter  string
+		keptUntil   string
+		downstreams string
+	}{
+		{name: "archive down: 503, nothing executed", outcome: sdk.Outcome{Phase: v1alpha1.PhaseAccepted, KeyUncheckable: true},
+			status: http.StatusServiceUnavailable, code: codeUnavailable, retryAfter: "5"},
+		{name: "accepted, checkable: 409 in flight", outcome: sdk.Outcome{Phase: v1alpha1.PhaseAccepted},
+			status: http.StatusConflict, code: codeInFlight, retryAfter: "1"},
+		{name: "succeeded: the windows stated", outcome: sdk.Outcome{Phase: v1alpha1.PhaseSucceeded, KeptUntil: kept, DownstreamKeptUntil: kept.Add(-24 * time.Hour)},
+			status: http.StatusOK, keptUntil: "Tue, 08 Dec 2026 10:00:00 GMT", downstreams: "Mon, 07 Dec 2026 10:00:00 GMT"},
+		{name: "failed: the window stated with the failure", outcome: sdk.Outcome{Phase: v1alpha1.PhaseFailed, ErrorClass: v1alpha1.ErrorClassInvalidInput, KeptUntil: kept},
+			status: http.StatusBadRequest, code: string(v1alpha1.ErrorClassInvalidInput), keptUntil: "Tue, 08 Dec 2026 10:00:00 GMT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			(&Gateway{}).answerFront(w, "k-1", "action-1", answer{verdict: verdictOutcome, outcome: &tc.outcome})
+			var body acpError
+			_ = json.Unmarshal(w.Body.Bytes(), &body)
+			got := []string{fmt.Sprint(w.Code), body.Code, w.Header().Get("Retry-After"), w.Header().Get(headerKeptUntil), w.Header().Get(headerDownstreamKeptUntil)}
+			want := []string{fmt.Sprint(tc.status), tc.code, tc.retryAfter, tc.keptUntil, tc.downstreams}
+			if !slices.Equal(got, want) {
+				t.Errorf("status, code, Retry-After, kept until, downstream's = %q; want %q (body %s)", got, want, w.Body)
+			}
+		})
 	}
 }

@@ -52,6 +52,8 @@ spec:
   version: "2024-06-20"
   idempotencyClass: KeyProtected
   clientKeyRequired: true
+  keyRetention: 48h
+  downstreamKeyRetention: 24h
   parametersSchema:
     type: object
     required: [amount, currency, source]
@@ -109,6 +111,10 @@ spec:
 		action := env.Get(ns, name)
 		Expect(action.Spec.ClientKey).To(Equal(key))
 		Expect(action.Status.ExternalRef).To(Equal(charge.ID))
+		Expect(action.Status.KeptUntil.Time).To(BeTemporally("==", action.Status.CompletionTime.Add(48*time.Hour)))
+		Expect(action.Status.DownstreamKeptUntil.Time).To(BeTemporally("==", action.Status.StartTime.Add(24*time.Hour)))
+		Expect(charge.LastResponse.Header.Get("Toolledger-Kept-Until")).To(Equal(action.Status.KeptUntil.UTC().Format(http.TimeFormat)))
+		Expect(charge.LastResponse.Header.Get("Toolledger-Downstream-Kept-Until")).To(Equal(action.Status.DownstreamKeptUntil.UTC().Format(http.TimeFormat)))
 		Expect(action.Spec.Parameters["amount"].Raw).To(MatchJSON(`2000`), "the form's amount is typed by the Tool's schema")
 		Expect(action.Spec.Parameters["metadata"].Raw).To(MatchJSON(`{"order":"7001"}`))
 		downstreamKeys, _, _ := seen(stripeSide)
@@ -173,6 +179,8 @@ spec:
 		Expect(body(resp)).To(MatchJSON(`{"id":"` + env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.ExternalRef + `","object":"charge","amount":3000,"currency":"usd","status":"succeeded"}`))
 		Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		Expect(resp.Header.Get("Idempotent-Replayed")).To(Equal("true"))
+		kept := env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.KeptUntil
+		Expect(resp.Header.Get("Toolledger-Kept-Until")).To(Equal(kept.UTC().Format(http.TimeFormat)))
 		downstreamKeys, _, _ = seen(stripeSide)
 		Expect(downstreamKeys).To(HaveLen(2))
 	})

@@ -152,7 +152,7 @@ var _ = Describe("The MCP gateway in-process", func() {
 
 	It("keys a new step apart, takes an explicit key, and refuses a changed payload under it without an effect", func() {
 		ns := env.NewTenant()
-		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
+		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema), testenv.WithKeyRetention(24*time.Hour))
 		cs := inMemory(startGateway(ns, cfg, "pay"), nil)
 		args := map[string]any{"amount": 5, "currency": "EUR", "customer": "c-2"}
 
@@ -165,6 +165,10 @@ var _ = Describe("The MCP gateway in-process", func() {
 		res, explicit := pay(cs, args, mcp.Meta{mcpgateway.MetaKey: "order-7"})
 		Expect(res.IsError).To(BeFalse(), textOf(res))
 		Expect(explicit.Key).To(Equal("order-7"))
+		keptUntil := env.Get(ns, "order-7").Status.KeptUntil.UTC().Format(time.RFC3339)
+		Expect(explicit.KeptUntil).To(Equal(keptUntil), "the answer states until when the ledger keeps the key")
+		Expect(explicit.DownstreamKeptUntil).To(BeEmpty(), "the tool declares no downstream window")
+		Expect(textOf(res)).To(ContainSubstring("The ledger keeps this key until at least " + keptUntil))
 		res, conflict := pay(cs, map[string]any{"amount": 6, "currency": "EUR", "customer": "c-2"}, mcp.Meta{mcpgateway.MetaKey: "order-7"})
 		Expect(res.IsError).To(BeTrue())
 		Expect(conflict).To(Equal(mcpgateway.Outcome{Key: "order-7", Phase: mcpgateway.PhaseNotRecorded, ErrorClass: "DuplicateConflict", ErrorReason: "DuplicateConflict",

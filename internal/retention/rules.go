@@ -28,28 +28,49 @@ const (
 )
 
 // Due applies the tool's two retentions to a finished action: what is due
-// at now, and otherwise how long until something is (zero: never).
+// at now, and otherwise how long until something is (zero: never). The
+// action's keptUntil is a promise made to its callers: its key is not
+// freed sooner, whatever the tool says now.
 func Due(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (Retirement, time.Duration) {
 	if a.Status.CompletionTime == nil {
 		return KeepRecord, 0
 	}
-	completed := a.Status.CompletionTime.Time
-	if KeyPassed(completed, tool, now) {
+	completed, promised := a.Status.CompletionTime.Time, a.Status.KeptUntil
+	if KeyPassed(completed, promised, tool, now) {
 		return FreeKey, 0
 	}
 	if d := tool.Spec.RecordRetention; d != nil && !now.Before(completed.Add(d.Duration)) {
 		return ToTombstone, 0
 	}
 	if d := Earliest(&tool.Spec); d != nil {
-		return KeepRecord, completed.Add(*d).Sub(now)
+		due := completed.Add(*d)
+		if promised != nil && promised.After(due) {
+			due = promised.Time
+		}
+		return KeepRecord, due.Sub(now)
 	}
 	return KeepRecord, 0
 }
 
 // KeyPassed reports whether a key whose action finished at completed is
-// free again by the tool's keyRetention.
-func KeyPassed(completed time.Time, tool *v1alpha1.Tool, now time.Time) bool {
-	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(completed.Add(tool.Spec.KeyRetention.Duration))
+// free again by the tool's keyRetention, and by promised, its keptUntil,
+// when it has one.
+func KeyPassed(completed time.Time, promised *metav1.Time, tool *v1alpha1.Tool, now time.Time) bool {
+	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(completed.Add(tool.Spec.KeyRetention.Duration)) &&
+		(promised == nil || !now.Before(promised.Time))
+}
+
+// KeptUntil is until when the key of a finished action that was
+// dispatched is kept, by spec (its tool's, the archive's defaults
+// applied): its keyRetention after completion. Nil when only an
+// administrator frees the key, and for an action never dispatched, whose
+// key guards no effect.
+func KeptUntil(a *v1alpha1.ToolAction, spec *v1alpha1.ToolSpec) *metav1.Time {
+	if a.Status.CompletionTime == nil || a.Status.Attempts == 0 || spec.KeyRetention == nil {
+		return nil
+	}
+	kept := metav1.NewTime(a.Status.CompletionTime.Add(spec.KeyRetention.Duration))
+	return &kept
 }
 
 // Earliest is the shorter of the tool's retentions: a finished record is

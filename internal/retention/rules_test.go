@@ -84,3 +84,59 @@ func TestRetentionWithAnArchive(t *testing.T) {
 		})
 	}
 }
+
+// An action's keptUntil is a promise to its callers: a Tool whose
+// keyRetention was shortened after the action finished does not free the
+// key before it.
+func TestKeptUntilIsAFloor(t *testing.T) {
+	hours := func(h int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(h) * time.Hour} }
+	promised := func(after time.Duration) *metav1.Time { at := metav1.NewTime(t0.Add(after)); return &at }
+	tests := []struct {
+		name         string
+		record, key  *metav1.Duration
+		keptUntil    *metav1.Time
+		completedAgo time.Duration
+		want         Retirement
+		wantAfter    time.Duration
+	}{
+		{"keyRetention shortened to 1h, promised 24h: kept until the promise", nil, hours(1), promised(21 * time.Hour), 3 * time.Hour, KeepRecord, 21 * time.Hour},
+		{"the promise passed too: freed", nil, hours(1), promised(-time.Minute), 3 * time.Hour, FreeKey, 0},
+		{"recordRetention still moves the record: its Tombstone keeps the promise", hours(1), hours(1), promised(21 * time.Hour), 3 * time.Hour, ToTombstone, 0},
+		{"no promise: the tool alone decides", nil, hours(1), nil, 3 * time.Hour, FreeKey, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tool := &v1alpha1.Tool{}
+			tool.Spec.RecordRetention, tool.Spec.KeyRetention = tt.record, tt.key
+			finished := finishedAgo(tt.completedAgo)
+			finished.Status.KeptUntil = tt.keptUntil
+			if got, after := Due(finished, tool, t0); got != tt.want || after != tt.wantAfter {
+				t.Errorf("retention = %d, %s; want %d, %s", got, after, tt.want, tt.wantAfter)
+			}
+		})
+	}
+}
+
+func TestKeptUntil(t *testing.T) {
+	day := &metav1.Duration{Duration: 24 * time.Hour}
+	dispatched := finishedAgo(time.Hour)
+	if got := KeptUntil(dispatched, &v1alpha1.ToolSpec{KeyRetention: day}); got == nil || !got.Equal(ptrTime(t0.Add(23*time.Hour))) {
+		t.Errorf("KeptUntil of a dispatched action = %v, want completion + 24h = %s", got, t0.Add(23*time.Hour))
+	}
+	if got := KeptUntil(dispatched, Defaults{Key: 90 * 24 * time.Hour}.Of(&v1alpha1.ToolSpec{})); got == nil || !got.Equal(ptrTime(t0.Add(90*24*time.Hour-time.Hour))) {
+		t.Errorf("KeptUntil by the archive's default = %v, want completion + 90 days", got)
+	}
+	if got := KeptUntil(dispatched, &v1alpha1.ToolSpec{}); got != nil {
+		t.Errorf("KeptUntil without a keyRetention = %v, want none: only an administrator frees the key", got)
+	}
+	rejected := finishedAgo(time.Hour)
+	rejected.Status.Attempts = 0
+	if got := KeptUntil(rejected, &v1alpha1.ToolSpec{KeyRetention: day}); got != nil {
+		t.Errorf("KeptUntil of an action never dispatched = %v, want none", got)
+	}
+	if got := KeptUntil(&v1alpha1.ToolAction{Status: v1alpha1.ToolActionStatus{Attempts: 1}}, &v1alpha1.ToolSpec{KeyRetention: day}); got != nil {
+		t.Errorf("KeptUntil of a running action = %v, want none", got)
+	}
+}
+
+func ptrTime(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }

@@ -175,7 +175,7 @@ func (s *Sweep) sweepTombstones(ctx context.Context, target sweepTarget) error {
 		opts = append(opts, client.InNamespace(target.namespace))
 	}
 	expired := func(tomb *v1alpha1.Tombstone) bool {
-		return KeyPassed(tomb.Record.CompletionTime.Time, tool, s.Clock.Now())
+		return KeyPassed(tomb.Record.CompletionTime.Time, tomb.Record.KeptUntil, tool, s.Clock.Now())
 	}
 	return s.eachOwnedTombstone(ctx, fmt.Sprintf("of %s %s", target.kind, target.name), opts, expired, func(tomb *v1alpha1.Tombstone) error {
 		if s.Pacer.Turn(tomb.UID, time.Now()) > 0 {

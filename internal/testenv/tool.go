@@ -139,6 +139,12 @@ func WithKeyRetention(d time.Duration) ToolOption {
 	return func(t *v1alpha1.Tool) { t.Spec.KeyRetention = &metav1.Duration{Duration: d} }
 }
 
+// WithDownstreamKeyRetention declares that the downstream keeps the keys
+// it is sent for d.
+func WithDownstreamKeyRetention(d time.Duration) ToolOption {
+	return func(t *v1alpha1.Tool) { t.Spec.DownstreamKeyRetention = &metav1.Duration{Duration: d} }
+}
+
 // WithRecordRetention replaces finished records by their tombstones once d
 // has passed since they finished.
 func WithRecordRetention(d time.Duration) ToolOption {

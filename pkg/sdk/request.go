@@ -119,6 +119,20 @@ type Outcome struct {
 	// creator (toolledger.dev/requested-by); empty where the identity
 	// policies are not installed.
 	RequestedBy string
+	// KeyUncheckable reports an action held before its first dispatch
+	// because no manager can check its key now (the archive that keeps the
+	// ledger's keys is down): it runs once one can, and a call under the
+	// key until then finds it recorded. Phase is Accepted.
+	KeyUncheckable bool
+	// KeptUntil is until when, at least, the ledger keeps the key of the
+	// finished action: a retry under it until then gets this outcome. Zero
+	// while the action runs, for one never dispatched, and when only an
+	// administrator frees the key.
+	KeptUntil time.Time
+	// DownstreamKeptUntil is when the downstream forgets the key it was
+	// sent, where the tool declares its downstreamKeyRetention; zero
+	// otherwise.
+	DownstreamKeptUntil time.Time
 	// Approval is the decision applied to the action, for a tool that
 	// requires approval; nil until one is.
 	Approval *v1alpha1.ApprovalRecord
@@ -149,6 +163,13 @@ func newOutcome(action *v1alpha1.ToolAction, deduplicated bool) *Outcome {
 		Approval:      action.Status.Approval.DeepCopy(),
 	}
 	o.Deduplicated = deduplicated || action.Status.SettledByEarlierRecord()
+	o.KeyUncheckable = action.Status.KeyUncheckable()
+	if t := action.Status.KeptUntil; t != nil {
+		o.KeptUntil = t.Time
+	}
+	if t := action.Status.DownstreamKeptUntil; t != nil {
+		o.DownstreamKeptUntil = t.Time
+	}
 	if action.Status.Result != nil {
 		// A copy: invocations of one key share the observed action.
 		o.Result = bytes.Clone(action.Status.Result.Raw)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,6 +26,7 @@ import (
 	"github.com/toolledger/toolledger/cmd/manager/app"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/mcpgateway"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testenv/specenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -133,6 +137,35 @@ var _ = Describe("The archive", func() {
 			To(Equal([]string{"1"}))
 	})
 
+	It("keeps an archived key until the keptUntil its answers stated, though the tool's keyRetention is shortened after", func() {
+		key := ns + "/order-5001-charge"
+		Expect(k8s.Create(ctx, charge("order-5001-charge", 800))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-5001-charge", v1alpha1.PhaseSucceeded)
+		promised := first.Status.KeptUntil
+		Expect(promised).NotTo(BeNil())
+		clock.Step(90 * time.Minute)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+
+		By("keyRetention shortened to 1h after the record was archived: the archive still answers the key")
+		var tool v1alpha1.Tool
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "charge"}, &tool)).To(Succeed())
+		tool.Spec.KeyRetention = &metav1.Duration{Duration: time.Hour}
+		Expect(k8s.Update(ctx, &tool)).To(Succeed())
+		Expect(k8s.Create(ctx, charge("order-5001-charge", 800))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-5001-charge", v1alpha1.PhaseSucceeded)
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
+		Expect(again.Status.KeptUntil).To(Equal(promised))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		recreate(again)
+
+		By("past the promise the key means a new intent")
+		clock.Step(23 * time.Hour)
+		Expect(k8s.Create(ctx, charge("order-5001-charge", 800))).To(Succeed())
+		fresh := env.WaitForPhase(ns, "order-5001-charge", v1alpha1.PhaseSucceeded)
+		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
+		Expect(downstream.Requests(key)).To(Equal(2))
+	})
+
 	It("has the cluster keep its chain's head as a checkpoint, which a rewrite of the database cannot reach", func() {
 		Expect(k8s.Create(ctx, charge("order-1301-charge", 1200))).To(Succeed())
 		first := env.WaitForPhase(ns, "order-1301-charge", v1alpha1.PhaseSucceeded)
@@ -168,6 +201,48 @@ var _ = Describe("The archive", func() {
 		Expect(server.Resume(ctx)).To(Succeed())
 		Eventually(func() v1alpha1.Phase { return env.Get(ns, "order-2001-charge").Status.Phase }, 2*time.Minute).Should(Equal(v1alpha1.PhaseSucceeded))
 		Expect(downstream.Requests(key)).To(Equal(1))
+	})
+
+	It("has the HTTP front fail closed with 503 while the archive cannot check a key, and answer the one charge once it can", func() {
+		gctx, cancel := context.WithCancel(ctx)
+		DeferCleanup(cancel)
+		g, err := mcpgateway.New(gctx, mcpgateway.Options{Config: env.Config, Namespace: ns, Wait: 2 * time.Second, Logger: GinkgoLogr})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(g.Run(gctx)).To(Succeed())
+		Eventually(g.Tools).Should(ContainElement("charge"))
+		handler, err := g.HTTPHandler(mcpgateway.HTTPOptions{LocalOnly: true})
+		Expect(err).NotTo(HaveOccurred())
+		front := httptest.NewServer(handler)
+		DeferCleanup(front.Close)
+		post := func() *http.Response {
+			GinkgoHelper()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+mcpgateway.FrontPath+"charge",
+				strings.NewReader(`{"amount":1500,"currency":"EUR","customer":"cus_1"}`))
+			Expect(err).NotTo(HaveOccurred())
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "order-9001")
+			resp, err := http.DefaultClient.Do(req)
+			Expect(err).NotTo(HaveOccurred())
+			DeferCleanup(resp.Body.Close)
+			return resp
+		}
+
+		Expect(server.Halt()).To(Succeed())
+		resp := post()
+		Expect(resp.StatusCode).To(Equal(http.StatusServiceUnavailable))
+		Expect(resp.Header.Get("Retry-After")).To(Equal("5"))
+		body, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(body)).To(And(ContainSubstring(`"code":"service_unavailable"`), ContainSubstring("is not executed until the key is checked")))
+		name := resp.Header.Get("Toolledger-Key")
+		Expect(name).NotTo(BeEmpty())
+		Consistently(func() int { return downstream.Requests(ns + "/" + name) }, time.Second).Should(BeZero())
+
+		By("the archive is back: a retry under the key gets the one charge")
+		Expect(server.Resume(ctx)).To(Succeed())
+		Eventually(func() int { return post().StatusCode }, 2*time.Minute, time.Second).Should(Equal(http.StatusOK))
+		Expect(post().Header.Get("Idempotent-Replayed")).To(Equal("true"))
+		Expect(downstream.Requests(ns + "/" + name)).To(Equal(1))
 	})
 
 	It("moves the Tombstones written before it had an archive into it, and keeps answering their keys", func() {
@@ -332,6 +407,7 @@ var _ = Describe("The archive's key and history retentions", func() {
 
 		Expect(k8s.Create(ctx, chargeAction(ns, "order-4001-charge", 1200))).To(Succeed())
 		first := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		Expect(first.Status.KeptUntil.Time).To(BeTemporally("==", first.Status.CompletionTime.Add(48*time.Hour)), "keptUntil by the archive's default")
 		clock.Step(11 * time.Minute)
 		Eventually(gone(first.DeepCopy())).Should(BeTrue())
 		Eventually(rows(first.UID)).Should(Equal(1))
@@ -341,6 +417,7 @@ var _ = Describe("The archive's key and history retentions", func() {
 		Expect(k8s.Create(ctx, chargeAction(ns, "order-4001-charge", 1200))).To(Succeed())
 		again := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
 		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
+		Expect(again.Status.KeptUntil).To(Equal(first.Status.KeptUntil), "the archived record's keptUntil, read from PostgreSQL")
 		Expect(downstream.Requests(key)).To(Equal(1))
 		recreate(again)
 

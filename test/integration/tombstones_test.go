@@ -63,6 +63,9 @@ var _ = Describe("Tombstones", func() {
 		first := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
 		Expect(first.Status.ExternalRef).NotTo(BeEmpty())
 		Expect(downstream.Requests(key)).To(Equal(1))
+		keptUntil := metav1.NewTime(first.Status.CompletionTime.Add(24 * time.Hour))
+		Expect(first.Status.KeptUntil).To(Equal(&keptUntil), "keptUntil: completion + the tool's keyRetention")
+		Expect(first.Status.DownstreamKeptUntil).To(BeNil(), "the tool declares no downstreamKeyRetention")
 
 		By("recordRetention passes: the record is gone, its tombstone there")
 		clock.Step(90 * time.Minute)
@@ -74,6 +77,7 @@ var _ = Describe("Tombstones", func() {
 			ExternalRef: first.Status.ExternalRef, Attempts: 1, CompletionTime: *first.Status.CompletionTime,
 			ToolRef: v1alpha1.ToolReference{Kind: v1alpha1.KindTool, Name: "charge"}, IdempotencyClass: v1alpha1.NonRepeatable,
 			Cause: v1alpha1.TombstoneCauseRecordRetention, DeletedBy: "toolledger (tombstones)", DeletionTime: tomb.Record.DeletionTime,
+			KeptUntil: &keptUntil,
 		}))
 		Expect(tomb.Labels).To(HaveKeyWithValue(v1alpha1.LabelTool, "charge"))
 
@@ -82,6 +86,7 @@ var _ = Describe("Tombstones", func() {
 		again := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
 		Expect(again.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
 		Expect(again.Status.Attempts).To(BeZero())
+		Expect(again.Status.KeptUntil).To(Equal(&keptUntil), "the answer states the Tombstone's keptUntil, not its own completion's")
 		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByTombstone))
 		Expect(meta.FindStatusCondition(again.Status.Conditions, v1alpha1.ConditionSucceeded).Message).To(And(
 			ContainSubstring("Tombstone order-1001-charge"), ContainSubstring(first.Status.ExternalRef)))
@@ -97,6 +102,7 @@ var _ = Describe("Tombstones", func() {
 		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
 		Expect(outcome.Deduplicated).To(BeTrue())
 		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(outcome.KeptUntil).To(BeTemporally("==", keptUntil.Time))
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("different parameters under the key: DuplicateConflict, no request")
@@ -108,6 +114,7 @@ var _ = Describe("Tombstones", func() {
 		Expect(conflict.Status.Error.Message).To(And(ContainSubstring(tomb.Record.RequestDigest),
 			ContainSubstring(tomb.Record.CompletionTime.UTC().Format(time.RFC3339)), ContainSubstring("Tombstone order-1001-charge")))
 		Expect(conflict.Status.Attempts).To(BeZero())
+		Expect(conflict.Status.KeptUntil).To(Equal(&keptUntil), "a refused request learns until when the key stays taken")
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("the SDK reports a different request under the key as a DuplicateConflictError")
@@ -131,6 +138,39 @@ var _ = Describe("Tombstones", func() {
 		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
 		Expect(specenv.Reasons(fresh)).NotTo(ContainElement(v1alpha1.ReasonSettledByTombstone))
 		Expect(downstream.Requests(key)).To(Equal(2))
+	})
+
+	It("keeps a key until the keptUntil its answers stated, though the tool's keyRetention is shortened after", func() {
+		key := ns + "/order-4001-charge"
+		Expect(k8s.Create(ctx, charge("order-4001-charge", 700))).To(Succeed())
+		first := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		Expect(first.Status.KeptUntil).NotTo(BeNil())
+		promised := first.Status.KeptUntil.Time
+		Expect(promised).To(BeTemporally("==", first.Status.CompletionTime.Add(24*time.Hour)))
+
+		By("the tool's keyRetention shortened to 1h, and 2h pass: the record goes to its tombstone, which stays")
+		var tool v1alpha1.Tool
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "charge"}, &tool)).To(Succeed())
+		tool.Spec.KeyRetention = &metav1.Duration{Duration: time.Hour}
+		Expect(k8s.Update(ctx, &tool)).To(Succeed())
+		clock.Step(2 * time.Hour)
+		Eventually(gone(first.DeepCopy())).Should(BeTrue())
+		tomb, err := tombstone("order-4001-charge")()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(tomb.Record.KeptUntil.Time).To(BeTemporally("==", promised))
+		// Ten sweeps: without the promise, the first would free the key.
+		Consistently(func() error { _, err := tombstone("order-4001-charge")(); return err }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		By("a retry under the key before the promise: the original outcome, no request")
+		Expect(k8s.Create(ctx, charge("order-4001-charge", 700))).To(Succeed())
+		again := env.WaitForPhase(ns, "order-4001-charge", v1alpha1.PhaseSucceeded)
+		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByTombstone))
+		Expect(again.Status.KeptUntil.Time).To(BeTemporally("==", promised))
+		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("the promise passes: the tombstone goes")
+		clock.Step(23 * time.Hour)
+		Eventually(func() bool { _, err := tombstone("order-4001-charge")(); return apierrors.IsNotFound(err) }).Should(BeTrue())
 	})
 
 	It("is written when a user deletes a dispatched record, and not for one that dispatched nothing", func() {

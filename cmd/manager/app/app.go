@@ -570,7 +570,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: reconciler.Recorder,
 		RoutineEvents: controllers.NewRoutineEvents(opts.RoutineEventRate), Clock: opts.Clock, Executor: opts.ExecutorID,
 		Tools: reconciler.Tools, HandBack: queue.Revisit, Notifier: notifier,
-		TrustCallerTraceContext: opts.TrustCallerTraceContext, Chains: chains,
+		TrustCallerTraceContext: opts.TrustCallerTraceContext, Chains: chains, Retention: reconciler.Retention,
 	})
 	if notifier != nil {
 		notifier.Ledger, notifier.Shards = reconciler.Ledger, reconciler.Shards
