@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -236,6 +238,21 @@ var _ = Describe("The archive", func() {
 		Expect(string(body)).To(And(ContainSubstring(`"code":"service_unavailable"`), ContainSubstring("is not executed until the key is checked")))
 		name := resp.Header.Get("Toolledger-Key")
 		Expect(name).NotTo(BeEmpty())
+
+		By("a UCP call through MCP: service_unavailable, retry after 5s")
+		serverSide, clientSide := mcp.NewInMemoryTransports()
+		ss, err := g.Server().Connect(ctx, serverSide, nil)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(ss.Close)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "ucp-agent", Version: "v1"}, nil).Connect(ctx, clientSide, nil)
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cs.Close)
+		_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{
+			"meta": map[string]any{"idempotency-key": "order-9002"}, "amount": 1600, "currency": "EUR", "customer": "cus_1"}})
+		var wire *jsonrpc.Error
+		Expect(errors.As(err, &wire)).To(BeTrue(), "%v", err)
+		Expect(wire.Code).To(BeEquivalentTo(-32000))
+		Expect(string(wire.Data)).To(And(ContainSubstring(`"code":"service_unavailable"`), ContainSubstring(`"retry_after":5`)))
 		Consistently(func() int { return downstream.Requests(ns + "/" + name) }, time.Second).Should(BeZero())
 
 		By("the archive is back: a retry under the key gets the one charge")
