@@ -235,9 +235,12 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 		}
 		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong, message: message})}
 	}
-	if expiry := downstreamKeyExpiry(a, tool.tool); !expiry.IsZero() && !p.now.Before(expiry) && (a.Status.Phase == v1alpha1.PhaseUnknown || unsettledUnknown(a)) {
-		// The downstream deduplicates no more by the key: a re-send could
-		// apply twice. A tool with a lookup call settled it by a lookup.
+	if expiry := downstreamKeyExpiry(a, tool.tool); !expiry.IsZero() && !p.now.Before(expiry) && reason != ReasonAbsentByLookup &&
+		tool.tool.Spec.IdempotencyClass == v1alpha1.KeyProtected && (a.Status.Phase == v1alpha1.PhaseUnknown || unsettledUnknown(a)) {
+		// A KeyProtected downstream deduplicates no more by the key: a
+		// re-send could apply twice. A lookup that found the effect absent
+		// proved a re-send safe; a tool with a lookup call gets there by
+		// one. (A ReadOnly or NaturallyIdempotent repeat is harmless.)
 		return step{kind: stepRecord, record: p.escalation(ReasonDownstreamKeyExpired, fmt.Sprintf(
 			"an earlier attempt's outcome is unknown, and the downstream kept its idempotency key until %s (the tool's downstreamKeyRetention of %s from the first attempt): a re-send could apply twice; resolve it with a ToolResolution",
 			expiry.UTC().Format(time.RFC3339), tool.tool.Spec.DownstreamKeyRetention.Duration))}
@@ -246,14 +249,20 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 }
 
 // downstreamKeyExpiry is when the downstream forgets the key of a's
-// attempts, by the tool's downstreamKeyRetention counted from the first
-// attempt; zero when the tool declares none or a never started.
+// attempts: the earlier of the date its answers stated and the tool's
+// downstreamKeyRetention now, counted from the first attempt; zero when
+// neither says.
 func downstreamKeyExpiry(a *v1alpha1.ToolAction, tool *v1alpha1.Tool) time.Time {
-	d := tool.Spec.DownstreamKeyRetention
-	if d == nil || a.Status.StartTime == nil {
-		return time.Time{}
+	var expiry time.Time
+	if stated := a.Status.DownstreamKeptUntil; stated != nil {
+		expiry = stated.Time
 	}
-	return a.Status.StartTime.Add(d.Duration)
+	if d := tool.Spec.DownstreamKeyRetention; d != nil && a.Status.StartTime != nil {
+		if now := a.Status.StartTime.Add(d.Duration); expiry.IsZero() || now.Before(expiry) {
+			expiry = now
+		}
+	}
+	return expiry
 }
 
 // afterLookup decides what a lookup's answer means: found is Succeeded,

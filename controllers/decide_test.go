@@ -57,6 +57,17 @@ func completedAgo(d time.Duration) actionOption {
 	return func(a *v1alpha1.ToolAction) { a.Status.CompletionTime = metaTimePtr(t0.Add(-d)) }
 }
 
+// downstreamWindow is a tool of class whose downstream keeps keys for d.
+func downstreamWindow(class v1alpha1.IdempotencyClass, d time.Duration, caps ...func(*adapter.Capabilities)) *resolvedTool {
+	tool := withTool(class, caps...)
+	tool.tool.Spec.DownstreamKeyRetention = &metav1.Duration{Duration: d}
+	return tool
+}
+
+func startedAgo(d time.Duration) actionOption {
+	return func(a *v1alpha1.ToolAction) { a.Status.StartTime = metaTimePtr(t0.Add(-d)) }
+}
+
 // keyRetention is a KeyProtected tool that keeps keys for d.
 func keyRetention(d time.Duration) *resolvedTool {
 	tool := withTool(v1alpha1.KeyProtected)
@@ -282,12 +293,10 @@ func TestDecide(t *testing.T) {
 // is unknown is looked up, or goes to a human, never re-sent.
 func TestDecideAfterTheDownstreamsKeyWindow(t *testing.T) {
 	window := func(d time.Duration, caps ...func(*adapter.Capabilities)) *resolvedTool {
-		tool := withTool(v1alpha1.KeyProtected, caps...)
-		tool.tool.Spec.DownstreamKeyRetention = &metav1.Duration{Duration: d}
-		return tool
+		return downstreamWindow(v1alpha1.KeyProtected, d, caps...)
 	}
-	startedAgo := func(d time.Duration) actionOption {
-		return func(a *v1alpha1.ToolAction) { a.Status.StartTime = metaTimePtr(t0.Add(-d)) }
+	stated := func(d time.Duration) actionOption {
+		return func(a *v1alpha1.ToolAction) { a.Status.DownstreamKeptUntil = metaTimePtr(t0.Add(d)) }
 	}
 	wentUnknown := func(a *v1alpha1.ToolAction) {
 		a.Status.History = []v1alpha1.Transition{{From: v1alpha1.PhaseExecuting, To: v1alpha1.PhaseUnknown, Reason: ReasonLeaseExpired}}
@@ -312,6 +321,10 @@ func TestDecideAfterTheDownstreamsKeyWindow(t *testing.T) {
 			window(24*time.Hour, noLookup), result{Kind: "attempt", Reason: ReasonExecuting}},
 		{"no window declared: re-sent under the key", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
 			withTool(v1alpha1.KeyProtected, noLookup), result{Kind: "attempt", Reason: ReasonRedispatch}},
+		{"ReadOnly after the window: re-sent, a repeat is harmless", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			downstreamWindow(v1alpha1.ReadOnly, 24*time.Hour, noLookup), result{Kind: "attempt", Reason: ReasonRedispatch}},
+		{"the stated window passed though the tool now declares a longer one: escalated", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour), stated(-time.Hour)),
+			window(48*time.Hour, noLookup), expired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -457,6 +470,11 @@ func TestAfterLookup(t *testing.T) {
 			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, fmt.Errorf("%w: after 24h", adapter.ErrLookupWindowClosed),
 			result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonLookupWindowClosed, Events: []string{"Warning/Escalated"}}},
+		{"absent after the downstream's key window: re-sent, the lookup proved it safe", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			downstreamWindow(v1alpha1.KeyProtected, 24*time.Hour), adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "attempt", Reason: ReasonAbsentByLookup}},
+		{"lookup unsupported after the downstream's key window: escalated, never re-sent", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour)),
+			downstreamWindow(v1alpha1.KeyProtected, 24*time.Hour), adapter.Outcome{}, adapter.ErrLookupUnsupported, result{Kind: "record", Phase: v1alpha1.PhaseEscalated,
+				Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonDownstreamKeyExpired, Events: []string{"Warning/Escalated"}}},
 		{"no proof by the deadline: escalated", newAction(v1alpha1.PhaseUnknown, unknownSince(10*time.Minute)), withTool(v1alpha1.KeyProtected),
 			adapter.Outcome{}, inconclusive, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown,
 				ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},

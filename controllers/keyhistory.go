@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -40,6 +41,9 @@ type keyHistory interface {
 // the messages, reasons and metrics of an action answered from it.
 type earlierRecord struct {
 	record v1alpha1.TombstoneRecord
+	// result is the stored result of the downstream's answer, which an
+	// archived record keeps and a Tombstone does not.
+	result json.RawMessage
 	// where names the record in messages: "Tombstone order-1".
 	where string
 	// settledReason answers the same request; conflictReason refuses
@@ -226,7 +230,7 @@ func (h archiveHistory) settled(ctx context.Context, key types.NamespacedName) (
 }
 
 func fromArchive(rec *archive.Record) *earlierRecord {
-	return &earlierRecord{record: rec.Tombstone(), where: fmt.Sprintf("the archived record of %s (UID %s)", rec.Key, rec.UID),
+	return &earlierRecord{record: rec.Tombstone(), result: rec.Result(), where: fmt.Sprintf("the archived record of %s (UID %s)", rec.Key, rec.UID),
 		settledReason: ReasonSettledByArchive, conflictReason: ReasonArchiveConflict, source: sourceArchive}
 }
 

@@ -410,7 +410,7 @@ func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition 
 			accept(a, p.now)
 			a.Status.KeptUntil = rec.KeptUntil
 			if rec.Phase == v1alpha1.PhaseSucceeded {
-				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef})
+				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef, Result: e.result})
 				return
 			}
 			a.Status.ExternalRef = rec.ExternalRef

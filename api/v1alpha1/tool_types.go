@@ -563,10 +563,11 @@ type ToolSpec struct {
 	// downstreamKeyRetention is how long the downstream keeps the
 	// idempotency key it is sent (Stripe: 24h), counted from the first
 	// attempt. Answers state when it ends (status.downstreamKeptUntil).
-	// After it, an attempt whose outcome is unknown is never re-sent under
-	// the key, which the downstream no longer deduplicates by: it is looked
-	// up where the tool has a lookup call, and otherwise goes to a human.
-	// Unset trusts the downstream to keep the key for good.
+	// After it, an attempt of a KeyProtected tool whose outcome is unknown
+	// is never re-sent under the key, which the downstream no longer
+	// deduplicates by: it is looked up where the tool has a lookup call,
+	// and otherwise goes to a human. Unset trusts the downstream to keep
+	// the key for good.
 	// +optional
 	DownstreamKeyRetention *metav1.Duration `json:"downstreamKeyRetention,omitempty"`
 

@@ -92,10 +92,14 @@ func main() {
 	flag.StringVar(&opts.egressAllow, "egress-allow", "127.0.0.1/32", "CIDRs the operator's HTTP tools may reach although they are loopback or private (the manager's --egress-allow); the demo downstream listens on 127.0.0.1, which may also take credentials over plain HTTP.")
 	flag.BoolVar(&opts.archive, "archive", true, "Run a local PostgreSQL server (Debian's postgresql, which `make postgresql` installs; data under the state directory) and keep finished records and their keys in it (the manager's --archive-dsn), instead of Tombstones; --archive=false keeps Tombstones.")
 	flag.StringVar(&opts.archiveAPIListen, "archive-api-listen", "127.0.0.1:8445", "With --archive and the embedded control plane, where the archive API (kubectl get archivedtoolactions) listens for the API server.")
-	flag.StringVar(&opts.gatewayListen, "gateway-listen", "127.0.0.1:8090", "Loopback address of the gateway of --namespace, in its local-only mode (no tokens, every call as the identity toolledger-dev runs with): MCP at /mcp, A2A at /a2a, the HTTP front at /tools/<tool>; empty starts none.")
+	flag.StringVar(&opts.gatewayListen, "gateway-listen", "127.0.0.1:8090", "Loopback address of the gateway of --namespace, in its local-only mode (no tokens, every call as the identity toolledger-dev runs with): MCP at /mcp, A2A at /a2a, the HTTP front at /tools/<tool>; empty starts none, as does --existing-cluster unless this is set.")
 	flag.Func("notification-sink", "NAME=URL of a CloudEvents receiver that gets an event for each action awaiting approval, escalated, succeeded or failed (the manager's --notification-sink; the demo downstream is one at /events); repeatable.", notify.SinkFlag(&opts.notificationSinks))
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if opts.existingCluster && !flagSet("gateway-listen") {
+		// No token-less gateway onto a real cluster unless asked for.
+		opts.gatewayListen = ""
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	if err := run(opts); err != nil {
@@ -343,6 +347,13 @@ func waitUntilAdmitted(ctx context.Context, cfg *rest.Config, namespace string, 
 		return testenv.WaitForIdentity(ctx, c, namespace)
 	}
 	return nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // startGateway serves the gateway of the sample Tool's namespace on a

@@ -302,6 +302,21 @@ func RecordFromTombstone(tomb *v1alpha1.Tombstone, namespaceUID types.UID) (Reco
 	}, nil
 }
 
+// Result is the result the archived action stored of the downstream's
+// answer (status.result); nil for none, and for a record moved from a
+// Tombstone, which keeps none.
+func (r *Record) Result() json.RawMessage {
+	var doc struct {
+		Status struct {
+			Result json.RawMessage `json:"result"`
+		} `json:"status"`
+	}
+	if r.FromTombstone || json.Unmarshal(r.Action, &doc) != nil {
+		return nil
+	}
+	return doc.Status.Result
+}
+
 // Tombstone is the record as the key check reads it: what a Tombstone
 // would hold.
 func (r *Record) Tombstone() v1alpha1.TombstoneRecord {

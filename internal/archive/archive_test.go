@@ -160,7 +160,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 		GRANT SELECT ON toolledger_schema_migrations TO ledger_writer;
 		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer;
 		GRANT SELECT ON toolledger_chain_pruned, toolledger_archive, toolledger_namespaces, toolledger_chain_heads TO ledger_writer;
-		GRANT EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer) TO ledger_writer;
+		GRANT EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer) TO ledger_writer;
 		GRANT EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer) TO ledger_writer`); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 			error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by, deletion_time, action,
 			chain_seq, chain_prev, chain_hash)
 		VALUES ('forged', 'shop', 'k', 'Tool', 'forged', '', '', '', '', '', '', 1, true, '2000-01-01', '', '', '2000-01-01', '{}', 7, '', 'c0ffee');
-		SELECT toolledger_prune_tool('Tool', 'shop', 'forged', now(), now(), 10)`); err != nil {
+		SELECT toolledger_prune_tool('Tool', 'shop', 'forged', now(), now(), now(), 10)`); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.Close(ctx)
@@ -348,5 +348,41 @@ func TestMigrateGrantsTheManagersRoleWhatItNeeds(t *testing.T) {
 	}
 	if owner := open(t, dsn); !owner.OwnsSchema() {
 		t.Error("the owner's store does not own the schema")
+	}
+}
+
+// A record whose answers stated a keptUntil reads it back, and is not
+// pruned before it, however short the tool's keyRetention is now.
+func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
+	dsn := database(t)
+	s := open(t, dsn)
+	ctx := context.Background()
+	promised := finished("u-promised", 1, t0)
+	promised.Status.KeptUntil = &metav1.Time{Time: t0.Add(48 * time.Hour)}
+	plain := finished("u-plain", 1, t0)
+	plain.Name = "order-2"
+	for _, a := range []*v1alpha1.ToolAction{promised, plain} {
+		if err := s.Keep(ctx, record(t, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _, err := s.CheckKey(ctx, namespaceOf("shop"), "order-1")
+	if err != nil || got == nil || got.KeptUntil == nil || !got.KeptUntil.Equal(promised.Status.KeptUntil) {
+		t.Fatalf("CheckKey: %+v, %v; want keptUntil %s read back", got, err, promised.Status.KeptUntil)
+	}
+	if tomb := got.Tombstone(); tomb.KeptUntil == nil || !tomb.KeptUntil.Equal(promised.Status.KeptUntil) {
+		t.Errorf("the record as a Tombstone: keptUntil %v, want %s", tomb.KeptUntil, promised.Status.KeptUntil)
+	}
+	cutoff := func(keptBefore time.Time) []archive.Cutoff {
+		return []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0.Add(time.Hour), KeptBefore: keptBefore}}
+	}
+	if n, err := s.Prune(ctx, cutoff(t0.Add(24*time.Hour))); err != nil || n != 1 {
+		t.Fatalf("Prune before the promise: %d, %v; want 1, the record without one", n, err)
+	}
+	if kept, err := s.Guarding(ctx, namespaceOf("shop"), "order-1"); err != nil || kept == nil {
+		t.Fatalf("the promised record after the prune: %v, %v; want it kept", kept, err)
+	}
+	if n, err := s.Prune(ctx, cutoff(t0.Add(49*time.Hour))); err != nil || n != 1 {
+		t.Fatalf("Prune after the promise: %d, %v; want 1", n, err)
 	}
 }

@@ -21,11 +21,13 @@ const pruneBatch = 1000
 // Namespace for a Tool; "" for a ClusterTool's, in every namespace) that
 // finished before Before, and, of those moved from Tombstones, which keep
 // the tool's own keyRetention, before TombstonesBefore (the zero time:
-// none).
+// none). A record whose answers stated a keptUntil goes only if that was
+// before KeptBefore (the zero time: none such goes).
 type Cutoff struct {
 	Kind, Namespace, Name string
 	Before                time.Time
 	TombstonesBefore      time.Time
+	KeptBefore            time.Time
 }
 
 // Prune deletes the records each cutoff lets go, in batches, and returns
@@ -35,8 +37,8 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 	return s.pruning(ctx, func(conn *pgx.Conn) (int64, error) {
 		var pruned int64
 		for _, c := range cutoffs {
-			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_tool($1, $2, $3, $4, $5, $6)`,
-				c.Kind, c.Namespace, c.Name, c.Before, c.TombstonesBefore, pruneBatch)
+			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_tool($1, $2, $3, $4, $5, $6, $7)`,
+				c.Kind, c.Namespace, c.Name, c.Before, c.TombstonesBefore, c.KeptBefore, pruneBatch)
 			pruned += n
 			observe("prune", err)
 			if err != nil {

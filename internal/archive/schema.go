@@ -258,6 +258,39 @@ REVOKE EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, t
 CREATE INDEX toolledger_records_by_approver ON toolledger_records
 	(namespace, (action->'status'->'approval'->>'decidedBy'), key, completion_time, uid);
 CREATE INDEX toolledger_records_by_external_ref ON toolledger_records (namespace, external_ref, key, completion_time, uid);`,
+	// 8: a record whose answers stated a keptUntil (its document's
+	// status.keptUntil, or record.keptUntil for a moved Tombstone) is not
+	// pruned before that date and the history retention have passed,
+	// whatever the tool's keyRetention says now.
+	`DROP FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer);
+SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
+CREATE FUNCTION toolledger_prune_tool(p_kind text, p_namespace text, p_name text, p_before timestamptz, p_tombstones_before timestamptz,
+	p_kept_before timestamptz, p_limit integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	r record;
+	pruned bigint := 0;
+BEGIN
+	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
+		SELECT uid FROM toolledger_records
+		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace)
+			AND completion_time < CASE WHEN coalesce(action->>'kind', '') = 'Tombstone' THEN p_tombstones_before ELSE p_before END
+			AND coalesce(nullif(coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil'), '')::timestamptz, '-infinity') < p_kept_before
+		LIMIT p_limit)
+	RETURNING namespace, chain_seq, chain_prev, chain_hash
+	LOOP
+		pruned := pruned + 1;
+		IF r.chain_seq IS NOT NULL THEN
+			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
+		END IF;
+	END LOOP;
+	IF pruned > 0 THEN
+		INSERT INTO toolledger_prune_log (pruned_by, tool_kind, namespace, tool_name, completed_before, records)
+		VALUES (session_user, p_kind, p_namespace, p_name, p_before, pruned);
+	END IF;
+	RETURN pruned;
+END $$;
+REVOKE EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer) FROM PUBLIC;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
@@ -368,7 +401,7 @@ func newerSchema(current int) error {
 // runtimeFunctions are the functions the manager's role calls: pruning, as
 // the schema's owner.
 var runtimeFunctions = []string{
-	"toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer)",
+	"toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer)",
 	"toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer)",
 }
 

@@ -86,7 +86,7 @@ func buildOpenAPI() ([]byte, error) {
 					"cause":            str("Why the record left etcd: Deleted (kubectl delete, a GitOps prune), RecordRetention or KeyRetention."),
 					"deletedBy":        str("The user who deleted the record, when the manager knows."),
 					"deletionTime":     map[string]any{"type": "string", "format": "date-time", "description": "When the record left etcd, or was asked to."},
-					"guardsKey":        map[string]any{"type": "boolean", "description": "Whether the record keeps its key: a ToolAction created again under the key is answered from it (SettledByArchive) until the tool's keyRetention has passed since its completion."},
+					"guardsKey":        map[string]any{"type": "boolean", "description": "Whether the record keeps its key: a ToolAction created again under the key is answered from it (SettledByArchive) until the tool's keyRetention has passed since its completion, and not before the keptUntil its answers stated."},
 					"idempotencyClass": str("The tool's idempotency class when the record was retired."),
 					"fromTombstone":    map[string]any{"type": "boolean", "description": "True for a record moved from a Tombstone written before the archive: its spec holds only the tool."},
 					"chain":            link("The record's link in its namespace's hash chain (archivechains); absent for a record archived before the archive had chains."),

@@ -132,6 +132,10 @@ func describeFreed(freed ledgerclient.KeyFreed, now time.Time) string {
 	case ledgerclient.FreedByKeyRetention:
 		text := fmt.Sprintf("%s (%s): the completion plus the tool's keyRetention of %s",
 			timestamp(*freed.Time), relative(now, *freed.Time), duration.HumanDuration(freed.KeyRetention.Duration))
+		if freed.Promised {
+			text = fmt.Sprintf("%s (%s): the keptUntil its answers stated, later than the completion plus the tool's keyRetention of %s",
+				timestamp(*freed.Time), relative(now, *freed.Time), duration.HumanDuration(freed.KeyRetention.Duration))
+		}
 		if !freed.Time.After(now) {
 			text += "; the key is free, and the manager deletes the tombstone"
 		}

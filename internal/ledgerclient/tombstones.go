@@ -25,9 +25,12 @@ type KeyFreed struct {
 	// By is KeyRetention, Administrator or Unknown.
 	By string `json:"by"`
 	// Time is the tombstone's completion plus KeyRetention, when By is
-	// KeyRetention.
+	// KeyRetention, or its keptUntil when that is later (Promised).
 	Time         *metav1.Time     `json:"time,omitempty"`
 	KeyRetention *metav1.Duration `json:"keyRetention,omitempty"`
+	// Promised says Time is the keptUntil the action's answers stated,
+	// later than the tool's keyRetention now gives.
+	Promised bool `json:"promised,omitempty"`
 	// Reason says why By is Unknown.
 	Reason string `json:"reason,omitempty"`
 }
@@ -74,10 +77,11 @@ func (tools ToolRetentions) KeyFreed(tomb *v1alpha1.Tombstone) KeyFreed {
 		return KeyFreed{By: FreedByAdministrator}
 	default:
 		at := metav1.NewTime(tomb.Record.CompletionTime.Add(retention.Duration))
-		if promised := tomb.Record.KeptUntil; promised != nil && promised.After(at.Time) {
-			at = *promised
+		promised := tomb.Record.KeptUntil != nil && tomb.Record.KeptUntil.After(at.Time)
+		if promised {
+			at = *tomb.Record.KeptUntil
 		}
-		return KeyFreed{By: FreedByKeyRetention, Time: &at, KeyRetention: retention}
+		return KeyFreed{By: FreedByKeyRetention, Time: &at, KeyRetention: retention, Promised: promised}
 	}
 }
 

@@ -65,7 +65,7 @@ func TestKeyFreed(t *testing.T) {
 		{name: "a ClusterTool's keyRetention, passed", tomb: tombstone("shop", platformTool), tools: catalog(),
 			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(-4 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
 		{name: "a ClusterTool's keyRetention, shortened after the answers promised later", tomb: promised(tombstone("shop", platformTool), 20*time.Hour), tools: catalog(),
-			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(20 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}}},
+			want: KeyFreed{By: FreedByKeyRetention, Time: timePtr(20 * time.Hour), KeyRetention: &metav1.Duration{Duration: time.Hour}, Promised: true}},
 		{name: "no keyRetention", tomb: tombstone("shop", refundTool), tools: catalog(), want: KeyFreed{By: FreedByAdministrator}},
 		{name: "tool gone", tomb: tombstone("shop", goneTool), tools: catalog(), want: KeyFreed{By: FreedUnknown, Reason: "tool not found"}},
 		// Tools are namespaced: billing's charge is another tool.
@@ -78,7 +78,7 @@ func TestKeyFreed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.tools.KeyFreed(&tt.tomb)
-			if got.By != tt.want.By || got.Reason != tt.want.Reason ||
+			if got.By != tt.want.By || got.Reason != tt.want.Reason || got.Promised != tt.want.Promised ||
 				(got.Time == nil) != (tt.want.Time == nil) || (got.Time != nil && !got.Time.Equal(tt.want.Time)) ||
 				(got.KeyRetention == nil) != (tt.want.KeyRetention == nil) || (got.KeyRetention != nil && *got.KeyRetention != *tt.want.KeyRetention) {
 				t.Errorf("keyFreed = %+v, want %+v", got, tt.want)

@@ -108,8 +108,8 @@ func (g *Gateway) front() http.Handler {
 }
 
 // answerFront writes the ledger's answer: the outcome's status and body,
-// or a refusal. A 5xx is only ever an answer about the gateway's reach,
-// never read from a record, so it is never replayed.
+// or a refusal. A 5xx is only ever an answer about the gateway's or the
+// archive's reach, never an outcome, so it is never replayed.
 func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer) {
 	if o := a.outcome; o != nil {
 		setDate(w.Header(), headerKeptUntil, o.KeptUntil)

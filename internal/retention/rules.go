@@ -42,14 +42,25 @@ func Due(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (Retirement
 	if d := tool.Spec.RecordRetention; d != nil && !now.Before(completed.Add(d.Duration)) {
 		return ToTombstone, 0
 	}
-	if d := Earliest(&tool.Spec); d != nil {
-		due := completed.Add(*d)
-		if promised != nil && promised.After(due) {
-			due = promised.Time
-		}
-		return KeepRecord, due.Sub(now)
+	// The record's end, or the key's (not before the promise), whichever
+	// comes first.
+	var due time.Time
+	if d := tool.Spec.RecordRetention; d != nil {
+		due = completed.Add(d.Duration)
 	}
-	return KeepRecord, 0
+	if d := tool.Spec.KeyRetention; d != nil {
+		freed := completed.Add(d.Duration)
+		if promised != nil && promised.After(freed) {
+			freed = promised.Time
+		}
+		if due.IsZero() || freed.Before(due) {
+			due = freed
+		}
+	}
+	if due.IsZero() {
+		return KeepRecord, 0
+	}
+	return KeepRecord, due.Sub(now)
 }
 
 // KeyPassed reports whether a key whose action finished at completed is

@@ -103,6 +103,7 @@ func TestKeptUntilIsAFloor(t *testing.T) {
 		{"the promise passed too: freed", nil, hours(1), promised(-time.Minute), 3 * time.Hour, FreeKey, 0},
 		{"recordRetention still moves the record: its Tombstone keeps the promise", hours(1), hours(1), promised(21 * time.Hour), 3 * time.Hour, ToTombstone, 0},
 		{"no promise: the tool alone decides", nil, hours(1), nil, 3 * time.Hour, FreeKey, 0},
+		{"recordRetention before the key's end: the record's end comes first, promise or not", hours(2), hours(24), promised(23 * time.Hour), time.Hour, KeepRecord, time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

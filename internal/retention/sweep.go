@@ -138,7 +138,7 @@ func (s *Sweep) sweep(ctx context.Context) error {
 // passed by the listed tool's figures: it resolves the tool again (for a
 // ClusterTool, with a read of the namespace) and must not do so for every record.
 func (s *Sweep) sweepActions(ctx context.Context, target sweepTarget, phase v1alpha1.Phase) error {
-	retention := *Earliest(target.spec)
+	tool := &v1alpha1.Tool{Spec: *target.spec}
 	selector := fields.AndSelectors(
 		fields.OneTermEqualSelector("spec.toolRef.name", target.name),
 		fields.OneTermEqualSelector("status.phase", string(phase)),
@@ -150,8 +150,8 @@ func (s *Sweep) sweepActions(ctx context.Context, target sweepTarget, phase v1al
 	what := fmt.Sprintf("the %s actions of %s %s", phase, target.kind, target.name)
 	actions := func(l *v1alpha1.ToolActionList) []v1alpha1.ToolAction { return l.Items }
 	return pager.Each(ctx, s.Reader, what, actions, opts, func(action *v1alpha1.ToolAction) error {
-		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() || action.Status.CompletionTime == nil ||
-			action.Status.CompletionTime.Add(retention).After(s.Clock.Now()) || !s.Shards.Owns(client.ObjectKeyFromObject(action)) {
+		if action.Spec.ToolRef.Kind != target.kind || !action.DeletionTimestamp.IsZero() ||
+			!isDue(action, tool, s.Clock.Now()) || !s.Shards.Owns(client.ObjectKeyFromObject(action)) {
 			return nil
 		}
 		if err := s.waitTurn(ctx, action.UID); err != nil {
@@ -162,6 +162,13 @@ func (s *Sweep) sweepActions(ctx context.Context, target sweepTarget, phase v1al
 		s.Queue.AddListed(action.DeepCopy())
 		return nil
 	})
+}
+
+// isDue reports whether the retention rules have something due for a
+// finished action at now.
+func isDue(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) bool {
+	due, _ := Due(a, tool, now)
+	return due != KeepRecord
 }
 
 // sweepTombstones deletes the target's tombstones whose key retention has
@@ -313,7 +320,8 @@ func Unbury(ctx context.Context, c client.Client, tomb *v1alpha1.Tombstone) erro
 // pruneArchive deletes the archived records of each tool whose key was
 // freed more than HistoryRetention ago, by the tool's keyRetention
 // (or the archive's default) as the key check reads it; a record moved from
-// a Tombstone by the tool's own. Records of a tool that keeps its keys for
+// a Tombstone by the tool's own; and not before the keptUntil its answers
+// stated. Records of a tool that keeps its keys for
 // good stay, and so do those of a tool that no longer exists: created
 // again, it may keep its keys longer than it did. The records of a
 // namespace deleted since, whose keys answer nobody, go once the history
@@ -325,7 +333,8 @@ func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 		if t.spec.KeyRetention == nil {
 			continue
 		}
-		c := archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-t.spec.KeyRetention.Duration - s.HistoryRetention)}
+		c := archive.Cutoff{Kind: t.kind, Namespace: t.namespace, Name: t.name, Before: now.Add(-t.spec.KeyRetention.Duration - s.HistoryRetention),
+			KeptBefore: now.Add(-s.HistoryRetention)}
 		if t.ownKeyRetention != nil {
 			c.TombstonesBefore = now.Add(-t.ownKeyRetention.Duration - s.HistoryRetention)
 		}

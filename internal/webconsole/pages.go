@@ -273,6 +273,8 @@ func (s *Server) showTombstone(w http.ResponseWriter, r *http.Request, u *user, 
 
 func describeFreed(f ledgerclient.KeyFreed) string {
 	switch {
+	case f.Time != nil && f.Promised:
+		return f.Time.UTC().Format(time.RFC3339) + " (the keptUntil its answers stated, later than the completion plus the tool's keyRetention, " + f.KeyRetention.Duration.String() + ")"
 	case f.Time != nil:
 		return f.Time.UTC().Format(time.RFC3339) + " (the completion plus the tool's keyRetention, " + f.KeyRetention.Duration.String() + ")"
 	case f.Reason != "":

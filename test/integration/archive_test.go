@@ -62,7 +62,7 @@ var _ = Describe("The archive", func() {
 			Namespace: operatorNamespace, ArchiveBindingSettle: time.Millisecond})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func() { _ = stop() })
-		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable),
+		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable), testenv.WithResultPointers("/status", "/amount", "/currency"),
 			testenv.WithRecordRetention(time.Hour), testenv.WithKeyRetention(24*time.Hour))
 	})
 
@@ -96,6 +96,8 @@ var _ = Describe("The archive", func() {
 		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
 		again := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded)
 		Expect(again.Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(first.Status.Result).NotTo(BeNil())
+		Expect(again.Status.Result.Raw).To(MatchJSON(first.Status.Result.Raw), "the archived record's stored result: a replay's body is the original's")
 		Expect(again.Status.Attempts).To(BeZero())
 		Expect(specenv.Reasons(again)).To(ContainElement(v1alpha1.ReasonSettledByArchive))
 		Expect(meta.FindStatusCondition(again.Status.Conditions, v1alpha1.ConditionSucceeded).Message).To(
