@@ -242,8 +242,8 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 		// proved a re-send safe; a tool with a lookup call gets there by
 		// one. (A ReadOnly or NaturallyIdempotent repeat is harmless.)
 		return step{kind: stepRecord, record: p.escalation(ReasonDownstreamKeyExpired, fmt.Sprintf(
-			"an earlier attempt's outcome is unknown, and the downstream kept its idempotency key until %s (the tool's downstreamKeyRetention of %s from the first attempt): a re-send could apply twice; resolve it with a ToolResolution",
-			expiry.UTC().Format(time.RFC3339), tool.tool.Spec.DownstreamKeyRetention.Duration))}
+			"an earlier attempt's outcome is unknown, and the downstream kept its idempotency key until %s (the tool's downstreamKeyRetention from the first attempt): a re-send could apply twice; resolve it with a ToolResolution",
+			expiry.UTC().Format(time.RFC3339)))}
 	}
 	return step{kind: stepAttempt, reason: reason}
 }

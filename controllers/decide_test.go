@@ -325,6 +325,8 @@ func TestDecideAfterTheDownstreamsKeyWindow(t *testing.T) {
 			downstreamWindow(v1alpha1.ReadOnly, 24*time.Hour, noLookup), result{Kind: "attempt", Reason: ReasonRedispatch}},
 		{"the stated window passed though the tool now declares a longer one: escalated", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour), stated(-time.Hour)),
 			window(48*time.Hour, noLookup), expired},
+		{"the stated window passed and the tool declares none now: escalated", newAction(v1alpha1.PhaseUnknown, startedAgo(25*time.Hour), stated(-time.Hour)),
+			withTool(v1alpha1.KeyProtected, noLookup), expired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

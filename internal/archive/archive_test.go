@@ -366,6 +366,14 @@ func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A document the API server would not have stored: its row stays, and
+	// the prune goes on.
+	malformed := record(t, finished("u-malformed", 1, t0))
+	malformed.Key = "order-3"
+	malformed.Action = []byte(strings.Replace(string(malformed.Action), `"status":{`, `"status":{"keptUntil":"next tuesday",`, 1))
+	if err := s.Keep(ctx, malformed); err != nil {
+		t.Fatal(err)
+	}
 	got, _, err := s.CheckKey(ctx, namespaceOf("shop"), "order-1")
 	if err != nil || got == nil || got.KeptUntil == nil || !got.KeptUntil.Equal(promised.Status.KeptUntil) {
 		t.Fatalf("CheckKey: %+v, %v; want keptUntil %s read back", got, err, promised.Status.KeptUntil)
@@ -383,6 +391,9 @@ func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
 		t.Fatalf("the promised record after the prune: %v, %v; want it kept", kept, err)
 	}
 	if n, err := s.Prune(ctx, cutoff(t0.Add(49*time.Hour))); err != nil || n != 1 {
-		t.Fatalf("Prune after the promise: %d, %v; want 1", n, err)
+		t.Fatalf("Prune after the promise: %d, %v; want 1, not the malformed row", n, err)
+	}
+	if kept, err := s.Guarding(ctx, namespaceOf("shop"), "order-3"); err != nil || kept == nil || kept.KeptUntil != nil {
+		t.Fatalf("the malformed row after the prune: %+v, %v; want it kept, with no keptUntil read", kept, err)
 	}
 }

@@ -261,7 +261,9 @@ CREATE INDEX toolledger_records_by_external_ref ON toolledger_records (namespace
 	// 8: a record whose answers stated a keptUntil (its document's
 	// status.keptUntil, or record.keptUntil for a moved Tombstone) is not
 	// pruned before that date and the history retention have passed,
-	// whatever the tool's keyRetention says now.
+	// whatever the tool's keyRetention says now. A value that is no RFC
+	// 3339 time, which the API server would not have stored, is never
+	// cast, so that one row cannot stop the pruning: such a row stays.
 	`DROP FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, integer);
 SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
 CREATE FUNCTION toolledger_prune_tool(p_kind text, p_namespace text, p_name text, p_before timestamptz, p_tombstones_before timestamptz,
@@ -275,7 +277,10 @@ BEGIN
 		SELECT uid FROM toolledger_records
 		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace)
 			AND completion_time < CASE WHEN coalesce(action->>'kind', '') = 'Tombstone' THEN p_tombstones_before ELSE p_before END
-			AND coalesce(nullif(coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil'), '')::timestamptz, '-infinity') < p_kept_before
+			AND CASE WHEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') IS NULL THEN true
+				WHEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$'
+				THEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil')::timestamptz < p_kept_before
+				ELSE false END
 		LIMIT p_limit)
 	RETURNING namespace, chain_seq, chain_prev, chain_hash
 	LOOP
