@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -133,6 +134,17 @@ type Tombstone struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="record is immutable: a tombstone keeps what the deleted action did"
 	Record TombstoneRecord `json:"record"`
+}
+
+// KeyFreedAt is when the key of an action that finished at completed is
+// freed by a keyRetention of d: not before keptUntil, the date its answers
+// stated, when it has one. The manager and its clients read the rule here.
+func KeyFreedAt(completed time.Time, keptUntil *metav1.Time, d time.Duration) time.Time {
+	freed := completed.Add(d)
+	if keptUntil != nil && keptUntil.After(freed) {
+		return keptUntil.Time
+	}
+	return freed
 }
 
 // NewTombstone is the Tombstone that keeps key of namespace with record,

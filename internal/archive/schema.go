@@ -274,12 +274,11 @@ DECLARE
 	pruned bigint := 0;
 BEGIN
 	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
-		SELECT uid FROM toolledger_records
+		SELECT uid FROM toolledger_records, LATERAL (SELECT coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') AS kept_until) stated
 		WHERE tool_kind = p_kind AND tool_name = p_name AND (p_namespace = '' OR namespace = p_namespace)
 			AND completion_time < CASE WHEN coalesce(action->>'kind', '') = 'Tombstone' THEN p_tombstones_before ELSE p_before END
-			AND CASE WHEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') IS NULL THEN true
-				WHEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$'
-				THEN coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil')::timestamptz < p_kept_before
+			AND CASE WHEN stated.kept_until IS NULL THEN true
+				WHEN stated.kept_until ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$' THEN stated.kept_until::timestamptz < p_kept_before
 				ELSE false END
 		LIMIT p_limit)
 	RETURNING namespace, chain_seq, chain_prev, chain_hash

@@ -76,11 +76,8 @@ func (tools ToolRetentions) KeyFreed(tomb *v1alpha1.Tombstone) KeyFreed {
 	case retention == nil:
 		return KeyFreed{By: FreedByAdministrator}
 	default:
-		at := metav1.NewTime(tomb.Record.CompletionTime.Add(retention.Duration))
-		promised := tomb.Record.KeptUntil != nil && tomb.Record.KeptUntil.After(at.Time)
-		if promised {
-			at = *tomb.Record.KeptUntil
-		}
+		at := metav1.NewTime(v1alpha1.KeyFreedAt(tomb.Record.CompletionTime.Time, tomb.Record.KeptUntil, retention.Duration))
+		promised := at.After(tomb.Record.CompletionTime.Add(retention.Duration))
 		return KeyFreed{By: FreedByKeyRetention, Time: &at, KeyRetention: retention, Promised: promised}
 	}
 }

@@ -49,10 +49,7 @@ func Due(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (Retirement
 		due = completed.Add(d.Duration)
 	}
 	if d := tool.Spec.KeyRetention; d != nil {
-		freed := completed.Add(d.Duration)
-		if promised != nil && promised.After(freed) {
-			freed = promised.Time
-		}
+		freed := v1alpha1.KeyFreedAt(completed, promised, d.Duration)
 		if due.IsZero() || freed.Before(due) {
 			due = freed
 		}
@@ -67,8 +64,7 @@ func Due(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (Retirement
 // free again by the tool's keyRetention, and by promised, its keptUntil,
 // when it has one.
 func KeyPassed(completed time.Time, promised *metav1.Time, tool *v1alpha1.Tool, now time.Time) bool {
-	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(completed.Add(tool.Spec.KeyRetention.Duration)) &&
-		(promised == nil || !now.Before(promised.Time))
+	return tool != nil && tool.Spec.KeyRetention != nil && !now.Before(v1alpha1.KeyFreedAt(completed, promised, tool.Spec.KeyRetention.Duration))
 }
 
 // KeptUntil is until when the key of a finished action that was
