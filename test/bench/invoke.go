@@ -70,11 +70,14 @@ func countingConfig(cfg *rest.Config, count *atomic.Int64) *rest.Config {
 // config/admission sets it at creation; without the policy the controller
 // adds it itself, with a fourth write before its claim. With the SDK's
 // field manager and finalizer it is the SDK as it was before its
-// invocations shared one watch per namespace: an apply and a watch each.
+// invocations shared one watch per namespace: an apply and a watch each;
+// with create, the same body is created (POST) instead of applied, which
+// sets the first write of server-side apply beside a plain create.
 type manifestInvoker struct {
 	rest         *rest.RESTClient
 	fieldManager string
 	finalizers   []string
+	create       bool
 }
 
 func newManifestInvoker(cfg *rest.Config, fieldManager string, finalizers ...string) (*manifestInvoker, error) {
@@ -83,6 +86,13 @@ func newManifestInvoker(cfg *rest.Config, fieldManager string, finalizers ...str
 		return nil, err
 	}
 	return &manifestInvoker{rest: rc, fieldManager: fieldManager, finalizers: finalizers}, nil
+}
+
+// creating is f creating its actions instead of applying them.
+func (f *manifestInvoker) creating() *manifestInvoker {
+	c := *f
+	c.create = true
+	return &c
 }
 
 type applyObject struct {
@@ -111,9 +121,13 @@ func (f *manifestInvoker) invoke(ctx context.Context, namespace, key string, amo
 		return err
 	}
 	var action v1alpha1.ToolAction
-	if err := f.rest.Patch(types.ApplyPatchType).Namespace(namespace).Resource("toolactions").Name(key).
+	write := f.rest.Patch(types.ApplyPatchType).Name(key)
+	if f.create {
+		write = f.rest.Post()
+	}
+	if err := write.Namespace(namespace).Resource("toolactions").
 		Param("fieldManager", f.fieldManager).Body(body).Do(ctx).Into(&action); err != nil {
-		return fmt.Errorf("cannot apply toolaction %s/%s: %w", namespace, key, err)
+		return fmt.Errorf("cannot write toolaction %s/%s: %w", namespace, key, err)
 	}
 	rv := action.ResourceVersion
 	for range 100 { // a watch the server ends is resumed; bounded anyway

@@ -80,6 +80,7 @@ var knobs = []*knob{
 	{flag: "tune-workers", env: "BENCH_TUNE_WORKERS", full: "32", smoke: "16", help: "other MaxConcurrentReconciles to measure (comma-separated; \"\" for none)"},
 	{flag: "compare-manifest", env: "BENCH_COMPARE_MANIFEST", full: "true", smoke: "true", help: "also measure actions applied as a plain manifest (without the finalizer the SDK sets), with the admission policy that adds it and without (4 writes instead of 3)"},
 	{flag: "compare-watch-per-invoke", env: "BENCH_COMPARE_WATCH_PER_INVOKE", full: "true", smoke: "true", help: "also measure the SDK's apply with a watch per invocation, as the SDK did before its invocations shared one watch per namespace"},
+	{flag: "compare-create", env: "BENCH_COMPARE_CREATE", full: "true", smoke: "true", help: "also measure the SDK's body created (POST) instead of applied, each with a watch per invocation: server-side apply's first write against a plain create"},
 	{flag: "compare-events", env: "BENCH_COMPARE_EVENTS", full: "true", smoke: "true", help: "also measure the manager with an event for every change of phase (--routine-event-rate=inf) and with warnings only (--routine-events=false)"},
 	{flag: "tune-min-concurrency", env: "BENCH_TUNE_MIN_CONCURRENCY", full: "8", smoke: "1", help: "run the alternative configurations only at levels from this one up"},
 	{flag: "compare-sdk-qps", env: "BENCH_COMPARE_SDK_QPS", full: "true", smoke: "true", help: "also measure the SDK on client-go's default rate limit (5 requests/s, burst 10)"},
@@ -146,6 +147,7 @@ type settings struct {
 	TuneWorkers             []int
 	CompareManifest         bool
 	CompareWatchPerInvoke   bool
+	CompareCreate           bool
 	CompareEvents           bool
 	CompareSDKQPS           bool
 	TuneMinConcurrency      int
@@ -281,6 +283,7 @@ func parseSettings(args []string) (settings, error) {
 		TuneWorkers:               list("tune-workers"),
 		CompareManifest:           get("compare-manifest") == "true",
 		CompareWatchPerInvoke:     get("compare-watch-per-invoke") == "true",
+		CompareCreate:             get("compare-create") == "true",
 		CompareEvents:             get("compare-events") == "true",
 		CompareSDKQPS:             get("compare-sdk-qps") == "true",
 		TuneMinConcurrency:        num("tune-min-concurrency"),
@@ -377,9 +380,11 @@ type bench struct {
 	// watchPerInvoke is the SDK as it was before its invocations shared a
 	// watch.
 	watchPerInvoke *manifestInvoker
-	cpu            *cpuWatcher
-	layout         *cpuLayout
-	mgr            *inProcess
+	// createPerInvoke creates what watchPerInvoke applies.
+	createPerInvoke *manifestInvoker
+	cpu             *cpuWatcher
+	layout          *cpuLayout
+	mgr             *inProcess
 	// policyOn is whether the outcome finalizer admission policy is
 	// installed; nil before the first usePolicy.
 	policyOn   *bool
@@ -472,8 +477,11 @@ func (b *bench) startPlane(ctx context.Context, name string) (err error) {
 	if b.manifest, err = newManifestInvoker(b.c.cfg, manifestFieldManager); err != nil {
 		return err
 	}
-	b.watchPerInvoke, err = newManifestInvoker(b.c.cfg, sdk.DefaultFieldManager, v1alpha1.Finalizer)
-	return err
+	if b.watchPerInvoke, err = newManifestInvoker(b.c.cfg, sdk.DefaultFieldManager, v1alpha1.Finalizer); err != nil {
+		return err
+	}
+	b.createPerInvoke = b.watchPerInvoke.creating()
+	return nil
 }
 
 // restartPlane replaces the control plane by one with an empty etcd,
@@ -602,6 +610,9 @@ func (b *bench) run(ctx context.Context) (err error) {
 	}
 	if s.CompareWatchPerInvoke {
 		b.variants = append(b.variants, variant{ID: "watch-per-invoke", Workers: s.Workers, WatchPerInvoke: true})
+	}
+	if s.CompareCreate {
+		b.variants = append(b.variants, variant{ID: "create-per-invoke", Workers: s.Workers, Create: true})
 	}
 	if s.CompareEvents {
 		b.variants = append(b.variants, variant{ID: "every-event", Workers: s.Workers, Events: eventsEvery},

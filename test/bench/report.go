@@ -622,6 +622,8 @@ type tuningView struct {
 	Workers   *workersView
 	Finalizer *finalizerView
 	Watch     *watchView
+	// FirstWrite sets the SDK's apply beside a create.
+	FirstWrite *firstWriteView
 	// Reconciles are the shipped manager's reconciles per action.
 	Reconciles  []levelValue
 	CacheBefore cacheReading
@@ -635,6 +637,7 @@ func (b *bench) tuningFigures() tuningView {
 		Workers:     b.workersFigures(threshold),
 		Finalizer:   b.finalizerFigures(),
 		Watch:       b.watchFigures(threshold),
+		FirstWrite:  b.firstWriteFigures(threshold),
 		Reconciles:  b.reconciles(),
 		CacheBefore: cacheBeforeChange,
 	}
@@ -763,8 +766,9 @@ type watchView struct {
 	Gains gainRange
 }
 
-// watchRow is one level of watchView with the CPU milliseconds per action
-// of every process.
+// watchRow is one level of a pair of configurations with a CPU figure per
+// action of each: every process's (watchView), the kube-apiserver's
+// (firstWriteView).
 type watchRow struct {
 	Pair                pairedRun
 	BeforeCPU, AfterCPU float64
@@ -781,6 +785,30 @@ func (b *bench) watchFigures(threshold float64) *watchView {
 		w.Rows = append(w.Rows, watchRow{Pair: p, BeforeCPU: p.Before.CPUPerOp.total(), AfterCPU: p.After.CPUPerOp.total()})
 	}
 	return w
+}
+
+// firstWriteView compares the SDK's server-side apply (before) with a
+// create of the same body (after), each waited for with a watch per
+// invocation, by the kube-apiserver's CPU per action; Sizes weighs the
+// status against the ceiling's.
+type firstWriteView struct {
+	Rows  []watchRow
+	Gains gainRange
+	Sizes *tombstoneSizes
+}
+
+func (b *bench) firstWriteFigures(threshold float64) *firstWriteView {
+	apply := b.findVariant(func(v variant) bool { return v.WatchPerInvoke })
+	create := b.findVariant(func(v variant) bool { return v.Create })
+	if apply.ID == "" || create.ID == "" {
+		return nil
+	}
+	pairs := b.pairs(apply.ID, create.ID)
+	f := &firstWriteView{Gains: newGainRange(pairs, threshold), Sizes: b.results.Tombstones.Sizes}
+	for _, p := range pairs {
+		f.Rows = append(f.Rows, watchRow{Pair: p, BeforeCPU: p.Before.CPUPerOp.APIServer, AfterCPU: p.After.CPUPerOp.APIServer})
+	}
+	return f
 }
 
 // reconciles are the shipped manager's reconciles per action, where counted.

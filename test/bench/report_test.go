@@ -95,6 +95,7 @@ func allVariants() []variant {
 		{ID: "manifest-nopolicy", Workers: 8, Manifest: true, NoPolicy: true},
 		{ID: "sdk-nopolicy", Workers: 8, NoPolicy: true},
 		{ID: "watch-per-invoke", Workers: 8, WatchPerInvoke: true},
+		{ID: "create-per-invoke", Workers: 8, Create: true},
 		{ID: "w32", Workers: 32},
 		{ID: "every-event", Workers: 8, Events: eventsEvery},
 		{ID: "quiet-events", Workers: 8, Events: eventsWarnings},
@@ -120,6 +121,8 @@ func levels(rounds int, gains map[string]float64, shared ...int) []levelResult {
 					run.EventWritesPerOp = 1
 				case "watch-per-invoke":
 					run.RequestsPerOp = 4.02
+				case "create-per-invoke":
+					run.CPUPerOp.APIServer = 9.4
 				}
 				l.Toolledger[id] = run
 			}
@@ -211,7 +214,8 @@ func fullTombstones(latency []*latencyResult) tombstoneResults {
 	return tombstoneResults{
 		Sizes: &tombstoneSizes{Namespace: "tl-writes", Sampled: 50, Written: 50, Time: msec(1840), Etcd: true, Encoding: "JSON",
 			RecordValue: 4143, TombstoneValue: 1012, RecordKey: 55, TombstoneKey: 54,
-			RecordJSON: 4210, TombstoneJSON: 1079, RecordManagedFields: 1630, TombstoneManagedFields: 402},
+			RecordJSON: 4210, TombstoneJSON: 1079, RecordManagedFields: 1630, TombstoneManagedFields: 402,
+			RecordStatus: 1544, CeilingStatus: 1490},
 		Sweep: &sweepResult{Namespace: retentionNamespace, Records: 10000, RecordRetention: time.Minute, CompletedAgo: 10 * time.Minute,
 			CreateTime: msec(64200), RetentionRate: 30, Rate: 37.5, MaxRate: 75, Lead: sweepLead, RequestsPerRetirement: 4.02,
 			Without: live("tl-retention-without", 17.9, 70.3, 118.2, 820<<20, 3), With: live("tl-retention-with", 19.2, 79.8, 131.5, 860<<20, 4),
@@ -264,7 +268,7 @@ func fullResults() results {
 	return results{
 		Machine: fullMachine(), SplitCPUs: true,
 		Levels: levels(3, map[string]float64{"manifest": 0.85, "manifest-nopolicy": 0.7, "sdk-nopolicy": 0.95,
-			"watch-per-invoke": 0.78, "w32": 0.8, "events": 0.97}, 8, 32),
+			"watch-per-invoke": 0.78, "create-per-invoke": 0.8, "w32": 0.8, "events": 0.97}, 8, 32),
 		Latency:    latency,
 		Tombstones: fullTombstones(latency),
 		SweepPlanes: []planeLoad{{ToolActions: 4922, CeilingObjects: 2257, HeapInuse: 700 << 20},
@@ -406,7 +410,7 @@ func smokeBench() *bench {
 func verdictsBench() *bench {
 	s := fullSettings()
 	s.Rounds = 2
-	variants := []variant{allVariants()[0], allVariants()[4], {ID: "w16", Workers: 16}, allVariants()[6]}
+	variants := []variant{allVariants()[0], allVariants()[4], {ID: "w16", Workers: 16}, allVariants()[7]}
 	r := fullResults()
 	r.Machine.CPUs = 4
 	r.Levels = levels(2, map[string]float64{"watch-per-invoke": 0.95, "w16": 1.3, "events": 0.7})

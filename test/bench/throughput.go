@@ -28,6 +28,9 @@ type variant struct {
 	// WatchPerInvoke applies as the SDK does but waits with a watch of the
 	// one action per invocation, as the SDK did before (see manifestInvoker).
 	WatchPerInvoke bool
+	// Create creates the same body as WatchPerInvoke applies, and waits the
+	// same way: server-side apply's first write beside a plain create.
+	Create bool
 	// NoPolicy removes the admission policy that sets the finalizer at
 	// creation, as before it was shipped.
 	NoPolicy bool
@@ -47,6 +50,8 @@ func (v variant) label() string {
 	switch {
 	case v.Manifest:
 		s += ", applied as a manifest"
+	case v.Create:
+		s += ", SDK body created (POST) with a watch per invocation"
 	case v.WatchPerInvoke:
 		s += ", SDK apply with a watch per invocation"
 	default:
@@ -435,6 +440,9 @@ func (b *bench) tooBusy(share float64, attempt int, what string) bool {
 func (b *bench) invoke(ctx context.Context, v variant, ns, key string, amount int) error {
 	if v.Manifest {
 		return b.manifest.invoke(ctx, ns, key, amount)
+	}
+	if v.Create {
+		return b.createPerInvoke.invoke(ctx, ns, key, amount)
 	}
 	if v.WatchPerInvoke {
 		return b.watchPerInvoke.invoke(ctx, ns, key, amount)

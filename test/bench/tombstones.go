@@ -158,6 +158,9 @@ type tombstoneSizes struct {
 	// included, and its managedFields alone.
 	RecordJSON, TombstoneJSON                   float64
 	RecordManagedFields, TombstoneManagedFields float64
+	// RecordStatus is the record's status alone, in JSON; CeilingStatus
+	// the one the ceiling writes as its outcome (succeededStatus).
+	RecordStatus, CeilingStatus float64
 }
 
 // tombstoneSizes deletes a sample of the writes batch's actions (Succeeded
@@ -207,6 +210,8 @@ func (b *bench) tombstoneSizes(ctx context.Context) (*tombstoneSizes, error) {
 			return nil, fmt.Errorf("tombstone sample: %w", err)
 		}
 		jsonSize(&a, &res.RecordJSON, &res.RecordManagedFields)
+		status, _ := json.Marshal(a.Status)
+		res.RecordStatus += float64(len(status))
 		weigh("toolactions", names[i], &res.RecordValue, &res.RecordKey)
 	}
 	began := time.Now()
@@ -246,13 +251,16 @@ func (b *bench) tombstoneSizes(ctx context.Context) (*tombstoneSizes, error) {
 	if n > 0 {
 		f := float64(n)
 		res.RecordJSON, res.RecordManagedFields, res.RecordValue, res.RecordKey = res.RecordJSON/f, res.RecordManagedFields/f, res.RecordValue/f, res.RecordKey/f
+		res.RecordStatus /= f
 	}
+	ceiling, _ := json.Marshal(succeededStatus(ns, "writes-000000", 1, time.Now()))
+	res.CeilingStatus = float64(len(ceiling))
 	if w := float64(res.Written); w > 0 {
 		res.TombstoneJSON, res.TombstoneManagedFields, res.TombstoneValue, res.TombstoneKey = res.TombstoneJSON/w, res.TombstoneManagedFields/w, res.TombstoneValue/w, res.TombstoneKey/w
 	}
 	if res.Etcd {
-		b.logf("tombstones: %d deleted with the manager running, %d tombstones in %s; in etcd (%s) a tombstone is %.0f bytes against %.0f for the record (key %.0f and %.0f); JSON with managedFields %.0f against %.0f",
-			n, res.Written, dur(res.Time), res.Encoding, res.TombstoneValue, res.RecordValue, res.TombstoneKey, res.RecordKey, res.TombstoneJSON, res.RecordJSON)
+		b.logf("tombstones: %d deleted with the manager running, %d tombstones in %s; in etcd (%s) a tombstone is %.0f bytes against %.0f for the record (key %.0f and %.0f); JSON with managedFields %.0f against %.0f; the record's status %.0f (the ceiling's %.0f)",
+			n, res.Written, dur(res.Time), res.Encoding, res.TombstoneValue, res.RecordValue, res.TombstoneKey, res.RecordKey, res.TombstoneJSON, res.RecordJSON, res.RecordStatus, res.CeilingStatus)
 	} else {
 		b.logf("tombstones: %d deleted with the manager running, %d tombstones in %s; etcd not read (%s); JSON with managedFields %.0f bytes against %.0f for the record",
 			n, res.Written, dur(res.Time), res.EtcdError, res.TombstoneJSON, res.RecordJSON)
