@@ -293,7 +293,7 @@ test-e2e: controlplane e2e-binaries ## Run the fault-injection suite on real pro
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: controlplane ## Measure throughput against a controller's floor and a bare-client ceiling, latency, writes, duplicates, recovery and memory; writes docs/benchmarks.md and .png (about 70 min on 2 cores).
+bench: controlplane ## Measure throughput against a controller's floor and a bare-client ceiling, latency, writes, duplicates, recovery and memory; writes docs/benchmarks.md and .png (about 90 min on 2 cores).
 	go run ./test/bench $(BENCH_ARGS)
 
 .PHONY: bench-smoke

@@ -130,7 +130,7 @@ var knobs = []*knob{
 	{flag: "apiserver-profiles", env: "BENCH_APISERVER_PROFILES", full: "", smoke: "", help: "a directory for the kube-apiserver's CPU profile (pprof) of each measured throughput run, warm-up excluded (\"\" for none); profiling takes some of the API server's CPU, so use it with -only throughput, not for the page's figures"},
 	{flag: "etcd-dir", env: "BENCH_ETCD_DIR", full: "", smoke: "", help: "where etcd's data directories go (one per control plane: the sweep's, then the other steps'); empty uses a temporary directory under $TMPDIR"},
 	{flag: "manager-bin", env: "BENCH_MANAGER_BIN", full: "", smoke: "", help: "a built ./cmd/manager; empty builds one into a temporary directory"},
-	{flag: "timeout", env: "BENCH_TIMEOUT", full: "100m", smoke: "12m", help: "bound on the whole run"},
+	{flag: "timeout", env: "BENCH_TIMEOUT", full: "150m", smoke: "12m", help: "bound on the whole run"},
 }
 
 // settings are the parsed knobs.
