@@ -238,15 +238,24 @@ func (b *bench) besideHung(ctx context.Context, res *dispatchResult) error {
 		return fmt.Errorf("cannot create the hung tool's actions: %w", err)
 	}
 	// The backlog is in place once the dispatcher holds as many calls as
-	// the namespace may have (or every action, if fewer).
+	// the namespace may have (or every action, if fewer) and every other
+	// action waits in it, and the manager is quiet: each action's first
+	// reconcile costs requests that must not fall into the timed run.
 	want := min(s.DispatchHung, res.PerNamespace)
-	for deadline := time.Now().Add(time.Minute); hung.holding() < want; {
+	parked := func() bool {
+		return hung.holding() >= want && hung.holding()+int(gatherGauges("toolledger_dispatch_waiting")) >= s.DispatchHung
+	}
+	for deadline := time.Now().Add(time.Minute); !parked(); {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the hung downstream held %d requests after a minute, want %d", hung.holding(), want)
+			return fmt.Errorf("the hung downstream held %d requests and %.0f actions waited after a minute, want %d and %d",
+				hung.holding(), gatherGauges("toolledger_dispatch_waiting"), want, s.DispatchHung-want)
 		}
 		if err := testenv.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
+	}
+	if err := b.waitQuiet(ctx); err != nil {
+		return err
 	}
 	if res.Beside, err = run("dispatch-fast-beside"); err != nil {
 		return err
