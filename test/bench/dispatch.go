@@ -242,13 +242,15 @@ func (b *bench) besideHung(ctx context.Context, res *dispatchResult) error {
 	// action waits in it, and the manager is quiet: each action's first
 	// reconcile costs requests that must not fall into the timed run.
 	want := min(s.DispatchHung, res.PerNamespace)
+	waiting := func() int { return int(gatherGauges("toolledger_dispatch_waiting")) }
 	parked := func() bool {
-		return hung.holding() >= want && hung.holding()+int(gatherGauges("toolledger_dispatch_waiting")) >= s.DispatchHung
+		held := hung.holding()
+		return held >= want && held+waiting() >= s.DispatchHung
 	}
 	for deadline := time.Now().Add(time.Minute); !parked(); {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the hung downstream held %d requests and %.0f actions waited after a minute, want %d and %d",
-				hung.holding(), gatherGauges("toolledger_dispatch_waiting"), want, s.DispatchHung-want)
+			return fmt.Errorf("the hung downstream held %d requests and %d actions waited after a minute, want %d and %d",
+				hung.holding(), waiting(), want, s.DispatchHung-want)
 		}
 		if err := testenv.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
@@ -260,7 +262,7 @@ func (b *bench) besideHung(ctx context.Context, res *dispatchResult) error {
 	if res.Beside, err = run("dispatch-fast-beside"); err != nil {
 		return err
 	}
-	res.HungHeld, res.HungWaiting = hung.holding(), int(gatherGauges("toolledger_dispatch_waiting"))
+	res.HungHeld, res.HungWaiting = hung.holding(), waiting()
 	b.logf("dispatch: fast tool p99 %s ms alone, %s ms beside %d hung actions (%d held downstream, %d waiting)",
 		ms(res.FastAlone.P99), ms(res.Beside.P99), s.DispatchHung, res.HungHeld, res.HungWaiting)
 	// Released, the backlog succeeds, so that no later run meets it.
