@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 )
 
 // beforeConnectResult is what rules.beforeConnect decided: "connect" (the
@@ -60,8 +61,9 @@ func TestBeforeConnect(t *testing.T) {
 	}
 	// archived is the key's earlier record as the archive keeps it.
 	archived := func(digest string) *earlierRecord {
-		return fromArchive(&archive.Record{UID: "u-1001", Key: "order-1001-charge", RequestDigest: digest, Phase: v1alpha1.PhaseSucceeded,
-			ExternalRef: "ch_1", CompletionTime: completed.Time, DeletionTime: deleted.Time, Cause: v1alpha1.TombstoneCauseRecordRetention})
+		rec := archive.Record{UID: "u-1001", Key: "order-1001-charge", RequestDigest: digest, Phase: v1alpha1.PhaseSucceeded,
+			ExternalRef: "ch_1", CompletionTime: completed.Time, DeletionTime: deleted.Time, Cause: v1alpha1.TombstoneCauseRecordRetention}
+		return earlierFrom(&keyhistory.Earlier{Record: rec.Tombstone(), Where: "the archived record of order-1001-charge (UID u-1001)", Archived: true})
 	}
 	original := func(phase v1alpha1.Phase, compensatedBy ...string) *compensated {
 		a := newAction(phase)
@@ -69,8 +71,8 @@ func TestBeforeConnect(t *testing.T) {
 		return &compensated{name: a.Name, record: a}
 	}
 	buried := func(phase v1alpha1.Phase, class v1alpha1.ErrorClass) *compensated {
-		return &compensated{name: "order-1000-charge", kept: fromTombstone(&v1alpha1.Tombstone{
-			ObjectMeta: metav1.ObjectMeta{Name: "order-1000-charge"}, Record: v1alpha1.TombstoneRecord{Phase: phase, ErrorClass: class}})}
+		return &compensated{name: "order-1000-charge", kept: earlierFrom(&keyhistory.Earlier{
+			Record: v1alpha1.TombstoneRecord{Phase: phase, ErrorClass: class}, Where: "Tombstone order-1000-charge"})}
 	}
 	full := make([]string, v1alpha1.MaxCompensations)
 	for i := range full {
@@ -169,8 +171,9 @@ func TestBeforeConnect(t *testing.T) {
 			attemptFacts{requestDigest: request, original: buried(v1alpha1.PhaseFailed, v1alpha1.ErrorClassDenied)},
 			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" failed (Tombstone order-1000-charge says Denied), so there is no effect to compensate`)},
 		{"compensation: the archive says the original failed: rejected", newAction(""),
-			attemptFacts{requestDigest: request, original: &compensated{name: "order-1000-charge", kept: fromArchive(&archive.Record{
-				UID: "u-1000", Key: "order-1000-charge", Phase: v1alpha1.PhaseFailed, ErrorClass: v1alpha1.ErrorClassDenied})}},
+			attemptFacts{requestDigest: request, original: &compensated{name: "order-1000-charge", kept: earlierFrom(&keyhistory.Earlier{
+				Record: v1alpha1.TombstoneRecord{Phase: v1alpha1.PhaseFailed, ErrorClass: v1alpha1.ErrorClassDenied},
+				Where:  "the archived record of order-1000-charge (UID u-1000)", Archived: true})}},
 			rejected(ReasonCompensationInvalid, `spec.compensates: ToolAction "order-1000-charge" failed (the archived record of order-1000-charge (UID u-1000) says Denied), so there is no effect to compensate`)},
 		{"compensation: neither the original nor its tombstone exists: rejected", newAction(""),
 			attemptFacts{requestDigest: request, original: &compensated{name: "order-1000-charge"}},

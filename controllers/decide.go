@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/retention"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
@@ -138,7 +139,7 @@ func mayHaveApplied(phase v1alpha1.Phase) bool {
 // an archive, every finished action is archived before it goes.
 func (p rules) decideDeleted(a *v1alpha1.ToolAction, tool *resolvedTool) step {
 	switch {
-	case !needsTombstone(a) && (!p.keepsEveryRecord || !a.Status.Phase.IsTerminal()):
+	case !keyhistory.NeedsTombstone(a) && (!p.keepsEveryRecord || !a.Status.Phase.IsTerminal()):
 		return step{kind: stepRelease}
 	case tool == nil:
 		return step{kind: stepResolveTool}
@@ -342,8 +343,9 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 
 // beforeConnect decides an attempt from its facts, in this order: a
 // refused schema or request rejects the action; a key this manager cannot
-// check (the ledger is bound to an archive it does not use, or the archive
-// is down) waits; a key that settled before answers it (the same request)
+// check (the ledger is bound to an archive it does not use, the archive is
+// down or behind what left etcd, or an earlier life of the namespace holds
+// the key) waits; a key that settled before answers it (the same request)
 // or refuses it (another); a compensation waits for its original to
 // succeed, or is refused when there is nothing to compensate; an approval
 // holds it. It returns the transition that records the decision, an error
@@ -363,6 +365,11 @@ func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transitio
 	case f.unchecked != nil:
 		t = p.waiting(f.requestDigest, ReasonArchiveUnavailable,
 			fmt.Sprintf("waiting for the archive to check key %s before the first dispatch: %v", a.Name, f.unchecked))
+	case f.behind != nil:
+		t = p.waiting(f.requestDigest, ReasonArchiveBehind,
+			fmt.Sprintf("waiting to check key %s: %v; the key may be one of those lost, so it waits until the archive catches up or an operator acknowledges the loss (kubectl toolledger archive status)", a.Name, f.behind))
+	case f.earlierLife != nil:
+		t = p.waiting(f.requestDigest, ReasonEarlierNamespaceKey, f.earlierLife.Error())
 	case f.earlier != nil && f.earlier.record.RequestDigest == f.requestDigest:
 		t = p.settledBefore(f.earlier, f.requestDigest)
 	case f.earlier != nil:

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/pkg/adapter"
 )
@@ -574,7 +575,7 @@ func TestNeedsTombstone(t *testing.T) {
 		{"still in flight", newAction(v1alpha1.PhaseUnknown, attempts(1)), false},
 	}
 	for _, tt := range tests {
-		if got := needsTombstone(tt.action); got != tt.want {
+		if got := keyhistory.NeedsTombstone(tt.action); got != tt.want {
 			t.Errorf("%s: needsTombstone = %t, want %t", tt.name, got, tt.want)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/toolcontract"
 )
 
@@ -31,6 +32,13 @@ type attemptFacts struct {
 	// unchecked is why the archive could not check the key: the action
 	// waits, and is never dispatched unchecked.
 	unchecked error
+	// behind is why the archive cannot be trusted with the key: it lost
+	// records of the namespace that left etcd. The action waits until it
+	// catches up, or an operator acknowledges the loss.
+	behind error
+	// earlierLife is why an earlier life of the namespace holds the key:
+	// the action waits until a person decides about that life.
+	earlierLife error
 	// unbound is why this manager must not check the key at all: the
 	// ledger keeps its keys in an archive it does not use.
 	unbound error
@@ -76,10 +84,17 @@ func (r *ToolActionReconciler) readAttemptFacts(ctx context.Context, action *v1a
 		case err != nil:
 			return nil, f, err
 		}
-		f.earlier, err = r.keys().earlier(ctx, action, tool)
+		var earlier *keyhistory.Earlier
+		earlier, err = r.History.Earlier(ctx, action, tool)
+		f.earlier = earlierFrom(earlier)
+		var earlierLife *keyhistory.EarlierLifeError
 		switch {
 		case errors.Is(err, archive.ErrUnavailable):
 			f.unchecked = err
+		case errors.Is(err, archive.ErrBehind):
+			f.behind = err
+		case errors.As(err, &earlierLife):
+			f.earlierLife = err
 		case err != nil:
 			return nil, f, err
 		}
@@ -107,7 +122,7 @@ func (r *ToolActionReconciler) compensatedBy(ctx context.Context, action *v1alph
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("cannot get ToolAction %s: %w", key, err)
 	}
-	kept, err := r.keys().settled(ctx, key)
-	c.kept = kept
+	kept, err := r.History.Settled(ctx, key)
+	c.kept = earlierFrom(kept)
 	return c, err
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/printable"
@@ -233,7 +234,7 @@ func (l *Ledger) statingKeyWindows(ctx context.Context, apply func(*v1alpha1.Too
 		apply(a)
 		status := &a.Status
 		started := !wasStarted && status.StartTime != nil
-		finished := !wasFinished && status.Phase.IsTerminal() && status.KeptUntil == nil && !answeredByEarlierRecord(a)
+		finished := !wasFinished && status.Phase.IsTerminal() && status.KeptUntil == nil && !keyhistory.AnsweredByEarlierRecord(a)
 		if !started && !finished {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/retention"
 )
 
@@ -28,7 +29,7 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 	if wait := r.Pacer.Turn(action.UID, time.Now()); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if r.Archive != nil || (due == retention.ToTombstone && needsTombstone(action)) {
+	if r.Archive != nil || (due == retention.ToTombstone && keyhistory.NeedsTombstone(action)) {
 		cause := v1alpha1.TombstoneCauseRecordRetention
 		if due == retention.FreeKey {
 			cause = v1alpha1.TombstoneCauseKeyRetention

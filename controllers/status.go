@@ -66,6 +66,8 @@ const (
 	ReasonArchiveConflict       = v1alpha1.ReasonArchiveConflict
 	ReasonArchiveUnavailable    = v1alpha1.ReasonArchiveUnavailable
 	ReasonArchiveRequired       = v1alpha1.ReasonArchiveRequired
+	ReasonArchiveBehind         = v1alpha1.ReasonArchiveBehind
+	ReasonEarlierNamespaceKey   = v1alpha1.ReasonEarlierNamespaceKey
 )
 
 // The set* functions below are the only writers of phase, conditions and

@@ -21,6 +21,7 @@ import (
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/dispatch"
 	"github.com/toolledger/toolledger/internal/requeue"
 	"github.com/toolledger/toolledger/internal/retention"
@@ -88,6 +89,9 @@ type ToolActionReconciler struct {
 	// Binding says whether the ledger's archive binding lets this manager
 	// check a new key, and keep records in its archive.
 	Binding *archivebinding.Guard
+	// History keeps a key's earlier life: in the archive when the manager
+	// has one, else in Tombstones.
+	History keyhistory.History
 }
 
 // +kubebuilder:rbac:groups=toolledger.dev,resources=toolactions,verbs=get;list;watch;patch;delete

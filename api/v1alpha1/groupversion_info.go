@@ -24,7 +24,8 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &ToolAction{}, &ToolActionList{}, &Tool{}, &ToolList{}, &ToolResolution{}, &ToolResolutionList{}, &ToolApproval{}, &ToolApprovalList{}, &ClusterTool{}, &ClusterToolList{}, &Tombstone{}, &TombstoneList{})
+	scheme.AddKnownTypes(GroupVersion, &ToolAction{}, &ToolActionList{}, &Tool{}, &ToolList{}, &ToolResolution{}, &ToolResolutionList{}, &ToolApproval{}, &ToolApprovalList{}, &ClusterTool{}, &ClusterToolList{}, &Tombstone{}, &TombstoneList{},
+		&EarlierLifeDecision{}, &EarlierLifeDecisionList{}, &ArchiveAcknowledgement{}, &ArchiveAcknowledgementList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

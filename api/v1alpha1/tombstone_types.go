@@ -196,4 +196,14 @@ const (
 	// ReasonArchiveRequired: the ledger keeps its keys in an archive the
 	// manager does not use, so a new action waits.
 	ReasonArchiveRequired = "ArchiveRequired"
+	// ReasonArchiveBehind: the archive no longer holds records of the
+	// namespace that left etcd for it (restored, or failed over to a
+	// standby that lagged), so a new action waits until it catches up or an
+	// operator acknowledges the loss (an ArchiveAcknowledgement).
+	ReasonArchiveBehind = "ArchiveBehind"
+	// ReasonEarlierNamespaceKey: an earlier life of the namespace's name
+	// (deleted, then created again) guards the key in the archive, so the
+	// action waits until the namespace's owner adopts that history or an
+	// administrator releases it (an EarlierLifeDecision).
+	ReasonEarlierNamespaceKey = "EarlierNamespaceKey"
 )

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -221,14 +222,19 @@ func (s *ToolActionStatus) SettledBy() string {
 
 // KeyUncheckable reports an action held before its first dispatch because
 // no manager can check its key now: the archive that keeps the ledger's
-// keys is down, or not used by the manager. It runs once one can.
+// keys is down, not used by the manager, or behind what left etcd, or an
+// earlier life of the namespace guards the key until a person decides. It
+// runs once one can.
 func (s *ToolActionStatus) KeyUncheckable() bool {
 	if s.Phase != PhaseAccepted || s.Attempts > 0 {
 		return false
 	}
 	c := meta.FindStatusCondition(s.Conditions, ConditionReconciling)
-	return c != nil && c.Status == metav1.ConditionTrue && (c.Reason == ReasonArchiveUnavailable || c.Reason == ReasonArchiveRequired)
+	return c != nil && c.Status == metav1.ConditionTrue && slices.Contains(keyCheckWaits, c.Reason)
 }
+
+// keyCheckWaits are the reasons an action waits for its key check.
+var keyCheckWaits = []string{ReasonArchiveUnavailable, ReasonArchiveRequired, ReasonArchiveBehind, ReasonEarlierNamespaceKey}
 
 // SettledByEarlierRecord reports an action answered by its key's tombstone
 // or archived record, without a dispatch.

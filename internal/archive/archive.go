@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +42,20 @@ type Store struct {
 	// ownsSchema is whether the store's role owns the schema, as it does
 	// when the manager migrates the schema itself.
 	ownsSchema bool
+	// sync notes the keeps whose wait for synchronous standbys was cut
+	// short; requireStandby refuses to keep on a server whose commits wait
+	// for none.
+	sync           syncWaits
+	requireStandby bool
 }
+
+// Option changes how a Store keeps records.
+type Option func(*Store)
+
+// RequireSynchronousStandby has Keep refuse (ErrNotDurable) while the
+// server's commits wait for no standby: records then stay in etcd rather
+// than live on one server alone.
+func RequireSynchronousStandby() Option { return func(s *Store) { s.requireStandby = true } }
 
 const (
 	// readConnections bounds the connections people's reads take, beside
@@ -57,16 +71,27 @@ const (
 	// keyCheckTimeout bounds a whole key check, the wait for a connection
 	// included, so that a worker is never held by the archive.
 	keyCheckTimeout = 5 * time.Second
+	// keepTimeout bounds a whole keep, its commit's wait for the
+	// synchronous standbys included, which no statement timeout bounds (a
+	// cancelled wait commits on the server alone): a standby that does not
+	// answer leaves the record in etcd, kept later.
+	keepTimeout = 30 * time.Second
 )
 
 // Open connects to the database at dsn (a PostgreSQL URL or key=value
 // string) and migrates its schema to this version's.
-func Open(ctx context.Context, dsn string) (*Store, error) {
+func Open(ctx context.Context, dsn string, opts ...Option) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("invalid archive DSN: %w", err)
 	}
-	keys, err := pgxpool.NewWithConfig(ctx, withStatementTimeout(cfg, keyStatementTimeout))
+	s := &Store{}
+	for _, opt := range opts {
+		opt(s)
+	}
+	keyConfig := withStatementTimeout(cfg, keyStatementTimeout)
+	keyConfig.ConnConfig.OnNotice = s.sync.onNotice
+	keys, err := pgxpool.NewWithConfig(ctx, keyConfig)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
@@ -77,7 +102,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		keys.Close()
 		return nil, fmt.Errorf("cannot connect to the archive: %w", err)
 	}
-	s := &Store{keys: keys, reads: reads}
+	s.keys, s.reads = keys, reads
 	err = s.migrate(ctx)
 	if err == nil {
 		err = s.checkPrivileges(ctx)
@@ -329,116 +354,196 @@ func (r *Record) Tombstone() v1alpha1.TombstoneRecord {
 }
 
 // Keep archives r at the end of its namespace's chain, at the time of its
-// transaction. Keeping a record already archived changes nothing, so a
-// replica that crashed after the commit and before the etcd delete may keep
-// it again. Once the archive is decommissioned it answers ErrDecommissioned,
-// whether or not it kept r.
-func (s *Store) Keep(ctx context.Context, r Record) error {
+// transaction, and returns its link. Keeping a record already archived
+// changes nothing, so a replica that crashed after the commit and before the
+// etcd delete may keep it again. mark is the cluster's mark of the
+// namespace's chain (the zero Link for none): an archive that does not hold
+// it answers ErrBehind and keeps nothing. The transaction commits
+// synchronously, waiting for the server's synchronous standbys where it has
+// any, a record kept before included: Keep returns only once the record is
+// durable where a failover would land (ErrNotDurable when the server cannot
+// say so). requireStandby refuses, ErrNotDurable, a server whose commits
+// wait for no standby. Once the archive is decommissioned it answers
+// ErrDecommissioned, whether or not it kept r.
+func (s *Store) Keep(ctx context.Context, r Record, mark Link) (Link, error) {
 	if r.NamespaceUID == "" {
-		return fmt.Errorf("cannot archive ToolAction %s/%s: its namespace's uid is not known", r.Namespace, r.Key)
+		return Link{}, fmt.Errorf("cannot archive ToolAction %s/%s: its namespace's uid is not known", r.Namespace, r.Key)
 	}
 	// The columns keep microseconds; the chain hashes what they keep.
 	r.CompletionTime, r.DeletionTime = r.CompletionTime.UTC().Truncate(time.Microsecond), r.DeletionTime.UTC().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, s.keys, func(tx pgx.Tx) error {
-		// One append at a time in a namespace, whichever replica appends;
-		// the shared lock is one of those that decommissioning waits for.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($3), pg_advisory_xact_lock($1, hashtext($2))`,
-			chainLock, r.Namespace, int64(decommissionLock)); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, keepTimeout)
+	defer cancel()
+	var link Link
+	err := s.sync.keepDurably(ctx, s.keys, func(conn *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var err error
+			link, err = s.keep(ctx, tx, &r, mark)
 			return err
+		})
+	})
+	switch {
+	case errors.Is(err, ErrDecommissioned), errors.Is(err, ErrBehind), errors.Is(err, ErrNotDurable):
+		observe("keep", nil)
+		return Link{}, fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
+	case err != nil:
+		observe("keep", err)
+		return Link{}, fmt.Errorf("%w: cannot archive ToolAction %s/%s: %w", ErrUnavailable, r.Namespace, r.Key, err)
+	}
+	observe("keep", nil)
+	return link, nil
+}
+
+// keep is Keep's transaction.
+func (s *Store) keep(ctx context.Context, tx pgx.Tx, r *Record, mark Link) (Link, error) {
+	// One append at a time in a namespace, whichever replica appends; the
+	// shared lock is one of those that decommissioning waits for. The
+	// commit waits for the synchronous standbys, whatever the role or the
+	// DSN set, and no statement timeout cuts that wait short: keepTimeout
+	// bounds the whole keep.
+	if _, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true), set_config('statement_timeout', '0', true),
+	pg_advisory_xact_lock_shared($3), pg_advisory_xact_lock($1, hashtext($2))`,
+		chainLock, r.Namespace, int64(decommissionLock)); err != nil {
+		return Link{}, err
+	}
+	var (
+		decommissioned bool
+		actionText     string
+		standbys       string
+		kept           Link
+		keptSeq        *int64
+		keptHash       *string
+		head           Link
+		markHash       *string
+	)
+	// The chain hashes the action as the database keeps it (jsonb's
+	// text), and the time of the transaction, which the append takes.
+	if err := tx.QueryRow(ctx, `SELECT (SELECT chain_seq FROM toolledger_records WHERE uid = $1), (SELECT chain_hash FROM toolledger_records WHERE uid = $1),
+	$2::jsonb::text, (SELECT decommissioned_at IS NOT NULL FROM toolledger_archive), now(), current_setting('synchronous_standby_names'),
+	`+holdingColumns("$3", "$4"),
+		string(r.UID), r.Action, r.Namespace, mark.Sequence).Scan(&keptSeq, &keptHash, &actionText, &decommissioned, &r.ArchivedAt, &standbys,
+		&head.Sequence, &head.Hash, &markHash); err != nil {
+		return Link{}, err
+	}
+	// Decommissioned first: the sweep moves a Tombstone by keeping it,
+	// then deleting it, and the Tombstones decommissioning writes back
+	// carry the UIDs of records already kept.
+	switch {
+	case decommissioned:
+		return Link{}, ErrDecommissioned
+	case s.requireStandby && standbys == "":
+		return Link{}, fmt.Errorf("%w: its server's synchronous_standby_names is empty, and this manager requires a synchronous standby (--archive-require-synchronous-standby)", ErrNotDurable)
+	}
+	if err := holding(mark, head, markHash).Behind(r.Namespace, mark); err != nil {
+		return Link{}, err
+	}
+	if keptSeq != nil || keptHash != nil {
+		if keptSeq != nil && keptHash != nil {
+			kept = Link{Sequence: *keptSeq, Hash: *keptHash}
 		}
-		var (
-			kept, decommissioned bool
-			actionText           string
-		)
-		// The chain hashes the action as the database keeps it (jsonb's
-		// text), and the time of the transaction, which the append takes.
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM toolledger_records WHERE uid = $1), $2::jsonb::text,
-	(SELECT decommissioned_at IS NOT NULL FROM toolledger_archive), now()`,
-			string(r.UID), r.Action).Scan(&kept, &actionText, &decommissioned, &r.ArchivedAt); err != nil {
-			return err
-		}
-		// Decommissioned first: the sweep moves a Tombstone by keeping it,
-		// then deleting it, and the Tombstones decommissioning writes back
-		// carry the UIDs of records already kept.
-		switch {
-		case decommissioned:
-			return ErrDecommissioned
-		case kept:
-			return nil
-		}
-		head, err := chainHead(ctx, tx, r.Namespace)
-		if err != nil {
-			return err
-		}
-		link, err := head.next(&r, actionText)
-		if err != nil {
-			return err
-		}
-		// The database's trigger checks the link and moves the head.
-		_, err = tx.Exec(ctx, `
+		// Kept by an earlier try, whose commit may not have reached the
+		// standbys: a transactional message in the WAL makes this commit
+		// wait for them, and so for everything the server wrote before it.
+		_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'toolledger', 'kept again')`)
+		return kept, err
+	}
+	link, err := head.next(r, actionText)
+	if err != nil {
+		return Link{}, err
+	}
+	// The database's trigger checks the link and moves the head.
+	_, err = tx.Exec(ctx, `
 INSERT INTO toolledger_records (uid, namespace, namespace_uid, key, tool_kind, tool_name, idempotency_class, request_digest,
 	phase, error_class, error_reason, external_ref, attempts, guards_key, completion_time, cause, deleted_by,
 	deletion_time, action, chain_seq, chain_prev, chain_hash, archived_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
-			string(r.UID), r.Namespace, string(r.NamespaceUID), r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
-			string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
-			r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action, link.Sequence, head.Hash, link.Hash, r.ArchivedAt)
-		return err
-	})
-	if errors.Is(err, ErrDecommissioned) {
-		observe("keep", nil)
-		return fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
-	}
-	observe("keep", err)
-	if err != nil {
-		return fmt.Errorf("%w: cannot archive ToolAction %s/%s: %w", ErrUnavailable, r.Namespace, r.Key, err)
-	}
-	return nil
+		string(r.UID), r.Namespace, string(r.NamespaceUID), r.Key, r.Tool.Kind, r.Tool.Name, string(r.IdempotencyClass), r.RequestDigest,
+		string(r.Phase), string(r.ErrorClass), r.ErrorReason, r.ExternalRef, r.Attempts, r.GuardsKey,
+		r.CompletionTime, r.Cause, r.DeletedBy, r.DeletionTime, r.Action, link.Sequence, head.Hash, link.Hash, r.ArchivedAt)
+	return link, err
 }
 
-// Guarding returns the newest record archived from namespace that guards
-// key, or nil when none does: one indexed query, on the key check's own
-// connections, given up after keyCheckTimeout.
-func (s *Store) Guarding(ctx context.Context, namespace Namespace, key string) (*Record, error) {
+// KeyCheck is what the archive holds of a key in a namespace: the newest
+// record that guards it in each life of the namespace's name.
+type KeyCheck struct {
+	// Current is the newest record of the namespace's current life that
+	// guards the key; nil when none does.
+	Current *Record
+	// Earlier are the newest records of the name's earlier lives that
+	// guard the key, newest first: namespaces deleted since, whose name the
+	// current one took again (a restore from a backup, or a new tenant).
+	// Each one's NamespaceUID names its life: "" for the records archived
+	// before the archive kept uids.
+	Earlier []*Record
+	// Decommissioned reports an archive that was decommissioned: a key
+	// check that leaves Tombstones unread learns with the key that
+	// decommissioning writes them again. The ledger deletes a record only
+	// after its Tombstone was written, and decommissioning commits before
+	// it writes any, so a check of a key whose Tombstone it missed reads
+	// true.
+	Decommissioned bool
+}
+
+// CheckKey reads what the archive holds of key in namespace, in one round
+// trip, given up after keyCheckTimeout. mark is the cluster's mark of the
+// namespace's chain: an archive that does not hold it answers a
+// *BehindError, whatever it holds of the key.
+func (s *Store) CheckKey(ctx context.Context, namespace Namespace, key string, mark Link) (*KeyCheck, error) {
 	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
 	defer cancel()
-	r, err := newest(ctx, s.keys, "check", guardingKey, keyCheckOrder, namespace, key)
+	check := &KeyCheck{}
+	var (
+		head     Link
+		markHash *string
+	)
+	batch := &pgx.Batch{}
+	batch.Queue(`SELECT decommissioned_at IS NOT NULL, `+holdingColumns("$1", "$2")+` FROM toolledger_archive`,
+		namespace.Name, mark.Sequence).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&check.Decommissioned, &head.Sequence, &head.Hash, &markHash)
+	})
+	batch.Queue(guardingByLife, newestArgs(namespace, key)...).Query(func(rows pgx.Rows) error {
+		lives, err := pgx.CollectRows(rows, scanLife)
+		for i := range lives {
+			if lives[i].NamespaceUID == namespace.UID {
+				check.Current = &lives[i]
+			} else {
+				check.Earlier = append(check.Earlier, &lives[i])
+			}
+		}
+		slices.SortFunc(check.Earlier, func(a, b *Record) int { return b.CompletionTime.Compare(a.CompletionTime) })
+		return err
+	})
+	err := s.keys.SendBatch(ctx, batch).Close()
+	observe("check", err)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
 	}
-	return r, nil
+	if err := holding(mark, head, markHash).Behind(namespace.Name, mark); err != nil {
+		return nil, fmt.Errorf("cannot check key %s/%s: %w", namespace.Name, key, err)
+	}
+	return check, nil
 }
 
-// The record a key check answers from: the newest that guards the key.
-var guardingKey, keyCheckOrder = "guards_key AND " + ofNamespace, "completion_time DESC"
+// guardingByLife reads the newest record that guards the key $2 in each
+// life of the namespace $1, with the life's uid: the record's own, else,
+// archived before the archive kept uids, the current namespace's ($3) when
+// its action was created after that namespace was ($4), else "".
+var guardingByLife = `SELECT DISTINCT ON (life) ` + recordColumns + `, life FROM (
+	SELECT *, CASE WHEN namespace_uid IS NOT NULL THEN namespace_uid
+		WHEN (action->'metadata'->>'creationTimestamp')::timestamptz >= $4 THEN $3 ELSE '' END AS life
+	FROM toolledger_records WHERE namespace = $1 AND key = $2 AND guards_key) guarding
+ORDER BY life, completion_time DESC`
 
-// CheckKey is Guarding, and whether the archive was decommissioned, read in
-// one round trip: a key check that leaves Tombstones unread learns with the
-// key that decommissioning writes them again. The ledger deletes a record
-// only after its Tombstone was written, and decommissioning commits before
-// it writes any, so a check of a key whose Tombstone it missed reads true.
-func (s *Store) CheckKey(ctx context.Context, namespace Namespace, key string) (r *Record, decommissioned bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, keyCheckTimeout)
-	defer cancel()
-	batch := &pgx.Batch{}
-	batch.Queue(`SELECT decommissioned_at IS NOT NULL FROM toolledger_archive`)
-	batch.Queue(newestQuery(guardingKey, keyCheckOrder), newestArgs(namespace, key)...)
-	results := s.keys.SendBatch(ctx, batch)
-	err = results.QueryRow().Scan(&decommissioned)
-	if err == nil {
-		rows, queryErr := results.Query()
-		r, err = collectNewest("check", rows, queryErr)
-	} else {
-		observe("check", err)
-	}
-	if closeErr := results.Close(); err == nil && closeErr != nil {
-		observe("check", closeErr)
-		err = closeErr
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: cannot check key %s/%s: %w", ErrUnavailable, namespace.Name, key, err)
-	}
-	return r, decommissioned, nil
+// scanLife reads a record of guardingByLife, its NamespaceUID its life's.
+func scanLife(row pgx.CollectableRow) (Record, error) {
+	var (
+		r    Record
+		life string
+	)
+	raw := recordScan{record: &r}
+	err := row.Scan(append(raw.dest(), &life)...)
+	raw.finish()
+	r.NamespaceUID = types.UID(life)
+	return r, err
 }
 
 // Read returns the record of key archived from namespace that a person
@@ -468,13 +573,9 @@ var ofNamespace = archivedFrom("$3", "$4")
 // matches condition, in order; nil when there is none. operation names it
 // in the metrics.
 func newest(ctx context.Context, pool *pgxpool.Pool, operation, condition, order string, namespace Namespace, key string) (*Record, error) {
-	rows, err := pool.Query(ctx, newestQuery(condition, order), newestArgs(namespace, key)...)
+	rows, err := pool.Query(ctx, `SELECT `+recordColumns+` FROM toolledger_records
+WHERE namespace = $1 AND key = $2 AND `+condition+` ORDER BY `+order+` LIMIT 1`, newestArgs(namespace, key)...)
 	return collectNewest(operation, rows, err)
-}
-
-func newestQuery(condition, order string) string {
-	return `SELECT ` + recordColumns + ` FROM toolledger_records
-WHERE namespace = $1 AND key = $2 AND ` + condition + ` ORDER BY ` + order + ` LIMIT 1`
 }
 
 func newestArgs(namespace Namespace, key string) []any {

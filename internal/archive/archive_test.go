@@ -77,6 +77,16 @@ func query[T any](t *testing.T, dsn, sql string, args ...any) T {
 
 var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 
+// guarding is the record of the namespace's current life that a key check
+// of key answers from; nil when there is none.
+func guarding(s *archive.Store, ctx context.Context, ns archive.Namespace, key string) (*archive.Record, error) {
+	check, err := s.CheckKey(ctx, ns, key, archive.Link{})
+	if err != nil {
+		return nil, err
+	}
+	return check.Current, nil
+}
+
 // finished is a finished action order-1 of tool "charge" in namespace "shop".
 func finished(uid string, attempts int32, completed time.Time) *v1alpha1.ToolAction {
 	return &v1alpha1.ToolAction{
@@ -167,10 +177,10 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 	writer := strings.Replace(dsn, "toolledger@", "ledger_writer@", 1)
 	s := open(t, writer)
 	ctx := context.Background()
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.Guarding(ctx, namespaceOf("shop"), "order-1"); err != nil || got == nil || got.UID != "u-1" {
+	if got, err := guarding(s, ctx, namespaceOf("shop"), "order-1"); err != nil || got == nil || got.UID != "u-1" {
 		t.Fatalf("Guarding as the least-privileged role: %v, %v", got, err)
 	}
 	// It may neither change nor delete a record, nor forge a pruned link…
@@ -249,7 +259,7 @@ func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.Keep(context.Background(), r); err != nil {
+			if _, err := s.Keep(context.Background(), r, archive.Link{}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -258,7 +268,7 @@ func TestKeepingARecordAgainChangesNothing(t *testing.T) {
 	if n := query[int](t, dsn, `SELECT count(*) FROM toolledger_records WHERE key = 'order-1'`); n != 1 {
 		t.Fatalf("%d rows after keeping one record 8 times, want 1", n)
 	}
-	got, err := s.Guarding(context.Background(), namespaceOf("shop"), "order-1")
+	got, err := guarding(s, context.Background(), namespaceOf("shop"), "order-1")
 	if err != nil || got == nil {
 		t.Fatalf("Get: %v, %v", got, err)
 	}
@@ -285,18 +295,18 @@ func TestTheKeyCheckReadsTheNewestRecordThatGuardsTheKey(t *testing.T) {
 	elsewhere := finished("u-elsewhere", 1, t0.Add(3*time.Hour))
 	elsewhere.Namespace = "other-tenant"
 	for _, a := range []*v1alpha1.ToolAction{older, newer, rejected, elsewhere} {
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := s.Guarding(ctx, namespaceOf("shop"), "order-1")
+	got, err := guarding(s, ctx, namespaceOf("shop"), "order-1")
 	if err != nil || got == nil {
 		t.Fatalf("Guarding: %v, %v", got, err)
 	}
 	if got.UID != "u-new" || got.ExternalRef != "ch_u-new" || !got.GuardsKey {
 		t.Errorf("the key answers from %s (%s), want u-new", got.UID, got.ExternalRef)
 	}
-	if none, err := s.Guarding(ctx, namespaceOf("shop"), "order-2"); none != nil || err != nil {
+	if none, err := guarding(s, ctx, namespaceOf("shop"), "order-2"); none != nil || err != nil {
 		t.Errorf("a key never archived: %v, %v; want nil, nil", none, err)
 	}
 	// A person reading the key sees the record it answers from, though a
@@ -337,7 +347,7 @@ func TestMigrateGrantsTheManagersRoleWhatItNeeds(t *testing.T) {
 	if s.OwnsSchema() {
 		t.Error("the managers' role owns the schema")
 	}
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Prune(ctx, []archive.Cutoff{{Kind: v1alpha1.KindTool, Namespace: "shop", Name: "charge", Before: t0}}); err != nil {
@@ -362,7 +372,7 @@ func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
 	plain := finished("u-plain", 1, t0)
 	plain.Name = "order-2"
 	for _, a := range []*v1alpha1.ToolAction{promised, plain} {
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -371,10 +381,10 @@ func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
 	malformed := record(t, finished("u-malformed", 1, t0))
 	malformed.Key = "order-3"
 	malformed.Action = []byte(strings.Replace(string(malformed.Action), `"status":{`, `"status":{"keptUntil":"next tuesday",`, 1))
-	if err := s.Keep(ctx, malformed); err != nil {
+	if _, err := s.Keep(ctx, malformed, archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := s.CheckKey(ctx, namespaceOf("shop"), "order-1")
+	got, err := guarding(s, ctx, namespaceOf("shop"), "order-1")
 	if err != nil || got == nil || got.KeptUntil == nil || !got.KeptUntil.Equal(promised.Status.KeptUntil) {
 		t.Fatalf("CheckKey: %+v, %v; want keptUntil %s read back", got, err, promised.Status.KeptUntil)
 	}
@@ -387,13 +397,13 @@ func TestPruningKeepsARecordUntilTheKeptUntilItsAnswersStated(t *testing.T) {
 	if n, err := s.Prune(ctx, cutoff(t0.Add(24*time.Hour))); err != nil || n != 1 {
 		t.Fatalf("Prune before the promise: %d, %v; want 1, the record without one", n, err)
 	}
-	if kept, err := s.Guarding(ctx, namespaceOf("shop"), "order-1"); err != nil || kept == nil {
+	if kept, err := guarding(s, ctx, namespaceOf("shop"), "order-1"); err != nil || kept == nil {
 		t.Fatalf("the promised record after the prune: %v, %v; want it kept", kept, err)
 	}
 	if n, err := s.Prune(ctx, cutoff(t0.Add(49*time.Hour))); err != nil || n != 1 {
 		t.Fatalf("Prune after the promise: %d, %v; want 1, not the malformed row", n, err)
 	}
-	if kept, err := s.Guarding(ctx, namespaceOf("shop"), "order-3"); err != nil || kept == nil || kept.KeptUntil != nil {
+	if kept, err := guarding(s, ctx, namespaceOf("shop"), "order-3"); err != nil || kept == nil || kept.KeptUntil != nil {
 		t.Fatalf("the malformed row after the prune: %+v, %v; want it kept, with no keptUntil read", kept, err)
 	}
 }

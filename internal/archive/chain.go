@@ -40,20 +40,6 @@ type Link struct {
 	Hash     string `json:"hash"`
 }
 
-// chainHead is the namespace's newest link, as the heads table keeps it
-// apart from the records: a deleted newest record leaves it in place. The
-// zero Link for an empty chain.
-func chainHead(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, namespace string) (Link, error) {
-	var head Link
-	err := q.QueryRow(ctx, `SELECT seq, hash FROM toolledger_chain_heads WHERE namespace = $1`, namespace).Scan(&head.Sequence, &head.Hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Link{}, nil
-	}
-	return head, err
-}
-
 // next is the link of r appended after l; actionText is r.Action as the
 // database keeps it.
 func (l Link) next(r *Record, actionText string) (Link, error) {

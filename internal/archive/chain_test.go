@@ -21,7 +21,7 @@ func keepInOrder(t *testing.T, s *archive.Store, namespace string, keys ...strin
 	for i, key := range keys {
 		a := finished(namespace+"-"+key, 1, t0.Add(time.Duration(i)*time.Hour))
 		a.Namespace, a.Name = namespace, key
-		if err := s.Keep(context.Background(), record(t, a)); err != nil {
+		if _, err := s.Keep(context.Background(), record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,7 +153,7 @@ func TestPruningLeavesTheChainVerifiable(t *testing.T) {
 	for i, tool := range []string{"charge", "refund", "charge", "charge", "refund", "charge"} {
 		a := finished(fmt.Sprintf("u-%d", i+1), 1, t0.Add(time.Duration(i)*time.Minute))
 		a.Name, a.Spec.ToolRef.Name = fmt.Sprintf("k%d", i+1), tool
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestReplicasAppendingAtOnceKeepOneChain(t *testing.T) {
 			defer wg.Done()
 			a := finished(fmt.Sprintf("u-%02d", i), 1, t0)
 			a.Name = fmt.Sprintf("k%02d", i)
-			if err := s.Keep(context.Background(), record(t, a)); err != nil {
+			if _, err := s.Keep(context.Background(), record(t, a), archive.Link{}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -224,7 +224,7 @@ func TestRecordsArchivedBeforeTheChainAreCounted(t *testing.T) {
 	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 1 || v.Head.Sequence != 1 {
 		t.Fatalf("%+v, want one chained record and one before the chain", v)
 	}
-	if got, err := s.Guarding(context.Background(), namespaceOf("shop"), "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
+	if got, err := guarding(s, context.Background(), namespaceOf("shop"), "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
 		t.Fatalf("the record before the chain: %+v, %v", got, err)
 	}
 }
@@ -263,7 +263,7 @@ func TestVerifyWhileRecordsAreKeptAndPruned(t *testing.T) {
 		for i := range 300 {
 			a := finished(fmt.Sprintf("u-%03d", i), 1, t0.Add(time.Duration(i)*time.Minute))
 			a.Name = fmt.Sprintf("k%03d", i)
-			if err := s.Keep(ctx, record(t, a)); err != nil {
+			if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 				t.Error(err)
 				return
 			}

@@ -39,7 +39,7 @@ func TestADecommissionedArchiveKeepsNothingMore(t *testing.T) {
 	undispatched := finished("u-4", 0, t0)
 	undispatched.Name = "order-3"
 	for _, r := range []archive.Record{record(t, older), record(t, newer), record(t, other), record(t, undispatched)} {
-		if err := s.Keep(ctx, r); err != nil {
+		if _, err := s.Keep(ctx, r, archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,13 +58,13 @@ func TestADecommissionedArchiveKeepsNothingMore(t *testing.T) {
 	}
 	late := finished("u-5", 1, t0)
 	late.Name = "order-4"
-	err = s.Keep(ctx, record(t, late))
+	_, err = s.Keep(ctx, record(t, late), archive.Link{})
 	if !errors.Is(err, archive.ErrDecommissioned) || errors.Is(err, archive.ErrUnavailable) {
 		t.Fatalf("Keep after decommissioning: %v, want ErrDecommissioned and not ErrUnavailable", err)
 	}
 	// Nor a record it kept: the retention sweep would take that answer for
 	// a move done, and delete a Tombstone decommissioning wrote back.
-	if err := s.Keep(ctx, record(t, newer)); !errors.Is(err, archive.ErrDecommissioned) {
+	if _, err := s.Keep(ctx, record(t, newer), archive.Link{}); !errors.Is(err, archive.ErrDecommissioned) {
 		t.Fatalf("Keep of a record kept before decommissioning: %v, want ErrDecommissioned", err)
 	}
 	var guarded []string
@@ -94,7 +94,7 @@ func TestDecommissioningWaitsForTheRecordsBeingKept(t *testing.T) {
 		for i := range n {
 			a := finished(fmt.Sprintf("u-%d", i), 1, t0)
 			a.Name = fmt.Sprintf("order-%03d", i)
-			err := s.Keep(ctx, record(t, a))
+			_, err := s.Keep(ctx, record(t, a), archive.Link{})
 			switch {
 			case err == nil:
 				kept <- a.Name
@@ -137,19 +137,19 @@ func TestDecommissioningWaitsForTheRecordsBeingKept(t *testing.T) {
 func TestAKeyCheckSaysWhenTheArchiveWasDecommissioned(t *testing.T) {
 	ctx := context.Background()
 	s := open(t, database(t))
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(key string) (string, bool) {
 		t.Helper()
-		r, decommissioned, err := s.CheckKey(ctx, namespaceOf("shop"), key)
+		check, err := s.CheckKey(ctx, namespaceOf("shop"), key, archive.Link{})
 		if err != nil {
 			t.Fatalf("CheckKey(%s): %v", key, err)
 		}
-		if r == nil {
-			return "", decommissioned
+		if check.Current == nil {
+			return "", check.Decommissioned
 		}
-		return string(r.UID), decommissioned
+		return string(check.Current.UID), check.Decommissioned
 	}
 	for when, decommission := range []bool{false, true} {
 		if decommission {

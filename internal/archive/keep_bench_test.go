@@ -3,6 +3,7 @@ package archive_test
 import (
 	"context"
 	"fmt"
+	"github.com/toolledger/toolledger/internal/archive"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ func BenchmarkKeep(b *testing.B) {
 	for i := range b.N {
 		a := finished(fmt.Sprintf("u-%d", i), 1, t0)
 		a.Name = fmt.Sprintf("order-%d", i)
-		if err := s.Keep(ctx, record(b, a)); err != nil {
+		if _, err := s.Keep(ctx, record(b, a), archive.Link{}); err != nil {
 			b.Fatal(err)
 		}
 	}

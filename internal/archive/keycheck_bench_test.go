@@ -33,7 +33,7 @@ func BenchmarkKeyCheckBesideHistoryReads(b *testing.B) {
 		a := finished(fmt.Sprintf("u-%d", i), 1, t0.Add(time.Duration(i)*time.Second))
 		a.Name = fmt.Sprintf("order-%05d", i)
 		a.Annotations = map[string]string{v1alpha1.RequestedByAnnotation: fmt.Sprintf("agent-%d", i%20)}
-		if err := s.Keep(ctx, record(b, a)); err != nil {
+		if _, err := s.Keep(ctx, record(b, a), archive.Link{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -41,7 +41,7 @@ func BenchmarkKeyCheckBesideHistoryReads(b *testing.B) {
 		latencies := make([]time.Duration, 0, b.N)
 		for i := range b.N {
 			began := time.Now()
-			if r, err := s.Guarding(ctx, namespaceOf("shop"), fmt.Sprintf("absent-%d", i)); err != nil || r != nil {
+			if r, err := guarding(s, ctx, namespaceOf("shop"), fmt.Sprintf("absent-%d", i)); err != nil || r != nil {
 				b.Fatalf("key check: %v, %v", r, err)
 			}
 			latencies = append(latencies, time.Since(began))

@@ -26,7 +26,7 @@ func TestListSelectsByEveryFilter(t *testing.T) {
 		if approver != "" {
 			a.Status.Approval = &v1alpha1.ApprovalRecord{Name: key, Decision: v1alpha1.Approved, DecidedBy: approver}
 		}
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestAListLeavesTheParametersOut(t *testing.T) {
 	ctx := context.Background()
 	a := finished("u-1", 1, t0)
 	a.Annotations = map[string]string{corev1.LastAppliedConfigAnnotation: `{"spec":{"parameters":{"amount":1200}}}`, "team": "payments"}
-	if err := s.Keep(ctx, record(t, a)); err != nil {
+	if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	var listed []archive.Record

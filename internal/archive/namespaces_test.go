@@ -25,7 +25,7 @@ func TestANamespaceCreatedAgainStartsANewHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Keep(ctx, r); err != nil {
+	if _, err := s.Keep(ctx, r, archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	// Rows of before the archive kept uids: one of an action created under
@@ -50,7 +50,7 @@ func TestANamespaceCreatedAgainStartsANewHistory(t *testing.T) {
 		{current, "order-2", ""},
 		{current, "order-3", "legacy-new"},
 	} {
-		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": s.Guarding, "Read": s.Read} {
+		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": func(ctx context.Context, ns archive.Namespace, key string) (*archive.Record, error) { return guarding(s, ctx, ns, key) }, "Read": s.Read} {
 			got, err := read(ctx, tc.ns, tc.key)
 			if err != nil {
 				t.Fatal(err)
@@ -100,7 +100,7 @@ func TestTheManagersRoleCanOnlyAppendTheNextLinkNow(t *testing.T) {
 		GRANT SELECT, INSERT ON toolledger_records TO ledger_appender`)
 	writer := strings.Replace(dsn, "toolledger@", "ledger_appender@", 1)
 	s := open(t, writer)
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	head := verify(t, s, "shop").Head
@@ -122,7 +122,7 @@ func TestTheManagersRoleCanOnlyAppendTheNextLinkNow(t *testing.T) {
 			t.Errorf("%s as the manager's role: %v, want the append trigger's refusal (check_violation)", name, err)
 		}
 	}
-	if got, err := s.Guarding(ctx, namespaceOf("shop"), "order-9"); err != nil || got != nil {
+	if got, err := guarding(s, ctx, namespaceOf("shop"), "order-9"); err != nil || got != nil {
 		t.Errorf("the key check answers from %+v, %v; want nothing", got, err)
 	}
 	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 0 {

@@ -19,7 +19,7 @@ import (
 func TestAKeyCheckAnswersWhileEveryReadConnectionIsHeld(t *testing.T) {
 	s := open(t, database(t))
 	ctx := context.Background()
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	archive.HoldReadConnections(t, s)
@@ -33,7 +33,7 @@ func TestAKeyCheckAnswersWhileEveryReadConnectionIsHeld(t *testing.T) {
 	answered := make(chan error, 1)
 	began := time.Now()
 	go func() {
-		r, err := s.Guarding(ctx, namespaceOf("shop"), "order-1")
+		r, err := guarding(s, ctx, namespaceOf("shop"), "order-1")
 		if err == nil && (r == nil || r.UID != "u-1") {
 			err = fmt.Errorf("answered with %+v, want the record u-1", r)
 		}
@@ -58,7 +58,7 @@ func TestAKeyCheckGivesUpAtItsDeadline(t *testing.T) {
 	answered := make(chan error, 1)
 	began := time.Now()
 	go func() {
-		_, err := s.Guarding(context.Background(), namespaceOf("shop"), "order-1")
+		_, err := guarding(s, context.Background(), namespaceOf("shop"), "order-1")
 		answered <- err
 	}()
 	select {
@@ -83,7 +83,7 @@ func TestTheHistoryFiltersUseTheirIndexes(t *testing.T) {
 		a.Name = fmt.Sprintf("order-%d", i)
 		a.Annotations = map[string]string{v1alpha1.RequestedByAnnotation: fmt.Sprintf("agent-%d", i%40)}
 		a.Status.Approval = &v1alpha1.ApprovalRecord{Name: a.Name, Decision: v1alpha1.Approved, DecidedBy: fmt.Sprintf("approver-%d", i%40)}
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ func TestPruningDeletesWhatTheCutoffsLetGoAndNothingElse(t *testing.T) {
 		a := finished(uid, 1, completed)
 		a.Namespace, a.Name = namespace, uid
 		a.Spec.ToolRef = v1alpha1.ToolReference{Kind: kind, Name: tool}
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestOneReplicaPrunesAtATime(t *testing.T) {
 	dsn := database(t)
 	s := open(t, dsn)
 	ctx := context.Background()
-	if err := s.Keep(ctx, record(t, finished("u-1", 1, t0))); err != nil {
+	if _, err := s.Keep(ctx, record(t, finished("u-1", 1, t0)), archive.Link{}); err != nil {
 		t.Fatal(err)
 	}
 	other, err := pgx.Connect(ctx, dsn)

@@ -60,7 +60,7 @@ func BenchmarkVerifyALongChain(b *testing.B) {
 		for i := range 1000 {
 			a := finished(fmt.Sprintf("more-%d", i), 1, t0)
 			a.Name = fmt.Sprintf("more-%04d", i)
-			if err := s.Keep(ctx, record(b, a)); err != nil {
+			if _, err := s.Keep(ctx, record(b, a), archive.Link{}); err != nil {
 				b.Fatal(err)
 			}
 		}

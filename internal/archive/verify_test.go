@@ -40,7 +40,7 @@ func TestACheckpointShowsAChainRewrittenWhole(t *testing.T) {
 		if key == "k2" {
 			a.Status.ExternalRef = "ch_forged"
 		}
-		if err := s.Keep(ctx, record(t, a)); err != nil {
+		if _, err := s.Keep(ctx, record(t, a), archive.Link{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -473,7 +473,8 @@ func TestAChainIsVerifiedOverSeveralGets(t *testing.T) {
 	h := handler(t, p, f, allowAll)
 	ctx := context.Background()
 	if err := h.chains.Update(ctx, "shop", func(s *chainstate.State) bool {
-		return chainstate.Checkpoint(s, archive.Link{Sequence: 10, Hash: "a10"}, time.Now(), time.Minute)
+		taken, _ := chainstate.Checkpoint(s, archive.Link{Sequence: 10, Hash: "a10"}, time.Now(), time.Minute, 0)
+		return taken
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,22 @@
 // Package chainstate keeps, in the cluster, what proves the archive's hash
-// chains from outside their database: each namespace's checkpoints (its
-// chain's head, taken every few minutes) and how far a verification of it
-// got. A database superuser who rewrites a chain, heads included, cannot
-// rewrite these: a verification finds the chain no longer holding a
-// checkpoint's hash. And a verification of a long chain goes on, request
+// chains from outside their database: each namespace's mark (the newest
+// link whose record left etcd, marks.go), its checkpoints (its chain's
+// head, taken every few minutes and kept for the key retention), the
+// losses an operator acknowledged, and how far a verification of it got.
+// A database restored, failed over to a standby that lagged, or rewritten
+// by its superuser cannot roll these back: the managers find the chain no
+// longer holding the mark, and a verification finds it no longer holding
+// a checkpoint's hash. And a verification of a long chain goes on, request
 // after request, from where the last one stopped.
 //
-// The state of a namespace's chain is a ConfigMap of the operator's
-// namespace, written by the managers only.
+// The state of a namespace's chain, and its mark, are ConfigMaps of the
+// operator's namespace, written by the managers only.
 package chainstate
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -29,8 +33,14 @@ import (
 // LabelNamespace marks a chain's state with the namespace it is of.
 const LabelNamespace = "toolledger.dev/archive-chain"
 
-// MaxCheckpoints is how many checkpoints a chain's state keeps, the newest.
-const MaxCheckpoints = 64
+// RecentCheckpoints is how many of the newest checkpoints a chain's state
+// keeps whole; of the older ones it keeps the first of each day, for the
+// key retention.
+const RecentCheckpoints = 32
+
+// MaxCheckpoints bounds the checkpoints a chain's state keeps, whatever
+// the key retention: ten years of days.
+const MaxCheckpoints = RecentCheckpoints + 3653
 
 // Point is a link of a chain and when it was taken or reached.
 type Point struct {
@@ -45,8 +55,11 @@ func (p Point) Link() archive.Link { return archive.Link{Sequence: p.Sequence, H
 // State is what the cluster keeps of one namespace's chain.
 type State struct {
 	// Checkpoints are the chain's heads as the managers took them, oldest
-	// first.
+	// first, each on the chain of the one before.
 	Checkpoints []Point `json:"checkpoints,omitempty"`
+	// Losses are the records the archive lost, as operators acknowledged
+	// them: the chain goes on from the head the archive held.
+	Losses []Loss `json:"losses,omitempty"`
 	// Verified is where the last complete verification ended: later ones
 	// go on from there.
 	Verified *Point `json:"verified,omitempty"`
@@ -54,6 +67,22 @@ type State struct {
 	// started from the first record.
 	Progress *Point `json:"progress,omitempty"`
 	Full     bool   `json:"full,omitempty"`
+}
+
+// Loss is what an operator acknowledged the archive lost of a chain: the
+// records from From to To left etcd for it, and it no longer holds them.
+type Loss struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+	// Mark is the cluster's mark the archive did not hold; Head the head it
+	// held, from which the chain goes on.
+	Mark Point `json:"mark"`
+	Head Point `json:"head"`
+	// Acknowledgement names the ArchiveAcknowledgement, and AcknowledgedBy
+	// the user who created it; Time is when it was applied.
+	Acknowledgement string      `json:"acknowledgement"`
+	AcknowledgedBy  string      `json:"acknowledgedBy"`
+	Time            metav1.Time `json:"time"`
 }
 
 // Anchors are the checkpoints, as a verification checks them.
@@ -146,19 +175,52 @@ func Update(ctx context.Context, reader client.Reader, c client.Client, operator
 	return nil
 }
 
+// ErrCheckpointBehind is Checkpoint's answer to a head behind the newest
+// checkpoint, or at its sequence with another hash: the archive went back.
+var ErrCheckpointBehind = errors.New("the archive's head is behind the chain's newest checkpoint")
+
 // Checkpoint adds head as the newest checkpoint of the chain, when it
 // moved since the last one and that one is at least every old; it reports
-// whether it did.
-func Checkpoint(s *State, head archive.Link, now time.Time, every time.Duration) bool {
+// whether it did. A head behind the newest checkpoint is refused: a
+// checkpoint only moves forward (that the head is on the chain of the
+// newest checkpoint, the caller checks with the archive). The newest
+// RecentCheckpoints are kept, and of the older ones the first of each day
+// for cover (for good when cover is not positive), MaxCheckpoints at most.
+func Checkpoint(s *State, head archive.Link, now time.Time, every, cover time.Duration) (bool, error) {
 	last := s.Latest()
-	if head.Sequence == 0 || (last != nil && (last.Sequence == head.Sequence || now.Before(last.Time.Add(every)))) {
-		return false
+	switch {
+	case last != nil && (head.Sequence < last.Sequence || (head.Sequence == last.Sequence && head.Hash != last.Hash)):
+		return false, fmt.Errorf("%w: head %d, newest checkpoint %d of %s", ErrCheckpointBehind, head.Sequence, last.Sequence, last.Time.UTC().Format(time.RFC3339))
+	case head.Sequence == 0 || (last != nil && (last.Sequence == head.Sequence || now.Before(last.Time.Add(every)))):
+		return false, nil
 	}
-	s.Checkpoints = append(s.Checkpoints, Point{Sequence: head.Sequence, Hash: head.Hash, Time: metav1.NewTime(now.UTC().Truncate(time.Second))})
-	if over := len(s.Checkpoints) - MaxCheckpoints; over > 0 {
-		s.Checkpoints = append([]Point(nil), s.Checkpoints[over:]...)
+	s.Checkpoints = compact(append(s.Checkpoints, Point{Sequence: head.Sequence, Hash: head.Hash, Time: metav1.NewTime(now.UTC().Truncate(time.Second))}), now, cover)
+	return true, nil
+}
+
+// compact keeps the newest RecentCheckpoints of checkpoints, and of the
+// older ones the first of each day within cover of now, MaxCheckpoints in
+// all.
+func compact(checkpoints []Point, now time.Time, cover time.Duration) []Point {
+	recent := max(len(checkpoints)-RecentCheckpoints, 0)
+	var kept []Point
+	for i, c := range checkpoints[:recent] {
+		if cover > 0 && c.Time.Add(cover).Before(now) {
+			continue
+		}
+		if i > 0 && sameDay(checkpoints[i-1].Time.Time, c.Time.Time) {
+			continue
+		}
+		kept = append(kept, c)
 	}
-	return true
+	kept = append(kept, checkpoints[recent:]...)
+	return append([]Point(nil), kept[max(len(kept)-MaxCheckpoints, 0):]...)
+}
+
+func sameDay(a, b time.Time) bool {
+	ay, am, ad := a.UTC().Date()
+	by, bm, bd := b.UTC().Date()
+	return ay == by && am == bm && ad == bd
 }
 
 // Store reads and writes the chains' states in the operator's namespace.

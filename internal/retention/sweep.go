@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -48,12 +47,13 @@ type Sweep struct {
 	// Defaults are the retentions of a tool that sets none.
 	Defaults Defaults
 	// Archive, when set, keeps the finished records and their keys: the
-	// Tombstones written before it move into it (when Binding allows), its
-	// records are pruned HistoryRetention after their keys were freed
-	// (zero keeps them), and its chains' heads are checkpointed in Chains
-	// every CheckpointEvery.
+	// Tombstones written before it move into it (when Binding allows,
+	// through Mover), its records are pruned HistoryRetention after their
+	// keys were freed (zero keeps them), and its chains' heads are
+	// checkpointed in Chains every CheckpointEvery.
 	Archive          *archive.Store
 	Binding          *archivebinding.Guard
+	Mover            TombstoneMover
 	Chains           *chainstate.Store
 	HistoryRetention time.Duration
 	CheckpointEvery  time.Duration
@@ -80,6 +80,13 @@ func (s *Sweep) Start(ctx context.Context) error {
 // that stopped (killed, say, between an archive commit and the delete),
 // which the cache of active actions does not hold.
 func (s *Sweep) Poke() { s.early.Wake() }
+
+// TombstoneMover moves a Tombstone into the archive, the key kept at every
+// moment (keyhistory.Archive); archive.ErrDecommissioned when the archive
+// was decommissioned meanwhile.
+type TombstoneMover interface {
+	MoveTombstone(ctx context.Context, tomb *v1alpha1.Tombstone) error
+}
 
 // sweepTarget is one tool with a retention, as the sweep lists it: spec
 // with the archive's default retentions, and the tool's own keyRetention.
@@ -119,7 +126,7 @@ func (s *Sweep) sweep(ctx context.Context) error {
 		errs = append(errs, s.pruneArchive(ctx, targets))
 	}
 	if s.Archive != nil {
-		errs = append(errs, s.checkpointChains(ctx), s.archiveTombstones(ctx))
+		errs = append(errs, s.checkpointChains(ctx, keyCover(targets)), s.archiveTombstones(ctx))
 	}
 	for _, target := range targets {
 		if Earliest(target.spec) != nil {
@@ -204,11 +211,7 @@ func (s *Sweep) archiveTombstones(ctx context.Context) error {
 	}
 	every := func(*v1alpha1.Tombstone) bool { return true }
 	err := s.eachOwnedTombstone(ctx, "to archive", nil, every, func(tomb *v1alpha1.Tombstone) error {
-		ns, err := archive.CurrentNamespace(ctx, s.Client, tomb.Namespace)
-		if err != nil {
-			return err
-		}
-		return archiveTombstone(ctx, s.Archive, s.Client, tomb, ns.UID)
+		return s.Mover.MoveTombstone(ctx, tomb)
 	})
 	if errors.Is(err, archive.ErrDecommissioned) {
 		return nil
@@ -264,32 +267,6 @@ func (s *Sweep) eachOwnedTombstone(ctx context.Context, what string, opts []clie
 		}
 		return do(tomb)
 	})
-}
-
-func archiveTombstone(ctx context.Context, store *archive.Store, c client.Client, tomb *v1alpha1.Tombstone, namespaceUID types.UID) error {
-	rec, err := archive.RecordFromTombstone(tomb, namespaceUID)
-	if err != nil {
-		return err
-	}
-	if err := store.Keep(ctx, rec); err != nil {
-		return err
-	}
-	err = c.Delete(ctx, tomb, client.Preconditions{UID: &tomb.UID})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("cannot delete the archived Tombstone %s/%s: %w", tomb.Namespace, tomb.Name, err)
-	}
-	// Decommissioning may have committed between the keep and the delete,
-	// and found this Tombstone when it wrote the key back: it must stay.
-	// Unless the archive answers that it was not, it is written again.
-	if decommissioned, err := store.Decommissioned(ctx); err != nil || decommissioned {
-		if err := c.Create(ctx, v1alpha1.NewTombstone(tomb.Namespace, tomb.Name, tomb.Record)); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) &&
-			!apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			return fmt.Errorf("cannot write again the Tombstone %s/%s, which the archive's decommissioning keeps: %w", tomb.Namespace, tomb.Name, err)
-		}
-		return archive.ErrDecommissioned
-	}
-	log.FromContext(ctx).V(1).Info("Moved a Tombstone into the archive", "tombstone", client.ObjectKeyFromObject(tomb))
-	return nil
 }
 
 // waitTurn holds the sweep until the Pacer gives uid its turn.
@@ -361,15 +338,20 @@ func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 // checkpointChains has the cluster keep the head of each archived chain
 // whose namespace this replica owns, when it moved since the last
 // checkpoint and that one is CheckpointEvery old: a rewrite of the
-// database, heads included, then shows against it (docs/audit.md).
-func (s *Sweep) checkpointChains(ctx context.Context) error {
+// database, heads included, then shows against it (docs/audit.md). A head
+// behind the newest checkpoint, or not on its chain, is refused: the
+// archive went back, which the mark watch reports. The checkpoints cover
+// cover (the longest key retention; for good when not positive).
+func (s *Sweep) checkpointChains(ctx context.Context, cover time.Duration) error {
 	heads, err := s.Archive.Heads(ctx)
 	if err != nil {
 		return err
 	}
 	now := s.Clock.Now()
+	states := map[string]*chainstate.State{}
+	latest := map[string]archive.Link{}
 	var errs []error
-	for namespace, head := range heads {
+	for namespace := range heads {
 		if !s.Shards.Owns(types.NamespacedName{Name: namespace}) {
 			continue
 		}
@@ -378,12 +360,44 @@ func (s *Sweep) checkpointChains(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if !chainstate.Checkpoint(current, head, now, s.CheckpointEvery) {
+		states[namespace] = current
+		if last := current.Latest(); last != nil {
+			latest[namespace] = last.Link()
+		}
+	}
+	holdings, err := s.Archive.Holds(ctx, latest)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for namespace, current := range states {
+		head := heads[namespace]
+		if behind := holdings[namespace].Behind(namespace, latest[namespace]); latest[namespace].Sequence > 0 && behind != nil {
+			errs = append(errs, fmt.Errorf("no checkpoint of namespace %s's chain taken: %w", namespace, behind))
+			continue
+		}
+		if taken, err := chainstate.Checkpoint(current, head, now, s.CheckpointEvery, cover); !taken || err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		errs = append(errs, s.Chains.Update(ctx, namespace, func(state *chainstate.State) bool {
-			return chainstate.Checkpoint(state, head, now, s.CheckpointEvery)
+			// Read again from the API server: refused there as well, it is
+			// not taken.
+			taken, _ := chainstate.Checkpoint(state, head, now, s.CheckpointEvery, cover)
+			return taken
 		}))
 	}
 	return errors.Join(errs...)
+}
+
+// keyCover is how long the checkpoints must cover: the longest key
+// retention of the targets; 0, for good, when one keeps its keys for good.
+func keyCover(targets []sweepTarget) time.Duration {
+	var cover time.Duration
+	for _, t := range targets {
+		if t.spec.KeyRetention == nil {
+			return 0
+		}
+		cover = max(cover, t.spec.KeyRetention.Duration)
+	}
+	return cover
 }

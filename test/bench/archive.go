@@ -489,11 +489,11 @@ func (b *bench) timeChecks(ctx context.Context, dsn string, check *archiveCheck)
 	latencies := make([]time.Duration, 0, b.settings.ArchiveCheckSamples)
 	for i := range b.settings.ArchiveCheckSamples {
 		began := time.Now()
-		r, decommissioned, err := store.CheckKey(ctx, benchNamespace(fmt.Sprintf("archived-%03d", i%archivedNamespaces)), fmt.Sprintf("absent-%08d", i))
+		check, err := store.CheckKey(ctx, benchNamespace(fmt.Sprintf("archived-%03d", i%archivedNamespaces)), fmt.Sprintf("absent-%08d", i), archive.Link{})
 		if err != nil {
 			return err
 		}
-		if r != nil || decommissioned {
+		if check.Current != nil || len(check.Earlier) > 0 || check.Decommissioned {
 			return fmt.Errorf("archive: absent key %d found in the archive, or the archive read as decommissioned", i)
 		}
 		latencies = append(latencies, time.Since(began))

@@ -173,7 +173,7 @@ func keepBulky(ctx context.Context, dsn string, namespace *corev1.Namespace) (in
 		r, err := archive.NewRecord(a, namespace.UID, &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{IdempotencyClass: v1alpha1.NonRepeatable}},
 			v1alpha1.TombstoneCauseRecordRetention, "", time.Now())
 		if err == nil {
-			err = store.Keep(ctx, r)
+			_, err = store.Keep(ctx, r, archive.Link{})
 		}
 		if err != nil {
 			return i, err

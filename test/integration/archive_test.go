@@ -340,7 +340,7 @@ var _ = Describe("The archive", func() {
 			RequestDigest: "sha256:earlier", CompletionTime: &completed}
 		rec, err := archive.NewRecord(earlier, "an-earlier-namespace-uid", nil, v1alpha1.TombstoneCauseDeleted, "", completed.Time)
 		Expect(err).NotTo(HaveOccurred())
-		Expect(store.Keep(ctx, rec)).To(Succeed())
+		Expect(store.Keep(ctx, rec, archive.Link{})).Error().NotTo(HaveOccurred())
 
 		By("the tenant's own action under the key is a new intent: dispatched once, never answered with the earlier tenant's reference")
 		Expect(k8s.Create(ctx, charge("order-1201-charge", 1200))).To(Succeed())

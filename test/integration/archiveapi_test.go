@@ -502,7 +502,7 @@ var _ = Describe("The archive API", Ordered, func() {
 			}
 			r, err := archive.NewRecord(a, namespaceUID(bulky), nil, v1alpha1.TombstoneCauseRecordRetention, "", time.Now())
 			Expect(err).NotTo(HaveOccurred())
-			Expect(store.Keep(ctx, r)).To(Succeed())
+			Expect(store.Keep(ctx, r, archive.Link{})).Error().NotTo(HaveOccurred())
 		}
 
 		By("a list in pages, as kubectl asks for them, returns each record once, in pages of a few MiB")

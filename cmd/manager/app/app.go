@@ -42,6 +42,7 @@ import (
 	"github.com/toolledger/toolledger/internal/chainstate"
 	"github.com/toolledger/toolledger/internal/deletions"
 	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/egress"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/requeue"
@@ -203,6 +204,11 @@ func CacheOptions(operatorNamespace string) cache.Options {
 // progress in the operator's namespace.
 func chainStates(mgr ctrl.Manager, opts Options) *chainstate.Store {
 	return &chainstate.Store{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Client: mgr.GetClient(), OperatorNamespace: opts.Namespace}
+}
+
+// marker moves the archived chains' marks forward as records leave etcd.
+func marker(mgr ctrl.Manager, opts Options, store *archive.Store) *chainstate.Marker {
+	return &chainstate.Marker{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Client: mgr.GetClient(), Archive: store, OperatorNamespace: opts.Namespace}
 }
 
 // ClientOptions keep tombstones out of the cache: they are read one key at
@@ -552,11 +558,22 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if reconciler.Binding, err = addArchiveBinding(mgr, opts, reconciler.Archive); err != nil {
 		return err
 	}
+	tombstones := keyhistory.Tombstones{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Clock: opts.Clock}
+	reconciler.History = tombstones
+	var archived *keyhistory.Archive
+	if reconciler.Archive != nil {
+		archived = &keyhistory.Archive{Store: reconciler.Archive, Binding: reconciler.Binding, Marks: marker(mgr, opts, reconciler.Archive),
+			Cache: mgr.GetClient(), Clock: opts.Clock, Tombstones: tombstones, Defaults: reconciler.Retention}
+		reconciler.History = archived
+	}
 	// Under leader election the leader alone reconciles, so it keeps
 	// every key.
 	sweep := &retention.Sweep{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clock: opts.Clock, Queue: queue, Pacer: reconciler.Pacer,
 		Defaults: reconciler.Retention, Archive: reconciler.Archive, Binding: reconciler.Binding, Chains: chains,
 		HistoryRetention: opts.ArchiveHistoryRetention, CheckpointEvery: opts.ArchiveCheckpointInterval, Every: opts.RetentionSweep}
+	if archived != nil {
+		sweep.Mover = archived
+	}
 	notifier := newNotifier(mgr, opts)
 	if !opts.NoSharding && !opts.LeaderElection {
 		if err := addShards(mgr, opts, reconciler, sweep, notifier); err != nil {

@@ -1,4 +1,4 @@
-package retention_test
+package keyhistory_test
 
 import (
 	"context"
@@ -6,15 +6,19 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
-	"github.com/toolledger/toolledger/internal/retention"
+	"github.com/toolledger/toolledger/internal/chainstate"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/testenv"
 )
 
@@ -46,7 +50,11 @@ func TestATombstoneThatDecommissioningFoundStays(t *testing.T) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tomb).WithInterceptorFuncs(interceptor.Funcs{
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	shop := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", UID: "shop-uid"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tomb, shop).WithInterceptorFuncs(interceptor.Funcs{
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 			if _, err := store.Decommission(ctx); err != nil {
 				return err
@@ -54,8 +62,10 @@ func TestATombstoneThatDecommissioningFoundStays(t *testing.T) {
 			return c.Delete(ctx, obj, opts...)
 		},
 	}).Build()
+	h := keyhistory.Archive{Store: store, Cache: c, Clock: clock.RealClock{}, Tombstones: keyhistory.Tombstones{Reader: c, Client: c, Clock: clock.RealClock{}},
+		Marks: &chainstate.Marker{Reader: c, APIReader: c, Client: c, Archive: store, OperatorNamespace: "toolledger-system"}}
 
-	if err := retention.ArchiveTombstone(ctx, store, c, tomb, "shop-uid"); !errors.Is(err, archive.ErrDecommissioned) {
+	if err := h.MoveTombstone(ctx, tomb); !errors.Is(err, archive.ErrDecommissioned) {
 		t.Fatalf("moving the Tombstone: %v, want ErrDecommissioned", err)
 	}
 	var kept v1alpha1.Tombstone
@@ -68,7 +78,7 @@ func TestATombstoneThatDecommissioningFoundStays(t *testing.T) {
 
 	// Decommissioned, the archive takes no Tombstone, even one it kept:
 	// the next pass of the sweep leaves it where it is.
-	if err := retention.ArchiveTombstone(ctx, store, c, &kept, "shop-uid"); !errors.Is(err, archive.ErrDecommissioned) {
+	if err := h.MoveTombstone(ctx, &kept); !errors.Is(err, archive.ErrDecommissioned) {
 		t.Fatalf("moving it again: %v, want ErrDecommissioned", err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(tomb), &kept); err != nil {
