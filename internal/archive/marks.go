@@ -59,7 +59,7 @@ func (h Holding) Behind(namespace string, mark Link) error {
 
 // holdingColumns reads, for the namespace $ns and the mark's sequence
 // $seq, the chain's head and the hash the chain keeps at the mark: its
-// record's, the last hash of the pruned run it ends, '' inside a pruned
+// record's, the last hash of the pruned run it ends, empty inside a pruned
 // run, NULL when nothing keeps it.
 func holdingColumns(ns, seq string) string {
 	return `coalesce((SELECT seq FROM toolledger_chain_heads WHERE namespace = ` + ns + `), 0),

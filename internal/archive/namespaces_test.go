@@ -50,7 +50,9 @@ func TestANamespaceCreatedAgainStartsANewHistory(t *testing.T) {
 		{current, "order-2", ""},
 		{current, "order-3", "legacy-new"},
 	} {
-		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": func(ctx context.Context, ns archive.Namespace, key string) (*archive.Record, error) { return guarding(s, ctx, ns, key) }, "Read": s.Read} {
+		for name, read := range map[string]func(context.Context, archive.Namespace, string) (*archive.Record, error){"Guarding": func(ctx context.Context, ns archive.Namespace, key string) (*archive.Record, error) {
+			return guarding(s, ctx, ns, key)
+		}, "Read": s.Read} {
 			got, err := read(ctx, tc.ns, tc.key)
 			if err != nil {
 				t.Fatal(err)
