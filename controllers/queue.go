@@ -42,6 +42,27 @@ func (r *ToolActionReconciler) ResyncOwned(ctx context.Context, owns func(types.
 	}
 }
 
+// RecheckWaiting hands the controller again the active actions of namespace
+// (every namespace when empty) that wait for their key check: a person
+// decided about an earlier life of the namespace, or acknowledged the
+// archive's loss, and the key may be checked now rather than at the wait's
+// next retry.
+func (r *ToolActionReconciler) RecheckWaiting(ctx context.Context, namespace string) {
+	if !r.Queue.Started() {
+		return
+	}
+	var actions v1alpha1.ToolActionList
+	if err := r.Client.List(ctx, &actions, client.InNamespace(namespace)); err != nil {
+		log.FromContext(ctx).Error(err, "Cannot list the actions waiting for their key check")
+		return
+	}
+	for i := range actions.Items {
+		if a := &actions.Items[i]; a.Status.KeyUncheckable() {
+			r.Queue.Add(client.ObjectKeyFromObject(a))
+		}
+	}
+}
+
 // callIn makes call, a downstream call and the record of its outcome, in
 // slot s, off the workers, and hands its result to the work queue. The
 // call carries the reconcile's hold on the action's key, so that no

@@ -72,13 +72,15 @@ func main() {
 	flag.BoolVar(&opts.TrustCallerTraceContext, "trust-caller-trace-context", false, "Have the spans of an action's attempts and lookups continue the trace its caller supplied (the toolledger.dev/traceparent annotation, spec.provenance.traceID), and the downstream request and the notifications carry it, for a platform whose tenants are all trusted. By default a span starts a trace of its own with a link to the caller's (toolledger.caller_supplied), since a tenant may name any trace, another tenant's too (docs/operations.md).")
 	flag.Func("notification-sink-dir", "NAME=DIR of a CloudEvents receiver (a Knative broker, an Argo Events webhook, a relay) that gets an event for each action awaiting approval, escalated, succeeded or failed, at least once, with an id derived from the key and the transition (docs/operations.md): DIR holds its URL in the file url and, optionally, the Standard Webhooks key that signs each delivery (whsec_ and the key in base64) in signing-key, as a Secret mounted there does; read at start; repeatable.", notify.SinkDirFlag(&opts.NotificationSinks))
 	flag.Func("notification-sink", "NAME=URL of a notification sink as --notification-sink-dir names one, for local runs: the URL (and any token in it) is in the process's arguments, a pod's spec, and deliveries are not signed; repeatable.", notify.SinkFlag(&opts.NotificationSinks))
-	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string; $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
+	flag.StringVar(&opts.ArchiveDSN, "archive-dsn", "", "PostgreSQL database that keeps finished records and the keys they guard, outside etcd (docs/archive.md), as a URL or key=value string without a password (a command line is no place for one: give a DSN with a password in $TOOLLEDGER_ARCHIVE_DSN); $TOOLLEDGER_ARCHIVE_DSN when unset. Empty keeps keys in Tombstones.")
 	flag.DurationVar(&opts.ArchiveRecordRetention, "archive-record-retention", app.DefaultArchiveRecordRetention, "With --archive-dsn, how long the finished records of a Tool that sets no recordRetention stay in etcd before they leave for the archive; a Tool's own recordRetention wins.")
 	flag.DurationVar(&opts.ArchiveKeyRetention, "archive-key-retention", app.DefaultArchiveKeyRetention, "With --archive-dsn, how long the keys of a Tool that sets no keyRetention are kept after their action finished; a Tool's own keyRetention wins; a negative value keeps them for good.")
 	flag.DurationVar(&opts.ArchiveHistoryRetention, "archive-history-retention", 0, "With --archive-dsn, how long archived records stay readable after their key is freed, before they are deleted from the archive; 0 keeps them for good.")
 	flag.StringVar(&opts.ArchiveAPIAddr, "archive-api-bind-address", ":8445", "With --archive-dsn and --archive-api-cert-dir, where the archive's aggregated API (archive.toolledger.dev) listens for the API server.")
 	flag.DurationVar(&opts.ArchiveCheckpointInterval, "archive-checkpoint-interval", app.DefaultArchiveCheckpointInterval, "With --archive-dsn, how often, at most, the cluster keeps a checkpoint of each namespace's archived hash chain whose head moved (ConfigMap toolledger-chain-<namespace> of the operator namespace): a rewrite of the database, heads included, by its superuser shows against anything before one (docs/audit.md).")
 	flag.DurationVar(&opts.ArchiveBindingSettle, "archive-binding-settle", archivebinding.DefaultSettle, "With --archive-dsn, how long the ledger's new binding to its archive stands before a record is kept there alone (no Tombstone): time for replicas running without the archive, during the rollout that turns it on, to learn of the binding and stop dispatching (docs/archive.md#the-archive-binding).")
+	flag.BoolVar(&opts.ArchiveRequireSynchronousStandby, "archive-require-synchronous-standby", false, "With --archive-dsn, keep finished records in etcd while the archive's server names no synchronous standby (synchronous_standby_names): a record then leaves etcd only once durable on a standby a failover lands on. Without it such a server is reported (log, toolledger_archive_synchronous_commit) and its records are kept; an archive that fails over behind them is held until acknowledged (docs/archive.md#durable-before-delete).")
+	flag.DurationVar(&opts.ArchiveCompareInterval, "archive-compare-interval", app.DefaultArchiveCompareInterval, "With --archive-dsn, how often the manager compares every archived chain with the cluster's mark of it (the newest record that left etcd), and so how soon an archive restored or failed over behind what left etcd is reported; every key check and keep compares its own namespace's at once (docs/archive.md#when-the-archive-goes-back).")
 	flag.StringVar(&opts.ArchiveAPICertDir, "archive-api-cert-dir", "", "Directory holding tls.crt and tls.key for the archive API, whose CA the APIService names; empty serves no archive API.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
@@ -93,6 +95,9 @@ func main() {
 	// Read after the flags, so that --help never prints a password.
 	if opts.ArchiveDSN == "" {
 		opts.ArchiveDSN = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	} else if dsnHasPassword(opts.ArchiveDSN) {
+		fmt.Fprintln(os.Stderr, "--archive-dsn holds a password, which a command line keeps where anyone may read it (the process list, a pod's spec): give it in $TOOLLEDGER_ARCHIVE_DSN, as the chart does from a Secret")
+		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -125,7 +130,8 @@ const decommissionCommand = "decommission-archive"
 // may dispatch again; it returns the exit status.
 func decommissionArchive(args []string) int {
 	flags := flag.NewFlagSet(decommissionCommand, flag.ContinueOnError)
-	dsn := flags.String("archive-dsn", "", "The archive's database, as the schema's owner; $TOOLLEDGER_ARCHIVE_DSN when unset.")
+	var dsnFlags archiveDSN
+	dsnFlags.bind(flags, "The archive's database, as the schema's owner")
 	namespace := flags.String("operator-namespace", "", "The manager's namespace, which holds the archive binding; $POD_NAMESPACE or toolledger-system when empty.")
 	flags.Usage = func() {
 		fmt.Fprintf(flags.Output(), `Usage: manager %s [flags]
@@ -134,8 +140,10 @@ Ends the ledger's use of its archive without losing a key: the archive stops
 keeping records, every key it keeps is written back as a Tombstone, then the
 archive binding lets managers without the archive dispatch again. Run it as
 the manager's ServiceAccount (only it may write Tombstones), for instance
-with kubectl exec in a manager pod; the cluster is the in-cluster one or
-$KUBECONFIG's. Interrupted, run it again.
+with kubectl exec -i in a manager pod, the owner's DSN on standard input
+(--archive-dsn-file=-); the cluster is the in-cluster one or $KUBECONFIG's.
+Keys of an earlier life of a namespace that nobody adopted or released
+refuse it, before anything changes. Interrupted, run it again.
 
 `, decommissionCommand)
 		flags.PrintDefaults()
@@ -143,21 +151,23 @@ $KUBECONFIG's. Interrupted, run it again.
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	if *dsn == "" {
-		*dsn = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	dsn, err := dsnFlags.resolve(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
 	if *namespace == "" {
 		*namespace = app.DefaultNamespace()
 	}
-	if *dsn == "" {
-		fmt.Fprintln(os.Stderr, "--archive-dsn (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to decommission")
+	if dsn == "" {
+		fmt.Fprintln(os.Stderr, "--archive-dsn-file (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to decommission")
 		return 2
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	report, err := app.DecommissionArchive(ctx, ctrl.GetConfigOrDie(), *dsn, *namespace)
-	fmt.Printf("Tombstones written: %d; keys a Tombstone kept already: %d; keys of namespaces that no longer exist: %d\n",
-		report.Written, report.Present, report.Gone)
+	report, err := app.DecommissionArchive(ctx, ctrl.GetConfigOrDie(), dsn, *namespace)
+	fmt.Printf("Tombstones written: %d; keys a Tombstone kept already: %d; keys of namespaces that no longer exist: %d; keys of earlier lives released: %d\n",
+		report.Written, report.Present, report.Gone, report.Released)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "The archive is not decommissioned yet:", err)
 		return 1
@@ -174,7 +184,8 @@ const migrateCommand = "migrate-archive"
 // role what it needs; it returns the exit status.
 func migrateArchive(args []string) int {
 	flags := flag.NewFlagSet(migrateCommand, flag.ContinueOnError)
-	dsn := flags.String("archive-dsn", "", "The archive's database, as the schema's owner; $TOOLLEDGER_ARCHIVE_DSN when unset.")
+	var dsnFlags archiveDSN
+	dsnFlags.bind(flags, "The archive's database, as the schema's owner")
 	grantTo := flags.String("grant-to", "", "The managers' database role, granted what a manager needs (read the schema, insert and read records, prune through the owner's functions) and nothing more; none when empty.")
 	flags.Usage = func() {
 		fmt.Fprintf(flags.Output(), `Usage: manager %s [flags]
@@ -191,16 +202,18 @@ before each install and upgrade.
 	if err := flags.Parse(args); err != nil {
 		return 2
 	}
-	if *dsn == "" {
-		*dsn = os.Getenv("TOOLLEDGER_ARCHIVE_DSN")
+	dsn, err := dsnFlags.resolve(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
 	}
-	if *dsn == "" {
-		fmt.Fprintln(os.Stderr, "--archive-dsn (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to migrate")
+	if dsn == "" {
+		fmt.Fprintln(os.Stderr, "--archive-dsn-file (or $TOOLLEDGER_ARCHIVE_DSN) must name the archive to migrate")
 		return 2
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := archive.Migrate(ctx, *dsn, *grantTo); err != nil {
+	if err := archive.Migrate(ctx, dsn, *grantTo); err != nil {
 		fmt.Fprintln(os.Stderr, "The archive is not migrated:", err)
 		return 1
 	}

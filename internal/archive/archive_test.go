@@ -171,7 +171,7 @@ func TestAManagerRunsWithALeastPrivilegedRoleOnAMigratedSchema(t *testing.T) {
 		GRANT SELECT, INSERT ON toolledger_records TO ledger_writer;
 		GRANT SELECT ON toolledger_chain_pruned, toolledger_archive, toolledger_namespaces, toolledger_chain_heads TO ledger_writer;
 		GRANT EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer) TO ledger_writer;
-		GRANT EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer) TO ledger_writer`); err != nil {
+		GRANT EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, timestamptz, timestamptz, integer) TO ledger_writer`); err != nil {
 		t.Fatal(err)
 	}
 	writer := strings.Replace(dsn, "toolledger@", "ledger_writer@", 1)

@@ -2,10 +2,12 @@ package archive
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // decommissionLock is the advisory lock that every Keep holds shared and
@@ -45,21 +47,25 @@ func (s *Store) Decommissioned(ctx context.Context) (bool, error) {
 	return decommissioned, nil
 }
 
-// guardingPage bounds the records one query of GuardingKeys reads.
+// guardingPage bounds the keys one query of GuardingKeys reads.
 const guardingPage = 500
 
 // GuardingKeys hands each key the archive guards to do, with the newest
-// record that guards it (the one the key check answers from), in order of
-// namespace and key, a page at a time.
-func (s *Store) GuardingKeys(ctx context.Context, do func(*Record) error) error {
+// record that guards it in each life of its namespace's name (its
+// NamespaceUID names the life: "" for the records archived before the
+// archive kept uids), newest first, in order of namespace and key, a page
+// of keys at a time.
+func (s *Store) GuardingKeys(ctx context.Context, do func([]*Record) error) error {
 	var afterNamespace, afterKey string
 	for {
 		rows, err := s.reads.Query(ctx, `
-SELECT DISTINCT ON (namespace, key) `+recordColumns+`
-FROM toolledger_records
-WHERE guards_key AND (namespace, key) > ($1, $2)
-ORDER BY namespace, key, completion_time DESC
-LIMIT $3`, afterNamespace, afterKey, guardingPage)
+WITH page AS (SELECT DISTINCT namespace, key FROM toolledger_records
+	WHERE guards_key AND (namespace, key) > ($1, $2) ORDER BY namespace, key LIMIT $3)
+SELECT * FROM (SELECT DISTINCT ON (namespace, key, coalesce(namespace_uid, '')) `+recordColumns+`
+	FROM toolledger_records JOIN page USING (namespace, key)
+	WHERE guards_key
+	ORDER BY namespace, key, coalesce(namespace_uid, ''), completion_time DESC) lives
+ORDER BY namespace, key, completion_time DESC`, afterNamespace, afterKey, guardingPage)
 		var page []Record
 		if err == nil {
 			page, err = pgx.CollectRows(rows, scanRecord)
@@ -68,14 +74,43 @@ LIMIT $3`, afterNamespace, afterKey, guardingPage)
 		if err != nil {
 			return fmt.Errorf("%w: cannot list the guarded keys: %w", ErrUnavailable, err)
 		}
-		for i := range page {
-			if err := do(&page[i]); err != nil {
+		keys := 0
+		for start := 0; start < len(page); keys++ {
+			end := start + 1
+			for end < len(page) && page[end].Namespace == page[start].Namespace && page[end].Key == page[start].Key {
+				end++
+			}
+			lives := make([]*Record, 0, end-start)
+			for i := start; i < end; i++ {
+				lives = append(lives, &page[i])
+			}
+			if err := do(lives); err != nil {
 				return err
 			}
+			start = end
 		}
-		if len(page) < guardingPage {
+		if keys < guardingPage {
 			return nil
 		}
 		afterNamespace, afterKey = page[len(page)-1].Namespace, page[len(page)-1].Key
 	}
+}
+
+// LifeIn is the life of ns's name that r was archived from: ns's own uid
+// when r was archived from it, or, archived before the archive kept uids,
+// when its action was created after ns was; else r's NamespaceUID ("" for
+// such a record of an earlier life).
+func (r *Record) LifeIn(ns Namespace) types.UID {
+	if r.NamespaceUID != "" {
+		return r.NamespaceUID
+	}
+	var doc struct {
+		Metadata struct {
+			CreationTimestamp time.Time `json:"creationTimestamp"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(r.Action, &doc) == nil && !doc.Metadata.CreationTimestamp.Before(ns.Created) {
+		return ns.UID
+	}
+	return ""
 }

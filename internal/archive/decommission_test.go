@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/toolledger/toolledger/internal/archive"
 )
 
@@ -68,8 +70,10 @@ func TestADecommissionedArchiveKeepsNothingMore(t *testing.T) {
 		t.Fatalf("Keep of a record kept before decommissioning: %v, want ErrDecommissioned", err)
 	}
 	var guarded []string
-	if err := s.GuardingKeys(ctx, func(r *archive.Record) error {
-		guarded = append(guarded, r.Key+"="+string(r.UID))
+	if err := s.GuardingKeys(ctx, func(lives []*archive.Record) error {
+		for _, r := range lives {
+			guarded = append(guarded, r.Key+"="+string(r.UID))
+		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -110,8 +114,8 @@ func TestDecommissioningWaitsForTheRecordsBeingKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	guarded := map[string]bool{}
-	if err := s.GuardingKeys(ctx, func(r *archive.Record) error {
-		guarded[r.Key] = true
+	if err := s.GuardingKeys(ctx, func(lives []*archive.Record) error {
+		guarded[lives[0].Key] = true
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -163,5 +167,41 @@ func TestAKeyCheckSaysWhenTheArchiveWasDecommissioned(t *testing.T) {
 		if uid, decommissioned := check("order-9"); uid != "" || decommissioned != decommission {
 			t.Errorf("check %d of an absent key: record %q, decommissioned %v; want none, %v", when, uid, decommissioned, decommission)
 		}
+	}
+}
+
+// GuardingKeys lists each key with the newest record of each life of its
+// namespace's name that guards it, newest first, in pages of keys, however
+// many records a key has.
+func TestGuardingKeysListsEachLifeOfAKey(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, database(t))
+	for i, life := range []types.UID{"shop-1", "shop-1", "shop-2"} {
+		for k := range 3 {
+			a := finished(fmt.Sprintf("u-%d-%d", i, k), 1, t0.Add(time.Duration(i)*time.Hour))
+			a.Name = fmt.Sprintf("order-%d", k)
+			r, err := archive.NewRecord(a, life, nil, "Deleted", "", t0.Add(time.Duration(i)*time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Keep(ctx, r, archive.Link{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var listed []string
+	if err := s.GuardingKeys(ctx, func(lives []*archive.Record) error {
+		entry := lives[0].Key + ":"
+		for _, r := range lives {
+			entry += " " + string(r.NamespaceUID) + "=" + string(r.UID)
+		}
+		listed = append(listed, entry)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"order-0: shop-2=u-2-0 shop-1=u-1-0", "order-1: shop-2=u-2-1 shop-1=u-1-1", "order-2: shop-2=u-2-2 shop-1=u-1-2"}
+	if !slices.Equal(listed, want) {
+		t.Errorf("GuardingKeys = %q, want %q", listed, want)
 	}
 }

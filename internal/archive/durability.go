@@ -61,6 +61,8 @@ FROM pg_stat_replication`).Scan(&r.SynchronousStandbyNames, &r.Standbys, &r.Sync
 	if r.Standbys == 0 {
 		r.Synchronous = 0
 	}
+	standbys.WithLabelValues().Set(float64(r.Standbys))
+	synchronousCommit.WithLabelValues().Set(map[bool]float64{false: 0, true: 1}[r.SynchronousConfigured()])
 	return r, nil
 }
 

@@ -14,6 +14,15 @@ var (
 		Name: "toolledger_archive_errors_total",
 		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), read, list and verify (the archive API), prune, ping.",
 	}, []string{"operation"})
+	// standbys and synchronousCommit have no labels, as archiveUp.
+	standbys = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_archive_standbys",
+		Help: "With an archive: the standbys streaming from its server (pg_stat_replication), as the manager last read them.",
+	}, nil)
+	synchronousCommit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "toolledger_archive_synchronous_commit",
+		Help: "With an archive: 1 while its server's commits wait for a synchronous standby (synchronous_standby_names is set), so that a record leaves etcd only once durable where a failover lands; 0 while they wait for none (docs/archive.md#durable-before-delete).",
+	}, nil)
 	recordsPruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "toolledger_archive_records_pruned_total",
 		Help: "Archived records deleted by --archive-history-retention: their tool's keyRetention and then the history retention had passed since they finished.",
@@ -22,7 +31,7 @@ var (
 
 // Metrics are the archive's collectors, which the manager registers.
 func Metrics() []prometheus.Collector {
-	return []prometheus.Collector{archiveUp, archiveErrors, recordsPruned}
+	return []prometheus.Collector{archiveUp, archiveErrors, recordsPruned, standbys, synchronousCommit}
 }
 
 // observe records the outcome of one use of the archive.

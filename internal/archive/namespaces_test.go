@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/toolledger/toolledger/internal/archive"
 )
 
@@ -64,9 +67,15 @@ func TestANamespaceCreatedAgainStartsANewHistory(t *testing.T) {
 	}
 
 	// The history retention prunes the old namespace's records (archived
-	// before now), and none of the current one's.
-	live := func(name string) (archive.Namespace, bool, error) { return current, name == "shop", nil }
-	pruned, err := s.PruneNamespaces(ctx, live, time.Now().Add(time.Minute))
+	// before now), and none of the current one's, once the current one
+	// released that life.
+	lifeOf := func(_ string, uid types.UID) (archive.Life, error) {
+		if uid == current.UID {
+			return archive.Life{Current: &current, Fate: archive.LifeKept}, nil
+		}
+		return archive.Life{Current: &current, Fate: archive.LifeReleased}, nil
+	}
+	pruned, err := s.PruneNamespaces(ctx, lifeOf, archive.NamespaceCutoffs{Before: time.Now().Add(time.Minute)})
 	if err != nil || pruned != 2 {
 		t.Fatalf("PruneNamespaces = %d, %v; want 2", pruned, err)
 	}
@@ -129,5 +138,49 @@ func TestTheManagersRoleCanOnlyAppendTheNextLinkNow(t *testing.T) {
 	}
 	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 0 {
 		t.Errorf("the chain: %+v, want one record and nothing else", v)
+	}
+}
+
+// The records of an earlier life that nobody released (its name gone, or
+// taken again by a namespace that did not decide about it) keep their keys
+// for their retention before the history retention prunes them: a
+// namespace restored from a backup later still finds them. A released
+// life's go once the history retention passed.
+func TestAnUnclaimedLifeKeepsItsKeysForTheirRetention(t *testing.T) {
+	ctx := context.Background()
+	dsn := database(t)
+	s := open(t, dsn)
+	gone := archive.Namespace{Name: "gone", UID: "gone-1", Created: t0.Add(-72 * time.Hour)}
+	promised := metav1.NewTime(t0.Add(30 * 24 * time.Hour))
+	for _, tc := range []struct {
+		uid       string
+		completed time.Time
+		keptUntil *metav1.Time
+	}{
+		{"u-old", t0.Add(-100 * 24 * time.Hour), nil},
+		{"u-recent", t0.Add(-time.Hour), nil},
+		{"u-promised", t0.Add(-100 * 24 * time.Hour), &promised},
+	} {
+		a := finished(tc.uid, 1, tc.completed)
+		a.Namespace, a.Name, a.Status.KeptUntil = "gone", tc.uid, tc.keptUntil
+		r, err := archive.NewRecord(a, gone.UID, nil, "Deleted", "", tc.completed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Keep(ctx, r, archive.Link{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unclaimed := func(string, types.UID) (archive.Life, error) { return archive.Life{Fate: archive.LifeUnclaimed}, nil }
+	cutoffs := archive.NamespaceCutoffs{Before: time.Now().Add(time.Minute), KeysBefore: t0.Add(-90 * 24 * time.Hour), KeptBefore: t0}
+	if pruned, err := s.PruneNamespaces(ctx, unclaimed, cutoffs); err != nil || pruned != 1 {
+		t.Fatalf("PruneNamespaces of the unclaimed life = %d, %v; want 1, the record past the key retention", pruned, err)
+	}
+	if got := uidsLeft(t, dsn); !slices.Equal(got, []string{"u-promised", "u-recent"}) {
+		t.Fatalf("left %v, want the records whose keys are still kept", got)
+	}
+	released := func(string, types.UID) (archive.Life, error) { return archive.Life{Fate: archive.LifeReleased}, nil }
+	if pruned, err := s.PruneNamespaces(ctx, released, cutoffs); err != nil || pruned != 2 {
+		t.Fatalf("PruneNamespaces of the released life = %d, %v; want 2", pruned, err)
 	}
 }

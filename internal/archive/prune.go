@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // pruneLock is the advisory lock one replica holds while it prunes, so
@@ -49,13 +50,48 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 	})
 }
 
-// PruneNamespaces deletes the records of namespaces that no longer exist,
-// archived before before: namespaces gone, or created again under their
-// name (live gives each name's namespace now, and reports whether one
-// exists, or fails). Their keys answer nobody: a namespace of the same
-// name starts a new history. It returns how many it deleted; one replica
-// prunes at a time.
-func (s *Store) PruneNamespaces(ctx context.Context, live func(name string) (Namespace, bool, error), before time.Time) (int64, error) {
+// LifeFate says what becomes of the records of one life of a namespace's
+// name that is not the current one's, when the history retention prunes
+// them.
+type LifeFate int
+
+const (
+	// LifeKept: the current life, or one it adopted: its records are its
+	// history, pruned by their tools' retentions.
+	LifeKept LifeFate = iota
+	// LifeReleased: released for the namespace now under the name: its
+	// keys answer nobody, and its records go once the history retention
+	// passed since they were archived.
+	LifeReleased
+	// LifeUnclaimed: the name is gone, or its namespace has not decided
+	// about the life: its records keep their keys for their retention (a
+	// namespace restored from a backup finds them), then the history
+	// retention prunes them.
+	LifeUnclaimed
+)
+
+// Life is what the sweep knows of one life of a namespace's name: the
+// namespace now under the name (nil when there is none) and the life's
+// fate.
+type Life struct {
+	Current *Namespace
+	Fate    LifeFate
+}
+
+// NamespaceCutoffs say which records of the lives not kept may go: those
+// archived before Before, and, of an unclaimed life, whose keptUntil is
+// before KeptBefore, or, stating none, that finished before KeysBefore
+// (the archive's default key retention; the zero time keeps them for
+// good).
+type NamespaceCutoffs struct {
+	Before, KeysBefore, KeptBefore time.Time
+}
+
+// PruneNamespaces deletes the records of the lives of namespaces' names
+// that are not theirs now: lives of namespaces gone, or created again
+// under their name (lifeOf gives each one's fate), by cutoffs. It returns
+// how many it deleted; one replica prunes at a time.
+func (s *Store) PruneNamespaces(ctx context.Context, lifeOf func(name string, uid types.UID) (Life, error), cutoffs NamespaceCutoffs) (int64, error) {
 	rows, err := s.keys.Query(ctx, `SELECT namespace, namespace_uid FROM toolledger_namespaces ORDER BY namespace, namespace_uid`)
 	var known [][2]string
 	if err == nil {
@@ -72,24 +108,29 @@ func (s *Store) PruneNamespaces(ctx context.Context, live func(name string) (Nam
 		var pruned int64
 		for _, ns := range known {
 			name, uid := ns[0], ns[1]
-			current, exists, err := live(name)
+			life, err := lifeOf(name, types.UID(uid))
 			if err != nil {
 				return pruned, err
 			}
 			// The records of before the archive kept uids that are the
 			// current namespace's are those created since it was.
 			createdBefore := infinity
-			if exists {
-				createdBefore = current.Created
+			if life.Current != nil {
+				createdBefore = life.Current.Created
 			}
-			if uid != "" && exists && string(current.UID) == uid {
+			keysBefore, keptBefore := infinity, infinity
+			switch {
+			case uid != "" && life.Current != nil && string(life.Current.UID) == uid, life.Fate == LifeKept:
 				continue
+			case life.Fate == LifeUnclaimed:
+				keysBefore, keptBefore = cutoffs.KeysBefore, cutoffs.KeptBefore
 			}
-			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_namespace($1, $2, $3, $4, $5)`, name, uid, createdBefore, before, pruneBatch)
+			n, err := pruneBatches(ctx, conn, `SELECT toolledger_prune_namespace($1, $2, $3, $4, $5, $6, $7)`, name, uid, createdBefore, cutoffs.Before,
+				keysBefore, keptBefore, pruneBatch)
 			pruned += n
 			observe("prune", err)
 			if err != nil {
-				return pruned, fmt.Errorf("%w: cannot prune the records of deleted namespace %s (uid %q): %w", ErrUnavailable, name, uid, err)
+				return pruned, fmt.Errorf("%w: cannot prune the records of an earlier life of namespace %s (uid %q): %w", ErrUnavailable, name, uid, err)
 			}
 		}
 		return pruned, nil

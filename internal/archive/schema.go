@@ -295,6 +295,50 @@ BEGIN
 	RETURN pruned;
 END $$;
 REVOKE EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer) FROM PUBLIC;`,
+	// 9: the records of a namespace's earlier life that no decision freed
+	// (its name is gone, or taken again by a namespace that has not
+	// adopted nor released that life) keep their keys for their retention
+	// before the history retention prunes them: a namespace restored from
+	// a backup after that long finds them still. Those of a life released
+	// go once the history retention passed since they were archived, as
+	// before. p_keys_before bounds the completion of a record that stated
+	// no keptUntil, p_kept_before the keptUntil of one that did.
+	`DROP FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer);
+SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
+CREATE FUNCTION toolledger_prune_namespace(p_namespace text, p_namespace_uid text, p_created_before timestamptz, p_before timestamptz,
+	p_keys_before timestamptz, p_kept_before timestamptz, p_limit integer) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+	r record;
+	pruned bigint := 0;
+BEGIN
+	FOR r IN DELETE FROM toolledger_records WHERE uid IN (
+		SELECT uid FROM toolledger_records, LATERAL (SELECT coalesce(action->'status'->>'keptUntil', action->'record'->>'keptUntil') AS kept_until) stated
+		WHERE namespace = p_namespace AND archived_at < p_before AND CASE WHEN p_namespace_uid = ''
+			THEN namespace_uid IS NULL AND (action->'metadata'->>'creationTimestamp')::timestamptz < p_created_before
+			ELSE namespace_uid = p_namespace_uid END
+			AND CASE WHEN stated.kept_until IS NULL THEN completion_time < p_keys_before
+				WHEN stated.kept_until ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$' THEN stated.kept_until::timestamptz < p_kept_before
+				ELSE false END
+		LIMIT p_limit)
+	RETURNING namespace, chain_seq, chain_prev, chain_hash
+	LOOP
+		pruned := pruned + 1;
+		IF r.chain_seq IS NOT NULL THEN
+			PERFORM toolledger_chain_note_pruned(r.namespace, r.chain_seq, r.chain_prev, r.chain_hash);
+		END IF;
+	END LOOP;
+	IF pruned > 0 THEN
+		INSERT INTO toolledger_prune_log (pruned_by, tool_kind, namespace, tool_name, completed_before, records)
+		VALUES (session_user, 'Namespace', p_namespace, p_namespace_uid, p_before, pruned);
+	END IF;
+	IF pruned < p_limit AND NOT EXISTS (SELECT 1 FROM toolledger_records WHERE namespace = p_namespace AND CASE WHEN p_namespace_uid = ''
+			THEN namespace_uid IS NULL ELSE namespace_uid = p_namespace_uid END) THEN
+		DELETE FROM toolledger_namespaces WHERE namespace = p_namespace AND namespace_uid = p_namespace_uid;
+	END IF;
+	RETURN pruned;
+END $$;
+REVOKE EXECUTE ON FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, timestamptz, timestamptz, integer) FROM PUBLIC;`,
 }
 
 // SchemaVersion is the schema version this build migrates to.
@@ -406,7 +450,7 @@ func newerSchema(current int) error {
 // the schema's owner.
 var runtimeFunctions = []string{
 	"toolledger_prune_tool(text, text, text, timestamptz, timestamptz, timestamptz, integer)",
-	"toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer)",
+	"toolledger_prune_namespace(text, text, timestamptz, timestamptz, timestamptz, timestamptz, integer)",
 }
 
 // Migrate brings the schema of the archive at dsn, whose role owns it, to

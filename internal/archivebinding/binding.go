@@ -16,6 +16,7 @@ package archivebinding
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -41,6 +42,7 @@ const (
 	keyBoundAt          = "boundAt"
 	keyDecommissionedAt = "decommissionedAt"
 	keyTombstonesMoved  = "tombstonesMoved"
+	keyBehind           = "behind"
 )
 
 // State says whether the ledger's keys are in the archive.
@@ -69,6 +71,9 @@ type Binding struct {
 	// it. From then on, until the archive is decommissioned, no Tombstone
 	// is written, and a key check reads the archive alone.
 	TombstonesMovedAt time.Time
+	// Behind is what the managers found of the archive going behind the
+	// cluster's marks; nil while it holds them.
+	Behind *Finding
 }
 
 // Key is where the binding of the ledger whose operator namespace is
@@ -96,6 +101,12 @@ func fromConfigMap(cm *corev1.ConfigMap) (*Binding, error) {
 		return nil, fmt.Errorf("the archive binding (ConfigMap %s/%s) does not name an archive and its state (InUse or Decommissioned): it was edited; restore it, or decommission the archive (docs/archive.md#decommissioning-an-archive)",
 			cm.Namespace, cm.Name)
 	}
+	if raw := cm.Data[keyBehind]; raw != "" {
+		b.Behind = &Finding{}
+		if err := json.Unmarshal([]byte(raw), b.Behind); err != nil {
+			return nil, fmt.Errorf("the archive binding (ConfigMap %s/%s) has an unreadable %s: %w", cm.Namespace, cm.Name, keyBehind, err)
+		}
+	}
 	for key, into := range map[string]*time.Time{keyBoundAt: &b.BoundAt, keyDecommissionedAt: &b.DecommissionedAt, keyTombstonesMoved: &b.TombstonesMovedAt} {
 		if v := cm.Data[key]; v != "" {
 			t, err := time.Parse(time.RFC3339, v)
@@ -116,6 +127,10 @@ func (b *Binding) writeTo(cm *corev1.ConfigMap) {
 	if !b.TombstonesMovedAt.IsZero() {
 		cm.Data[keyTombstonesMoved] = b.TombstonesMovedAt.UTC().Format(time.RFC3339)
 	}
+	if b.Behind != nil {
+		raw, _ := json.Marshal(b.Behind) // plain fields: it cannot fail
+		cm.Data[keyBehind] = string(raw)
+	}
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
 	}
@@ -128,14 +143,23 @@ func (b *Binding) writeTo(cm *corev1.ConfigMap) {
 }
 
 // RefusedError is why a manager must not dispatch a new key: the ledger is
-// bound to an archive it does not use.
+// bound to an archive it does not use, or its binding is gone from a
+// cluster that kept keys in an archive.
 type RefusedError struct {
 	Binding Binding
 	// Archive is the manager's archive; "" without one.
 	Archive string
+	// Missing names what the managers keep of an archive's chains in the
+	// operator namespace, when the binding itself is gone.
+	Missing string
 }
 
 func (e *RefusedError) Error() string {
+	if e.Missing != "" {
+		return fmt.Sprintf("the archive binding (ConfigMap %s) is gone, but this ledger keeps keys in an archive (ConfigMap %s marks one of its chains): "+
+			"this manager runs without an archive (--archive-dsn) and dispatches no new key until it runs with that archive, which binds the ledger again, "+
+			"or the binding is restored (docs/archive.md#the-archive-binding)", ConfigMapName, e.Missing)
+	}
 	using := "this manager runs without an archive (--archive-dsn)"
 	if e.Archive != "" {
 		using = fmt.Sprintf("this manager's --archive-dsn reaches archive %s, another database", e.Archive)

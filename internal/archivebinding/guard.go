@@ -9,8 +9,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
 // DefaultSettle is how long a new binding stands before its archive keeps
@@ -37,13 +40,39 @@ type Guard struct {
 }
 
 // Check returns why this manager must not dispatch a new key (a
-// *RefusedError), an error when the binding cannot be read, or nil.
+// *RefusedError), an error when the binding cannot be read, or nil. A
+// binding gone from a cluster that keeps its keys in an archive (the
+// archived chains' marks stay in the operator namespace until it is
+// decommissioned) holds a manager without an archive as a binding to an
+// unknown archive would.
 func (g *Guard) Check(ctx context.Context) error {
 	b, err := Read(ctx, g.Reader, g.Namespace)
 	if err != nil {
 		return err
 	}
+	if b == nil && g.Archive == "" {
+		if kept, err := archiveWasUsed(ctx, g.Reader, g.Namespace); err != nil || kept != "" {
+			if err != nil {
+				return err
+			}
+			return &RefusedError{Missing: kept}
+		}
+	}
 	return Refusal(b, g.Archive)
+}
+
+// archiveWasUsed names a mark the managers keep in the operator namespace
+// of a chain whose records left etcd for an archive not decommissioned
+// since (decommissioning deletes them); "" when there is none.
+func archiveWasUsed(ctx context.Context, reader client.Reader, namespace string) (string, error) {
+	var list corev1.ConfigMapList
+	if err := reader.List(ctx, &list, client.InNamespace(namespace), client.HasLabels{chainstate.LabelMark}, client.Limit(1)); err != nil {
+		return "", fmt.Errorf("cannot list the archived chains' marks: %w", err)
+	}
+	if len(list.Items) > 0 {
+		return list.Items[0].Name, nil
+	}
+	return "", nil
 }
 
 // ErrNotSettled is MayKeep's answer while the binding is new, or missing.

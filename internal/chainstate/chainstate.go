@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,6 +84,19 @@ type Loss struct {
 	Acknowledgement string      `json:"acknowledgement"`
 	AcknowledgedBy  string      `json:"acknowledgedBy"`
 	Time            metav1.Time `json:"time"`
+}
+
+// GoOnFrom sets aside what the chain no longer holds past head, the head
+// the archive holds once an operator acknowledged its loss: the
+// checkpoints onChain refuses, and a verification's progress past it.
+func (s *State) GoOnFrom(head archive.Link, onChain func(Point) bool) {
+	s.Checkpoints = slices.DeleteFunc(s.Checkpoints, func(c Point) bool { return !onChain(c) })
+	if s.Verified != nil && s.Verified.Sequence > head.Sequence {
+		s.Verified = nil
+	}
+	if s.Progress != nil && s.Progress.Sequence > head.Sequence {
+		s.Progress, s.Full = nil, false
+	}
 }
 
 // Anchors are the checkpoints, as a verification checks them.
@@ -236,6 +250,23 @@ type Store struct {
 // Read reads the state of namespace's chain.
 func (s *Store) Read(ctx context.Context, namespace string) (*State, error) {
 	return Read(ctx, s.Reader, s.OperatorNamespace, namespace)
+}
+
+// List reads the state of every namespace's chain, by namespace.
+func (s *Store) List(ctx context.Context) (map[string]*State, error) {
+	var list corev1.ConfigMapList
+	if err := s.Reader.List(ctx, &list, client.InNamespace(s.OperatorNamespace), client.HasLabels{LabelNamespace}); err != nil {
+		return nil, fmt.Errorf("cannot list the states of the archive's chains: %w", err)
+	}
+	states := make(map[string]*State, len(list.Items))
+	for i := range list.Items {
+		state, err := decode(&list.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		states[list.Items[i].Labels[LabelNamespace]] = state
+	}
+	return states, nil
 }
 
 // Update changes the state of namespace's chain (chainstate.Update).

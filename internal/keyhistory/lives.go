@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
@@ -91,3 +96,67 @@ func (h Archive) decisions(ctx context.Context, namespace string) ([]v1alpha1.Ea
 	}
 	return list.Items, nil
 }
+
+// Decisions says, on each EarlierLifeDecision, whether it applies, and
+// hands the actions its namespace holds for an earlier life to the
+// controller again.
+type Decisions struct {
+	Client client.Client
+	// Recheck hands the actions of namespace waiting for their key check
+	// to the controller again.
+	Recheck func(ctx context.Context, namespace string)
+}
+
+// SetupWithManager registers the controller.
+func (d *Decisions) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("earlierlifedecision").For(&v1alpha1.EarlierLifeDecision{}).Complete(d)
+}
+
+// Reconcile sets the decision's Applied condition.
+func (d *Decisions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var decision v1alpha1.EarlierLifeDecision
+	if err := d.Client.Get(ctx, req.NamespacedName, &decision); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ns, err := archive.CurrentNamespace(ctx, d.Client, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var list v1alpha1.EarlierLifeDecisionList
+	if err := d.Client.List(ctx, &list, client.InNamespace(req.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	condition := metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonDecided, ObservedGeneration: decision.Generation}
+	switch applies := v1alpha1.DecisionFor(list.Items, ns.UID, decision.Spec.EarlierLife); {
+	case decision.Spec.Life != ns.UID:
+		condition.Status, condition.Reason = metav1.ConditionFalse, v1alpha1.ReasonOtherLife
+		condition.Message = fmt.Sprintf("made in the life of namespace %s whose uid was %s; the namespace is another life now (uid %s): decide again", ns.Name, decision.Spec.Life, ns.UID)
+	case applies != nil && applies.Name != decision.Name:
+		condition.Status, condition.Reason = metav1.ConditionFalse, v1alpha1.ReasonDecidedBefore
+		condition.Message = fmt.Sprintf("EarlierLifeDecision %s decided about earlier life %q before (%s)", applies.Name, decision.Spec.EarlierLife, applies.Spec.Decision)
+	case decision.Spec.Decision == v1alpha1.LifeAdopt:
+		condition.Message = fmt.Sprintf("the history of earlier life %q is this namespace's: its archived records answer the namespace's keys", decision.Spec.EarlierLife)
+	default:
+		condition.Message = fmt.Sprintf("the keys of earlier life %q are free for this namespace, which never sees that life's outcomes", decision.Spec.EarlierLife)
+	}
+	if current := meta.FindStatusCondition(decision.Status.Conditions, v1alpha1.ConditionApplied); current == nil ||
+		current.Status != condition.Status || current.Reason != condition.Reason || current.Message != condition.Message {
+		meta.SetStatusCondition(&decision.Status.Conditions, condition)
+		if err := d.Client.Status().Update(ctx, &decision); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("cannot record whether EarlierLifeDecision %s applies: %w", decision.Name, err)
+		}
+		log.FromContext(ctx).Info("A decision about an earlier life of the namespace", "earlierLife", decision.Spec.EarlierLife,
+			"decision", decision.Spec.Decision, "applied", condition.Status, "reason", condition.Reason, "decidedBy", decision.Annotations[AnnotationDecidedBy])
+	}
+	if condition.Status == metav1.ConditionTrue {
+		d.Recheck(ctx, req.Namespace)
+	}
+	return ctrl.Result{}, nil
+}
+
+// AnnotationDecidedBy is where the API server stamps who created an
+// EarlierLifeDecision, as it does for a ToolApproval.
+const AnnotationDecidedBy = "toolledger.dev/decided-by"

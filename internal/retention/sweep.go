@@ -300,9 +300,12 @@ func Unbury(ctx context.Context, c client.Client, tomb *v1alpha1.Tombstone) erro
 // a Tombstone by the tool's own; and not before the keptUntil its answers
 // stated. Records of a tool that keeps its keys for
 // good stay, and so do those of a tool that no longer exists: created
-// again, it may keep its keys longer than it did. The records of a
-// namespace deleted since, whose keys answer nobody, go once the history
-// retention passed since they were archived.
+// again, it may keep its keys longer than it did. The records of an
+// earlier life of a namespace's name go once the history retention passed
+// since they were archived when the namespace now under the name released
+// that life, and, when the name is gone or nobody decided, once their keys'
+// retention passed too (their keptUntil, else the archive's default key
+// retention): a namespace restored from a backup finds them until then.
 func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 	now := s.Clock.Now()
 	var cutoffs []archive.Cutoff
@@ -321,14 +324,33 @@ func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 	if err != nil {
 		return err
 	}
-	live := func(name string) (archive.Namespace, bool, error) {
+	lifeOf := func(name string, uid types.UID) (archive.Life, error) {
 		ns, err := archive.CurrentNamespace(ctx, s.Client, name)
-		if apierrors.IsNotFound(err) {
-			return ns, false, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return archive.Life{Fate: archive.LifeUnclaimed}, nil
+		case err != nil:
+			return archive.Life{}, err
+		case uid == ns.UID:
+			return archive.Life{Current: &ns, Fate: archive.LifeKept}, nil
 		}
-		return ns, err == nil, err
+		var decisions v1alpha1.EarlierLifeDecisionList
+		if err := s.Client.List(ctx, &decisions, client.InNamespace(name)); err != nil {
+			return archive.Life{}, fmt.Errorf("cannot list the decisions about namespace %s's earlier lives: %w", name, err)
+		}
+		switch d := v1alpha1.DecisionFor(decisions.Items, ns.UID, uid); {
+		case d == nil:
+			return archive.Life{Current: &ns, Fate: archive.LifeUnclaimed}, nil
+		case d.Spec.Decision == v1alpha1.LifeAdopt:
+			return archive.Life{Current: &ns, Fate: archive.LifeKept}, nil
+		}
+		return archive.Life{Current: &ns, Fate: archive.LifeReleased}, nil
 	}
-	gone, err := s.Archive.PruneNamespaces(ctx, live, now.Add(-s.HistoryRetention))
+	lives := archive.NamespaceCutoffs{Before: now.Add(-s.HistoryRetention), KeptBefore: now.Add(-s.HistoryRetention)}
+	if s.Defaults.Key > 0 {
+		lives.KeysBefore = now.Add(-s.Defaults.Key - s.HistoryRetention)
+	}
+	gone, err := s.Archive.PruneNamespaces(ctx, lifeOf, lives)
 	if pruned+gone > 0 {
 		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
 	}

@@ -168,6 +168,14 @@ type Options struct {
 	// checkpoint of each archived chain whose head moved;
 	// DefaultArchiveCheckpointInterval when zero.
 	ArchiveCheckpointInterval time.Duration
+	// ArchiveCompareInterval is how often a manager compares the archive's
+	// chains with the cluster's marks, beside every key check and keep,
+	// which compare their own namespace's; DefaultArchiveCompareInterval
+	// when zero.
+	ArchiveCompareInterval time.Duration
+	// ArchiveRequireSynchronousStandby keeps records in etcd while the
+	// archive's server commits without waiting for a standby.
+	ArchiveRequireSynchronousStandby bool
 	// ArchiveBindingSettle is how long a new archive binding stands before
 	// the archive keeps a record (archivebinding.DefaultSettle when zero):
 	// time for replicas without the archive to learn of it. A test, or a
@@ -229,6 +237,11 @@ const DefaultArchiveRecordRetention = 5 * time.Minute
 // own window in docs/catalog.md (Stripe 24 h, Adyen 7 days) and Adyen's
 // 31-day minimum with room to spare (docs/archive.md).
 const DefaultArchiveKeyRetention = 90 * 24 * time.Hour
+
+// DefaultArchiveCompareInterval is how often a manager compares every
+// archived chain with the cluster's mark of it: how soon an archive gone
+// back is reported (its namespaces' key checks find it at once).
+const DefaultArchiveCompareInterval = 30 * time.Second
 
 // DefaultArchiveCheckpointInterval is how often, at most, the cluster
 // takes a checkpoint of an archived chain whose head moved: a rewrite of
@@ -349,6 +362,9 @@ func (opts Options) withDefaults() Options {
 	}
 	if opts.ArchiveCheckpointInterval <= 0 {
 		opts.ArchiveCheckpointInterval = DefaultArchiveCheckpointInterval
+	}
+	if opts.ArchiveCompareInterval <= 0 {
+		opts.ArchiveCompareInterval = DefaultArchiveCompareInterval
 	}
 	if opts.ArchiveBindingSettle <= 0 {
 		opts.ArchiveBindingSettle = archivebinding.DefaultSettle
@@ -546,7 +562,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	var chains *chainstate.Store
 	if opts.ArchiveDSN != "" {
-		if reconciler.Archive, err = openArchive(mgr, opts.ArchiveDSN); err != nil {
+		if reconciler.Archive, err = openArchive(mgr, opts); err != nil {
 			return err
 		}
 		reconciler.Retention = retention.Defaults{Record: opts.ArchiveRecordRetention, Key: max(opts.ArchiveKeyRetention, 0)}
@@ -573,6 +589,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		HistoryRetention: opts.ArchiveHistoryRetention, CheckpointEvery: opts.ArchiveCheckpointInterval, Every: opts.RetentionSweep}
 	if archived != nil {
 		sweep.Mover = archived
+		if err := addArchiveMarks(mgr, opts, reconciler, archived, chains); err != nil {
+			return err
+		}
 	}
 	notifier := newNotifier(mgr, opts)
 	if !opts.NoSharding && !opts.LeaderElection {
@@ -643,12 +662,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 // openArchive connects to the archive and migrates its schema, and closes
 // it when the manager stops. A manager that cannot reach it does not start:
 // it must not retire records nor check keys without it.
-func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
+func openArchive(mgr ctrl.Manager, opts Options) (*archive.Store, error) {
 	// Long enough for a migration that builds an index over a large
 	// archive; meanwhile older replicas go on, their new rows held back.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	store, err := archive.Open(ctx, dsn)
+	var options []archive.Option
+	if opts.ArchiveRequireSynchronousStandby {
+		options = append(options, archive.RequireSynchronousStandby())
+	}
+	store, err := archive.Open(ctx, opts.ArchiveDSN, options...)
 	if err != nil {
 		return nil, err
 	}
@@ -657,7 +680,8 @@ func openArchive(mgr ctrl.Manager, dsn string) (*archive.Store, error) {
 			"the hash chain's evidence rests on the cluster's checkpoints alone; run the managers as a role of their own " +
 			"(manager migrate-archive --grant-to, docs/audit.md#the-databases-roles)")
 	}
-	watch := &archiveWatch{store: store}
+	watch := &archiveWatch{store: store, requireStandby: opts.ArchiveRequireSynchronousStandby}
+	watch.replication(ctx)
 	if err := mgr.Add(watch); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("cannot add the archive: %w", err)
@@ -705,6 +729,32 @@ func bindArchive(mgr ctrl.Manager, opts Options, store *archive.Store) error {
 	return err
 }
 
+// addArchiveMarks has the manager compare the archive's chains with the
+// cluster's marks at start and every ArchiveCompareInterval, fail its
+// readiness while the archive is behind them, apply the operators'
+// acknowledgements of a loss, and the tenants' decisions about the earlier
+// lives of their namespaces.
+func addArchiveMarks(mgr ctrl.Manager, opts Options, reconciler *controllers.ToolActionReconciler, archived *keyhistory.Archive, chains *chainstate.Store) error {
+	watch := &keyhistory.Watch{Store: archived.Store, Reader: mgr.GetClient(), Client: mgr.GetClient(), OperatorNamespace: opts.Namespace,
+		Executor: opts.ExecutorID, Every: opts.ArchiveCompareInterval, Log: ctrl.Log.WithName("archive-marks")}
+	if err := mgr.Add(watch); err != nil {
+		return fmt.Errorf("cannot add the archive's marks: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("archive-marks", watch.Ready); err != nil {
+		return fmt.Errorf("cannot add the archive marks' readiness check: %w", err)
+	}
+	acknowledgements := &keyhistory.Acknowledgements{Client: mgr.GetClient(), Store: archived.Store, Watch: watch, Marks: archived.Marks, Chains: chains,
+		Recheck: func(ctx context.Context) { reconciler.RecheckWaiting(ctx, "") }}
+	if err := acknowledgements.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("cannot set up the ArchiveAcknowledgement controller: %w", err)
+	}
+	decisions := &keyhistory.Decisions{Client: mgr.GetClient(), Recheck: reconciler.RecheckWaiting}
+	if err := decisions.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("cannot set up the EarlierLifeDecision controller: %w", err)
+	}
+	return nil
+}
+
 // DecommissionArchive ends the ledger's use of the archive at dsn
 // (archivebinding.Decommission), as the identity of cfg.
 func DecommissionArchive(ctx context.Context, cfg *rest.Config, dsn, namespace string) (archivebinding.Report, error) {
@@ -739,10 +789,44 @@ func addArchiveAPI(mgr ctrl.Manager, opts Options, store *archive.Store) error {
 }
 
 // archiveWatch pings the archive every 10s, so that toolledger_archive_up
-// tells of an archive lost while no action needs it, and closes it when the
-// manager stops. Every replica uses its archive, leader or not.
+// tells of an archive lost while no action needs it, reads how its server
+// replicates (and logs a change), and closes it when the manager stops.
+// Every replica uses its archive, leader or not.
 type archiveWatch struct {
-	store *archive.Store
+	store          *archive.Store
+	requireStandby bool
+	// replicated is the last replication read.
+	replicated *archive.Replication
+}
+
+// replication reads how the archive's server replicates its commits, and
+// logs it at start and whenever it changes: an asynchronously replicated
+// archive may fail over to a standby that lacks records that left etcd.
+func (w *archiveWatch) replication(ctx context.Context) {
+	r, err := w.store.ReadReplication(ctx)
+	if err != nil {
+		return
+	}
+	if w.replicated != nil && *w.replicated == r {
+		return
+	}
+	w.replicated = &r
+	log := ctrl.Log.WithName("archive")
+	switch {
+	case r.Asynchronous() && w.requireStandby:
+		log.Error(archive.ErrNotDurable, "The archive's server replicates asynchronously, and this manager requires a synchronous standby: "+
+			"finished records stay in etcd until its commits wait for one (docs/archive.md#durable-before-delete)", "replication", r.String())
+	case r.Asynchronous():
+		log.Error(archive.ErrNotDurable, "The archive's server replicates asynchronously: a failover may land behind records that left etcd, "+
+			"which the managers then find and hold until an operator acknowledges the loss; name a synchronous standby "+
+			"(synchronous_standby_names), or run with --archive-require-synchronous-standby to keep records in etcd meanwhile "+
+			"(docs/archive.md#durable-before-delete)", "replication", r.String())
+	case !r.SynchronousConfigured() && w.requireStandby:
+		log.Error(archive.ErrNotDurable, "The archive's server names no synchronous standby, and this manager requires one: "+
+			"finished records stay in etcd until it does (docs/archive.md#durable-before-delete)", "replication", r.String())
+	default:
+		log.Info("The archive's replication", "replication", r.String())
+	}
 }
 
 func (w *archiveWatch) NeedLeaderElection() bool { return false }
@@ -756,7 +840,9 @@ func (w *archiveWatch) Start(ctx context.Context) error {
 		case <-time.After(10 * time.Second):
 			if err := w.store.Ping(ctx); err != nil && ctx.Err() == nil {
 				ctrl.Log.WithName("archive").Error(err, "The archive cannot be reached: new actions wait for their key check, and no record retires")
+				continue
 			}
+			w.replication(ctx)
 		}
 	}
 }
