@@ -35,15 +35,15 @@ type EarlierLifeDecisionSpec struct {
 	// +kubebuilder:validation:MaxLength=36
 	EarlierLife types.UID `json:"earlierLife"`
 
-	// life is the uid of this namespace when the decision was made:
-	// kubectl toolledger sets it. A decision applies only in that life, so
-	// that one restored with the namespace from a backup decides nothing
+	// life is the uid of this namespace when the decision was made: the API
+	// server sets it at creation (the toolledger-earlier-life admission
+	// policies) and refuses another. A decision applies only in that life,
+	// so that one restored with the namespace from a backup decides nothing
 	// for the restored namespace.
-	// +required
+	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=36
-	Life types.UID `json:"life"`
+	Life types.UID `json:"life,omitempty"`
 
 	// decision is Adopt (the namespace's owner takes the earlier life's
 	// history as this namespace's) or Release (an administrator frees its

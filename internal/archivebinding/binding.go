@@ -27,10 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/toolledger/toolledger/internal/archivefinding"
 )
 
 // ConfigMapName is the binding's ConfigMap, in the operator's namespace.
-const ConfigMapName = "toolledger-archive"
+const ConfigMapName = archivefinding.BindingConfigMap
 
 // Finalizer keeps the binding until the archive is decommissioned.
 const Finalizer = "toolledger.dev/archive-binding"
@@ -42,7 +44,7 @@ const (
 	keyBoundAt          = "boundAt"
 	keyDecommissionedAt = "decommissionedAt"
 	keyTombstonesMoved  = "tombstonesMoved"
-	keyBehind           = "behind"
+	keyBehind           = archivefinding.BindingKey
 )
 
 // State says whether the ledger's keys are in the archive.
@@ -73,7 +75,7 @@ type Binding struct {
 	TombstonesMovedAt time.Time
 	// Behind is what the managers found of the archive going behind the
 	// cluster's marks; nil while it holds them.
-	Behind *Finding
+	Behind *archivefinding.Finding
 }
 
 // Key is where the binding of the ledger whose operator namespace is
@@ -102,7 +104,7 @@ func fromConfigMap(cm *corev1.ConfigMap) (*Binding, error) {
 			cm.Namespace, cm.Name)
 	}
 	if raw := cm.Data[keyBehind]; raw != "" {
-		b.Behind = &Finding{}
+		b.Behind = &archivefinding.Finding{}
 		if err := json.Unmarshal([]byte(raw), b.Behind); err != nil {
 			return nil, fmt.Errorf("the archive binding (ConfigMap %s/%s) has an unreadable %s: %w", cm.Namespace, cm.Name, keyBehind, err)
 		}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archive"
-	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/archivefinding"
 	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
@@ -113,7 +113,7 @@ func (a *Acknowledgements) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // apply records the loss of namespace n in its chain's state, the
 // checkpoints past the head the archive holds set aside, then moves the
 // mark back to that head.
-func (a *Acknowledgements) apply(ctx context.Context, name, by string, n archivebinding.BehindNamespace) error {
+func (a *Acknowledgements) apply(ctx context.Context, name, by string, n archivefinding.BehindNamespace) error {
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	head := archive.Link{Sequence: n.HeadSequence, Hash: n.HeadHash}
 	onChain, err := a.heldCheckpoints(ctx, n.Namespace, head)
@@ -172,7 +172,7 @@ func (a *Acknowledgements) lossesOf(ctx context.Context, name string) ([]v1alpha
 	for ns, s := range states {
 		for _, l := range s.Losses {
 			if l.Acknowledgement == name {
-				lost = append(lost, lostRecords(archivebinding.BehindNamespace{Namespace: ns, MarkSequence: l.Mark.Sequence,
+				lost = append(lost, lostRecords(archivefinding.BehindNamespace{Namespace: ns, MarkSequence: l.Mark.Sequence,
 					MarkTime: l.Mark.Time.Time, HeadSequence: l.Head.Sequence}))
 			}
 		}
@@ -180,7 +180,7 @@ func (a *Acknowledgements) lossesOf(ctx context.Context, name string) ([]v1alpha
 	return compactLost(lost), nil
 }
 
-func lostRecords(n archivebinding.BehindNamespace) v1alpha1.LostRecords {
+func lostRecords(n archivefinding.BehindNamespace) v1alpha1.LostRecords {
 	l := v1alpha1.LostRecords{Namespace: n.Namespace, FromSequence: min(n.HeadSequence+1, n.MarkSequence), ToSequence: n.MarkSequence}
 	if !n.MarkTime.IsZero() {
 		until := metav1.NewTime(n.MarkTime)

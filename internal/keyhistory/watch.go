@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
+	"github.com/toolledger/toolledger/internal/archivefinding"
 	"github.com/toolledger/toolledger/internal/chainstate"
 )
 
@@ -42,7 +43,7 @@ type Watch struct {
 	// compared is whether a comparison completed; finding is the last
 	// one's, nil when the archive held every mark.
 	compared bool
-	finding  *archivebinding.Finding
+	finding  *archivefinding.Finding
 }
 
 // NeedLeaderElection is false: every replica checks keys against its
@@ -65,7 +66,7 @@ func (w *Watch) Start(ctx context.Context) error {
 
 // Compare compares the archive's chains with the cluster's marks now, and
 // returns what it found: nil when the archive holds every mark.
-func (w *Watch) Compare(ctx context.Context) (*archivebinding.Finding, error) {
+func (w *Watch) Compare(ctx context.Context) (*archivefinding.Finding, error) {
 	marks, err := chainstate.Marks(ctx, w.Reader, w.OperatorNamespace)
 	if err != nil {
 		return nil, err
@@ -78,16 +79,16 @@ func (w *Watch) Compare(ctx context.Context) (*archivebinding.Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	var behind []archivebinding.BehindNamespace
+	var behind []archivefinding.BehindNamespace
 	for ns, mark := range marks {
 		if h := holdings[ns]; !h.Held {
-			behind = append(behind, archivebinding.BehindNamespace{Namespace: ns, MarkSequence: mark.Sequence, MarkHash: mark.Hash,
+			behind = append(behind, archivefinding.BehindNamespace{Namespace: ns, MarkSequence: mark.Sequence, MarkHash: mark.Hash,
 				MarkTime: mark.Time.UTC(), HeadSequence: h.Head.Sequence, HeadHash: h.Head.Hash})
 		}
 	}
-	var finding *archivebinding.Finding
+	var finding *archivefinding.Finding
 	if len(behind) > 0 {
-		finding = archivebinding.NewFinding(w.Store.Identity(), behind, time.Now(), w.Executor)
+		finding = archivefinding.New(w.Store.Identity(), behind, time.Now(), w.Executor)
 	}
 	w.report(finding)
 	if err := w.record(ctx, finding); err != nil {
@@ -97,7 +98,7 @@ func (w *Watch) Compare(ctx context.Context) (*archivebinding.Finding, error) {
 }
 
 // report logs a change of finding and sets the gauge.
-func (w *Watch) report(finding *archivebinding.Finding) {
+func (w *Watch) report(finding *archivefinding.Finding) {
 	w.mu.Lock()
 	last, compared := w.finding, w.compared
 	w.finding, w.compared = finding, true
@@ -119,7 +120,7 @@ func (w *Watch) report(finding *archivebinding.Finding) {
 }
 
 // record keeps the finding in the binding, the first that found it named.
-func (w *Watch) record(ctx context.Context, finding *archivebinding.Finding) error {
+func (w *Watch) record(ctx context.Context, finding *archivefinding.Finding) error {
 	if finding != nil {
 		b, err := archivebinding.Read(ctx, w.Reader, w.OperatorNamespace)
 		if err != nil {
@@ -134,7 +135,7 @@ func (w *Watch) record(ctx context.Context, finding *archivebinding.Finding) err
 
 // Finding is the last comparison's finding; nil when the archive held
 // every mark.
-func (w *Watch) Finding() *archivebinding.Finding {
+func (w *Watch) Finding() *archivefinding.Finding {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.finding

@@ -46,6 +46,8 @@ var commands = []func(*commandEnv) *cobra.Command{
 	newDenyCommand,
 	newVerifyCommand,
 	newHistoryCommand,
+	newLivesCommand,
+	newArchiveCommand,
 }
 
 // commandEnv is what every command shares: the streams, the kubectl connection
