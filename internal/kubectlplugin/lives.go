@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/ledgerclient"
@@ -183,8 +184,9 @@ func (c *commandEnv) decideLife(ctx context.Context, decision v1alpha1.LifeDecis
 			return fmt.Errorf("no earlier life holds actions of namespace %q now: name one with --earlier-life; nothing was created", namespace)
 		}
 	}
+	current := c.namespaceUID(ctx, namespace)
 	for _, life := range lives {
-		created, err := ledger.DecideEarlierLife(ctx, namespace, life, decision, opts.reason)
+		created, err := ledger.DecideEarlierLife(ctx, namespace, current, life, decision, opts.reason)
 		if err != nil {
 			return err
 		}
@@ -209,4 +211,23 @@ func (c *commandEnv) decideLife(ctx context.Context, decision v1alpha1.LifeDecis
 		}
 	}
 	return nil
+}
+
+// namespaceUID is the uid of namespace, when the user may read it; "" lets
+// the API server set the decision's life (the toolledger-earlier-life
+// admission policy).
+func (c *commandEnv) namespaceUID(ctx context.Context, namespace string) types.UID {
+	cfg, err := c.config.ToRESTConfig()
+	if err != nil {
+		return ""
+	}
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return ""
+	}
+	ns, err := core.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return ns.UID
 }

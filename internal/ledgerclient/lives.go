@@ -66,12 +66,13 @@ func (l *Ledger) ListDecisions(ctx context.Context, namespace string) ([]v1alpha
 }
 
 // DecideEarlierLife creates a decision about the earlier life earlier of
-// namespace; the API server binds it to the namespace's life.
-func (l *Ledger) DecideEarlierLife(ctx context.Context, namespace string, earlier types.UID, decision v1alpha1.LifeDecision, reason string) (*v1alpha1.EarlierLifeDecision, error) {
+// namespace, in its life life: the API server sets it when empty (the
+// toolledger-earlier-life admission policy), and refuses another.
+func (l *Ledger) DecideEarlierLife(ctx context.Context, namespace string, life, earlier types.UID, decision v1alpha1.LifeDecision, reason string) (*v1alpha1.EarlierLifeDecision, error) {
 	d := &v1alpha1.EarlierLifeDecision{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "EarlierLifeDecision"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: "earlier-life-"},
-		Spec:       v1alpha1.EarlierLifeDecisionSpec{EarlierLife: earlier, Decision: decision, Reason: reason},
+		Spec:       v1alpha1.EarlierLifeDecisionSpec{EarlierLife: earlier, Life: life, Decision: decision, Reason: reason},
 	}
 	created := &v1alpha1.EarlierLifeDecision{}
 	if err := l.rest.Post().Namespace(namespace).Resource(resourceDecisions).Body(d).Do(ctx).Into(created); err != nil {

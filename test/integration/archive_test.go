@@ -325,7 +325,7 @@ var _ = Describe("The archive", func() {
 		Expect(downstream.Requests(key)).To(BeZero())
 	})
 
-	It("answers no key of the tenant from the records of an earlier namespace of the same name", func() {
+	It("answers no key of the tenant from the records of an earlier namespace of the same name: it holds the key until the earlier life is decided", func() {
 		key := ns + "/order-1201-charge"
 		By("the archive holds a record of a namespace this name had before, archived with that namespace's uid")
 		store, err := archive.Open(ctx, dsn)
@@ -342,8 +342,18 @@ var _ = Describe("The archive", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(store.Keep(ctx, rec, archive.Link{})).Error().NotTo(HaveOccurred())
 
-		By("the tenant's own action under the key is a new intent: dispatched once, never answered with the earlier tenant's reference")
+		By("the tenant's own action under the key waits, neither dispatched nor answered with the earlier tenant's reference")
 		Expect(k8s.Create(ctx, charge("order-1201-charge", 1200))).To(Succeed())
+		Eventually(func(g Gomega) {
+			a := env.Get(ns, "order-1201-charge")
+			g.Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseAccepted))
+			g.Expect(conditionWithReason(a, v1alpha1.ReasonEarlierNamespaceKey)).NotTo(BeNil(), "conditions: %+v", a.Status.Conditions)
+		}).Should(Succeed())
+		Consistently(func() int { return downstream.Requests(key) }, time.Second).Should(BeZero())
+
+		By("released for this namespace, the key is a new intent: dispatched once")
+		Expect(k8s.Create(ctx, &v1alpha1.EarlierLifeDecision{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "release"},
+			Spec: v1alpha1.EarlierLifeDecisionSpec{EarlierLife: "an-earlier-namespace-uid", Decision: v1alpha1.LifeRelease, Reason: "a new tenant"}})).To(Succeed())
 		fresh := env.WaitForPhase(ns, "order-1201-charge", v1alpha1.PhaseSucceeded)
 		Expect(fresh.Status.Attempts).To(Equal(int32(1)))
 		Expect(fresh.Status.ExternalRef).NotTo(Equal("ch_earlier_tenant"))

@@ -47,6 +47,9 @@ var _ = BeforeSuite(func() {
 	ctx := context.Background()
 	Expect(testenv.ApplyFile(ctx, env.Config, filepath.Join("..", "..", "config", "admission", "tombstone_guard_policy.yaml"), "integration")).To(Succeed())
 	Expect(testenv.WaitForGuard(ctx, k8s, "default")).To(Succeed())
+	// The decisions about a namespace's earlier lives are bound to its life
+	// by the API server (archive_lives_test.go).
+	Expect(testenv.ApplyFile(ctx, env.Config, filepath.Join("..", "..", "config", "admission", "earlier_life_policy.yaml"), "integration")).To(Succeed())
 })
 
 // startManager runs a manager with its own executor identity until the
