@@ -102,17 +102,6 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		}).Should(Succeed())
 	}
 
-	// plugin runs kubectl toolledger as user, and returns its output.
-	plugin := func(user string, args ...string) (string, error) {
-		var out bytes.Buffer
-		streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}
-		code := kubectlplugin.Run(ctx, streams, append([]string{"--kubeconfig", env.Kubeconfig, "--as", user}, args...))
-		if code != kubectlplugin.ExitOK {
-			return out.String(), fmt.Errorf("kubectl toolledger %s: exit %d: %s", strings.Join(args, " "), code, out.String())
-		}
-		return out.String(), nil
-	}
-
 	It("holds a restored namespace's keys until its owner adopts the earlier life, then answers them from it: 0 dispatches", func() {
 		keys := []string{"order-7001-charge", "order-7002-charge", "order-7003-charge"}
 		earlier := namespaceUID(ns)
@@ -140,11 +129,11 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		By("the owner lists what holds the namespace, and adopts its earlier life with kubectl toolledger")
 		owner := "owner-" + ns
 		env.BindIn(ns, env.LoadClusterRole("role_history_owner.yaml", ns), owner)
-		out, err := plugin(owner, "lives", "-n", ns)
+		out, err := toolledger(owner, "lives", "-n", ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring(string(earlier)))
 		Expect(out).To(MatchRegexp(`%s\s+3\s+%s`, earlier, strings.Join(keys, ",")))
-		out, err = plugin(owner, "lives", "adopt", "-n", ns, "--reason", "restored from the backup of the first life", "--wait")
+		out, err = toolledger(owner, "lives", "adopt", "-n", ns, "--reason", "restored from the backup of the first life", "--wait")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("Applied=True (Decided)"))
 		var decisions v1alpha1.EarlierLifeDecisionList
@@ -181,12 +170,12 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		By("the new tenant's owner may not release it")
 		owner, admin := "owner-"+ns, "admin-"+ns
 		env.BindIn(ns, env.LoadClusterRole("role_history_owner.yaml", ns), owner)
-		_, err := plugin(owner, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "mine now")
+		_, err := toolledger(owner, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "mine now")
 		Expect(err).To(MatchError(ContainSubstring("takes the verb release on earlierlifedecisions")))
 
 		By("an administrator releases it: the key is a new intent of the new tenant, dispatched once")
 		env.BindClusterWide(env.LoadClusterRole("role_history_admin.yaml", ns), admin)
-		out, err := plugin(admin, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "the name went to a new tenant", "--wait")
+		out, err := toolledger(admin, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "the name went to a new tenant", "--wait")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(out).To(ContainSubstring("Applied=True (Decided)"))
 		fresh := env.WaitForPhase(ns, "order-7101-charge", v1alpha1.PhaseSucceeded)
@@ -221,7 +210,7 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		By("released, the earlier life's keys stay out of the namespace: only its own key becomes a Tombstone")
 		admin := "admin-" + ns
 		env.BindClusterWide(env.LoadClusterRole("role_history_admin.yaml", ns), admin)
-		_, err = plugin(admin, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "the name went to a new tenant", "--wait")
+		_, err = toolledger(admin, "lives", "release", "-n", ns, "--earlier-life", string(earlier), "--reason", "the name went to a new tenant", "--wait")
 		Expect(err).NotTo(HaveOccurred())
 		report, err := app.DecommissionArchive(ctx, testenv.AsManager(env.Config), dsn, ledger)
 		Expect(err).NotTo(HaveOccurred())
@@ -260,3 +249,19 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		}).Should(Equal("True/Decided"))
 	})
 })
+
+// toolledger runs kubectl toolledger in the test's process, as user ("" for
+// the admin of env.AddKubeconfig), and returns its output.
+func toolledger(user string, args ...string) (string, error) {
+	var out bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}
+	prefix := []string{"--kubeconfig", env.Kubeconfig}
+	if user != "" {
+		prefix = append(prefix, "--as", user)
+	}
+	code := kubectlplugin.Run(context.Background(), streams, append(prefix, args...))
+	if code != kubectlplugin.ExitOK {
+		return out.String(), fmt.Errorf("kubectl toolledger %s: exit %d: %s", strings.Join(args, " "), code, out.String())
+	}
+	return out.String(), nil
+}
