@@ -40,6 +40,9 @@ type Postgres struct {
 	// network whose programs log in with a password (PostgresOn).
 	host    string
 	clients netip.Prefix
+	// settings are the server's -c settings beyond the test defaults
+	// (PostgresSetting).
+	settings []string
 }
 
 // PostgresOption changes how a server is started.
@@ -51,6 +54,12 @@ type PostgresOption func(*Postgres)
 // beside a cluster, which pods reach.
 func PostgresOn(host string, clients netip.Prefix) PostgresOption {
 	return func(p *Postgres) { p.host, p.clients = host, clients }
+}
+
+// PostgresSetting starts the server with a setting of its command line,
+// which outranks its configuration files (ALTER SYSTEM's included).
+func PostgresSetting(name, value string) PostgresOption {
+	return func(p *Postgres) { p.settings = append(p.settings, "-c", name+"="+value) }
 }
 
 // PostgresBinDir is where initdb and postgres are: pg_config's bindir, else
@@ -201,8 +210,9 @@ func (p *Postgres) serve(ctx context.Context) error {
 		return err
 	}
 	// Not bound to ctx: the server outlives its start; Halt stops it.
-	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), "-D", filepath.Join(p.Dir, "data"), "-h", p.host, "-p", strconv.Itoa(p.port), //nolint:noctx
-		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	args := append([]string{"-D", filepath.Join(p.Dir, "data"), "-h", p.host, "-p", strconv.Itoa(p.port),
+		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"}, p.settings...)
+	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), args...) //nolint:noctx
 	p.cmd.Dir = p.Dir // as initdb's
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Its own process group: an interrupt of the test run reaches the

@@ -107,6 +107,9 @@ func allScenarios() []scenario {
 			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
 		{"archive-rollback", "archive: the ledger run without its archive (a rollback), then a rolling pair where one manager lacks it: archived keys applied again with fresh ones",
 			archiveRollback},
+		{"archive-failover-sync", "archive: a synchronous standby promoted after the primary was SIGKILLed under load (2 managers): every retired key answered", archiveFailover(failoverSynchronous)},
+		{"archive-failover-lagging", "archive: an asynchronous standby that stopped receiving the WAL promoted after the primary was SIGKILLed: the lost keys held until the loss is acknowledged (kubectl toolledger archive)", archiveFailover(failoverLagging)},
+		{"archive-restored", "archive: the database restored from a base backup taken before a batch retired: the lost keys held until the loss is acknowledged", archiveFailover(restoredFromBackup)},
 		{"archive-read-memory", "archive: 50 records of 1 MiB read by kubectl (paged and whole) and the console's History page, through the archive API", archiveReadMemory},
 	}
 }
