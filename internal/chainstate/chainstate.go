@@ -252,10 +252,11 @@ func (s *Store) Read(ctx context.Context, namespace string) (*State, error) {
 	return Read(ctx, s.Reader, s.OperatorNamespace, namespace)
 }
 
-// List reads the state of every namespace's chain, by namespace.
+// List reads the state of every namespace's chain, by namespace, from the
+// API server: what another replica wrote a moment ago included.
 func (s *Store) List(ctx context.Context) (map[string]*State, error) {
 	var list corev1.ConfigMapList
-	if err := s.Reader.List(ctx, &list, client.InNamespace(s.OperatorNamespace), client.HasLabels{LabelNamespace}); err != nil {
+	if err := s.APIReader.List(ctx, &list, client.InNamespace(s.OperatorNamespace), client.HasLabels{LabelNamespace}); err != nil {
 		return nil, fmt.Errorf("cannot list the states of the archive's chains: %w", err)
 	}
 	states := make(map[string]*State, len(list.Items))

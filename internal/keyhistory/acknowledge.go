@@ -62,33 +62,32 @@ func (a *Acknowledgements) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, a.refuse(ctx, &ack, v1alpha1.ReasonOtherArchive,
 			fmt.Sprintf("the ledger's archive is %s, not %s: nothing applied", a.Store.Identity(), ack.Spec.Archive))
 	}
-	// Applied already, in part or whole (a replica stopped midway, or
-	// another applied it): the losses recorded say what.
-	lost, err := a.lossesOf(ctx, ack.Name)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
 	finding, err := a.Watch.Compare(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch {
-	case finding != nil && finding.Digest == ack.Spec.Finding:
-		by := ack.Annotations[AnnotationAcknowledgedBy]
-		for _, n := range finding.Namespaces {
-			if err := a.apply(ctx, ack.Name, by, n); err != nil {
-				return ctrl.Result{}, err
-			}
-			lost = append(lost, lostRecords(n))
+	var lost []v1alpha1.LostRecords
+	if finding != nil && finding.Digest == ack.Spec.Finding {
+		if lost, err = a.apply(ctx, ack.Name, ack.Annotations[AnnotationAcknowledgedBy], finding); err != nil {
+			return ctrl.Result{}, err
 		}
-		lost = compactLost(lost)
-	case len(lost) == 0 && finding == nil:
-		return ctrl.Result{}, a.refuse(ctx, &ack, v1alpha1.ReasonFindingChanged,
-			fmt.Sprintf("the archive holds every mark now: finding %s is over, and nothing was applied", ack.Spec.Finding))
-	case len(lost) == 0:
-		return ctrl.Result{}, a.refuse(ctx, &ack, v1alpha1.ReasonFindingChanged,
-			fmt.Sprintf("the managers' finding is %s now, not %s (%s): acknowledge that one, once you have seen it (kubectl toolledger archive status)",
-				finding.Digest, ack.Spec.Finding, finding.Summary()))
+	} else {
+		// Applied already, in part or whole, by another replica or one
+		// that stopped midway: every loss is recorded before any mark
+		// moves back, and a mark moved back is what changed the finding,
+		// so the losses read now are all of them.
+		if lost, err = a.complete(ctx, ack.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+		switch {
+		case len(lost) == 0 && finding == nil:
+			return ctrl.Result{}, a.refuse(ctx, &ack, v1alpha1.ReasonFindingChanged,
+				fmt.Sprintf("the archive holds every mark now: finding %s is over, and nothing was applied", ack.Spec.Finding))
+		case len(lost) == 0:
+			return ctrl.Result{}, a.refuse(ctx, &ack, v1alpha1.ReasonFindingChanged,
+				fmt.Sprintf("the managers' finding is %s now, not %s (%s): acknowledge that one, once you have seen it (kubectl toolledger archive status)",
+					finding.Digest, ack.Spec.Finding, finding.Summary()))
+		}
 	}
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
 	ack.Status.Lost, ack.Status.AppliedTime = lost, &now
@@ -110,33 +109,67 @@ func (a *Acknowledgements) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, nil
 }
 
-// apply records the loss of namespace n in its chain's state, the
-// checkpoints past the head the archive holds set aside, then moves the
-// mark back to that head.
-func (a *Acknowledgements) apply(ctx context.Context, name, by string, n archivefinding.BehindNamespace) error {
+// apply applies the acknowledgement name of finding, acknowledged by by:
+// first the loss of every namespace is recorded in its chain's state, the
+// checkpoints past the head the archive holds set aside, then each mark
+// moves back to that head. It returns what was lost.
+func (a *Acknowledgements) apply(ctx context.Context, name, by string, finding *archivefinding.Finding) ([]v1alpha1.LostRecords, error) {
 	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
-	head := archive.Link{Sequence: n.HeadSequence, Hash: n.HeadHash}
-	onChain, err := a.heldCheckpoints(ctx, n.Namespace, head)
-	if err != nil {
-		return err
-	}
-	err = a.Chains.Update(ctx, n.Namespace, func(s *chainstate.State) bool {
-		for _, l := range s.Losses {
-			if l.Acknowledgement == name {
-				return false
-			}
+	var lost []v1alpha1.LostRecords
+	for _, n := range finding.Namespaces {
+		head := archive.Link{Sequence: n.HeadSequence, Hash: n.HeadHash}
+		onChain, err := a.heldCheckpoints(ctx, n.Namespace, head)
+		if err != nil {
+			return nil, err
 		}
-		s.Losses = append(s.Losses, chainstate.Loss{From: min(n.HeadSequence+1, n.MarkSequence), To: n.MarkSequence,
+		loss := chainstate.Loss{From: min(n.HeadSequence+1, n.MarkSequence), To: n.MarkSequence,
 			Mark: chainstate.Point{Sequence: n.MarkSequence, Hash: n.MarkHash, Time: metav1.NewTime(n.MarkTime)},
-			Head: chainstate.Point{Sequence: n.HeadSequence, Hash: n.HeadHash, Time: now}, Acknowledgement: name, AcknowledgedBy: by, Time: now})
-		s.GoOnFrom(head, onChain)
-		return true
-	})
-	if err != nil {
-		return err
+			Head: chainstate.Point{Sequence: n.HeadSequence, Hash: n.HeadHash, Time: now}, Acknowledgement: name, AcknowledgedBy: by, Time: now}
+		err = a.Chains.Update(ctx, n.Namespace, func(s *chainstate.State) bool {
+			for _, l := range s.Losses {
+				if l.Acknowledgement == name {
+					return false
+				}
+			}
+			s.Losses = append(s.Losses, loss)
+			s.GoOnFrom(head, onChain)
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+		lost = append(lost, lostRecords(n.Namespace, loss))
 	}
-	_, err = a.Marks.Reset(ctx, n.Namespace, archive.Link{Sequence: n.MarkSequence, Hash: n.MarkHash}, head)
-	return err
+	for _, n := range finding.Namespaces {
+		if _, err := a.Marks.Reset(ctx, n.Namespace, archive.Link{Sequence: n.MarkSequence, Hash: n.MarkHash},
+			archive.Link{Sequence: n.HeadSequence, Hash: n.HeadHash}); err != nil {
+			return nil, err
+		}
+	}
+	return compactLost(lost), nil
+}
+
+// complete finishes an acknowledgement applied in part: every mark its
+// recorded losses name moves back, when it has not yet. It returns what
+// was lost; nothing when the acknowledgement was never applied.
+func (a *Acknowledgements) complete(ctx context.Context, name string) ([]v1alpha1.LostRecords, error) {
+	states, err := a.Chains.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var lost []v1alpha1.LostRecords
+	for ns, s := range states {
+		for _, l := range s.Losses {
+			if l.Acknowledgement != name {
+				continue
+			}
+			if _, err := a.Marks.Reset(ctx, ns, l.Mark.Link(), l.Head.Link()); err != nil {
+				return nil, err
+			}
+			lost = append(lost, lostRecords(ns, l))
+		}
+	}
+	return compactLost(lost), nil
 }
 
 // heldCheckpoints reads which of the namespace's checkpoints up to head
@@ -161,32 +194,13 @@ func (a *Acknowledgements) heldCheckpoints(ctx context.Context, namespace string
 	return func(p chainstate.Point) bool { return held[p.Sequence] }, nil
 }
 
-// lossesOf reads the losses the chains' states record of acknowledgement
-// name.
-func (a *Acknowledgements) lossesOf(ctx context.Context, name string) ([]v1alpha1.LostRecords, error) {
-	states, err := a.Chains.List(ctx)
-	if err != nil {
-		return nil, err
+func lostRecords(namespace string, l chainstate.Loss) v1alpha1.LostRecords {
+	lost := v1alpha1.LostRecords{Namespace: namespace, FromSequence: l.From, ToSequence: l.To}
+	if !l.Mark.Time.IsZero() {
+		until := l.Mark.Time
+		lost.RetiredBefore = &until
 	}
-	var lost []v1alpha1.LostRecords
-	for ns, s := range states {
-		for _, l := range s.Losses {
-			if l.Acknowledgement == name {
-				lost = append(lost, lostRecords(archivefinding.BehindNamespace{Namespace: ns, MarkSequence: l.Mark.Sequence,
-					MarkTime: l.Mark.Time.Time, HeadSequence: l.Head.Sequence}))
-			}
-		}
-	}
-	return compactLost(lost), nil
-}
-
-func lostRecords(n archivefinding.BehindNamespace) v1alpha1.LostRecords {
-	l := v1alpha1.LostRecords{Namespace: n.Namespace, FromSequence: min(n.HeadSequence+1, n.MarkSequence), ToSequence: n.MarkSequence}
-	if !n.MarkTime.IsZero() {
-		until := metav1.NewTime(n.MarkTime)
-		l.RetiredBefore = &until
-	}
-	return l
+	return lost
 }
 
 // compactLost keeps one entry a namespace, in order.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,9 +16,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/archivebinding"
@@ -133,16 +137,21 @@ type failoverTrial struct {
 	retiredAt time.Time
 }
 
-// failoverTrials runs n trials, parallel at a time: each applies 3–6
-// intents with kubectl, which must succeed after one attempt, and waits
-// until their records left etcd for the archive. during, when set, runs
-// beside them, once the first have begun.
+// failoverTrials runs n trials, 4 at a time: each applies 3–6 intents
+// with kubectl, which must succeed, and waits until their records left
+// etcd for the archive. during, when set, runs beside them once a third of
+// the trials have retired their records, while the others apply theirs.
 func (s *suite) failoverTrials(ctx context.Context, sc *run, d *downstream, n, offset int, counts *tally, during func() error) ([]*failoverTrial, error) {
 	var (
 		mu      sync.Mutex
 		all     []*failoverTrial
 		fault   = make(chan error, 1)
 		started sync.Once
+		begin   = func() {
+			if during != nil {
+				started.Do(func() { go func() { fault <- during() }() })
+			}
+		}
 	)
 	err := s.parallelTrialsOf(sc, n, 4, func(i int, _ *rand.Rand) error {
 		rng := s.rngFor(sc.name, offset+i)
@@ -157,9 +166,6 @@ func (s *suite) failoverTrials(ctx context.Context, sc *run, d *downstream, n, o
 		if err := s.kubectlCounting(ctx, counts, []string{"apply", "-f", t.path}, " created", "created by kubectl apply"); err != nil {
 			return err
 		}
-		if during != nil && i >= 1 {
-			started.Do(func() { go func() { fault <- during() }() })
-		}
 		t.first = s.waitActions(ctx, tr, len(t.keys), nil)
 		for _, key := range t.keys {
 			if a := t.first[key]; a == nil || a.Status.Phase != v1alpha1.PhaseSucceeded {
@@ -172,11 +178,14 @@ func (s *suite) failoverTrials(ctx context.Context, sc *run, d *downstream, n, o
 		t.retiredAt = time.Now()
 		mu.Lock()
 		all = append(all, t)
+		if len(all) >= max(n/3, 1) {
+			begin()
+		}
 		mu.Unlock()
 		return nil
 	})
 	if during != nil {
-		started.Do(func() { go func() { fault <- during() }() })
+		begin()
 		err = errors.Join(err, <-fault)
 	}
 	return all, err
@@ -234,9 +243,6 @@ func (s *suite) synchronousFailover(ctx context.Context, sc *run, r *replicatedA
 		killedAt, upAgain time.Time
 	)
 	failover := func() error {
-		if err := testenv.Sleep(ctx, 2*time.Second); err != nil {
-			return err
-		}
 		killedAt = time.Now()
 		if err := r.primary.Kill(); err != nil {
 			return err
@@ -269,8 +275,8 @@ func (s *suite) synchronousFailover(ctx context.Context, sc *run, r *replicatedA
 	errs := s.applyAgainAnswered(ctx, sc, d, all, &counts)
 	errs = append(errs, s.verify(sc))
 	sc.row.Notes = append(sc.row.Notes,
-		fmt.Sprintf("%d trials under load; the primary (synchronous_standby_names 'standby') SIGKILLed %s after the load began, the standby promoted %s later; the managers reach whichever serves as primary",
-			len(all), "2s", upAgain.Sub(killedAt).Round(100*time.Millisecond)),
+		fmt.Sprintf("%d trials, 4 at a time; the primary (synchronous_standby_names 'standby') SIGKILLed once a third had retired their records, the others applying theirs, and the standby promoted %s later; the managers reach whichever serves as primary",
+			len(all), upAgain.Sub(killedAt).Round(100*time.Millisecond)),
 		counts.String(), s.paths(sc))
 	return errors.Join(append(errs, s.noTombstones(sc))...)
 }
@@ -393,7 +399,11 @@ func (s *suite) archiveGoneBack(ctx context.Context, sc *run, r *replicatedArchi
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	out, err := s.kubectl(ctx, "toolledger", "archive", "acknowledge", "--operator-namespace", sc.archive.ledger, "--finding", finding,
+	operator, err := s.archiveOperator(ctx, sc.archive.ledger)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	out, err := s.toolledger(ctx, operator, "archive", "acknowledge", "--operator-namespace", sc.archive.ledger, "--finding", finding,
 		"--reason", "e2e: the archive went back; the records after it are lost", "--wait")
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("kubectl toolledger archive acknowledge: %w: %s", err, out))...)
@@ -536,4 +546,43 @@ func (s *suite) waitFinding(ctx context.Context, sc *run, lost map[string]int64)
 			return "", err
 		}
 	}
+}
+
+// archiveOperator binds the shipped toolledger-history-admin ClusterRole,
+// and the toolledger-archive-status Role in the ledger's operator
+// namespace, to a user of their own, and returns the user's name: the
+// operator who acknowledges an archive's loss has those roles and no more.
+func (s *suite) archiveOperator(ctx context.Context, ledger string) (string, error) {
+	const user = "e2e-archive-operator"
+	var admin rbacv1.ClusterRole
+	if err := readRBAC("role_history_admin.yaml", &admin); err != nil {
+		return "", err
+	}
+	var status rbacv1.Role
+	if err := readRBAC("role_archive_status.yaml", &status); err != nil {
+		return "", err
+	}
+	status.Namespace = ledger
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
+	for _, obj := range []client.Object{
+		&admin, &status,
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: admin.Name}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ledger, Name: user}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: status.Name}},
+	} {
+		if err := s.cluster.client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("cannot grant the archive operator %s: %w", obj.GetName(), err)
+		}
+	}
+	return user, nil
+}
+
+// readRBAC reads a role of config/rbac.
+func readRBAC(file string, into client.Object) error {
+	raw, err := os.ReadFile(testenv.ConfigPath("rbac", file))
+	if err != nil {
+		return err
+	}
+	return yaml.UnmarshalStrict(raw, into)
 }
