@@ -32,4 +32,3 @@ func RecordFinding(ctx context.Context, c client.Client, namespace, archive stri
 	}
 	return nil
 }
-

@@ -213,7 +213,7 @@ func (p *Postgres) serve(ctx context.Context) error {
 	args := append([]string{"-D", filepath.Join(p.Dir, "data"), "-h", p.host, "-p", strconv.Itoa(p.port),
 		"-k", p.Dir, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"}, p.settings...)
 	p.cmd = exec.Command(filepath.Join(p.bin, "postgres"), args...) //nolint:noctx
-	p.cmd.Dir = p.Dir // as initdb's
+	p.cmd.Dir = p.Dir                                               // as initdb's
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	// Its own process group: an interrupt of the test run reaches the
 	// test, which stops the server, not the server first.
