@@ -3,8 +3,9 @@ package archive_test
 import (
 	"context"
 	"fmt"
-	"github.com/toolledger/toolledger/internal/archive"
 	"testing"
+
+	"github.com/toolledger/toolledger/internal/archive"
 )
 
 // BenchmarkKeep keeps records one after another, each appended to its

@@ -56,14 +56,14 @@ func (s *Store) Prune(ctx context.Context, cutoffs []Cutoff) (int64, error) {
 type LifeFate int
 
 const (
-	// LifeKept: the current life, or one it adopted: its records are its
+	// LifeKept is the current life, or one it adopted: its records are its
 	// history, pruned by their tools' retentions.
 	LifeKept LifeFate = iota
-	// LifeReleased: released for the namespace now under the name: its
+	// LifeReleased is a life released for the namespace now under the name: its
 	// keys answer nobody, and its records go once the history retention
 	// passed since they were archived.
 	LifeReleased
-	// LifeUnclaimed: the name is gone, or its namespace has not decided
+	// LifeUnclaimed is a life whose name is gone, or whose namespace has not decided
 	// about the life: its records keep their keys for their retention (a
 	// namespace restored from a backup finds them), then the history
 	// retention prunes them.

@@ -96,7 +96,7 @@ func (a *Acknowledgements) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		Message: fmt.Sprintf("the managers serve the archive as it is; it lost %s, whose keys are free again", describeLost(lost))})
 	if err := a.Client.Status().Update(ctx, &ack); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("cannot record what acknowledgement %s applied: %w", ack.Name, err)
 	}

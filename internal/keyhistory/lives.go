@@ -144,7 +144,7 @@ func (d *Decisions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		meta.SetStatusCondition(&decision.Status.Conditions, condition)
 		if err := d.Client.Status().Update(ctx, &decision); err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("cannot record whether EarlierLifeDecision %s applies: %w", decision.Name, err)
 		}
@@ -156,6 +156,10 @@ func (d *Decisions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	return ctrl.Result{}, nil
 }
+
+// conflictRetry is how soon a status written over another replica's is
+// tried again.
+const conflictRetry = 100 * time.Millisecond
 
 // AnnotationDecidedBy is where the API server stamps who created an
 // EarlierLifeDecision, as it does for a ToolApproval.

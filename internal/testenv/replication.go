@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,7 +109,9 @@ func (p *Postgres) Kill() error {
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("cannot kill postgres: %w", err)
 	}
-	<-p.exit
+	if err := <-p.exit; err != nil && !strings.Contains(err.Error(), "killed") {
+		return fmt.Errorf("postgres exited other than by its SIGKILL: %w", err)
+	}
 	return nil
 }
 
