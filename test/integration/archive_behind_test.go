@@ -39,6 +39,9 @@ var _ = Describe("An archive restored behind the records that left etcd", func()
 		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable), testenv.WithRecordRetention(time.Hour),
 			testenv.WithKeyRetention(24*time.Hour))
 		env.AddKubeconfig()
+		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, env.Config, k8s, ns, "archive-behind")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeIdentity)
 		start := func(dsn string) func() {
 			GinkgoHelper()
 			stop, err := testenv.StartManager(testenv.AsManager(env.Config), app.Options{ExecutorID: "behind", LeaseGrace: time.Second,
@@ -179,7 +182,8 @@ var _ = Describe("An archive restored behind the records that left etcd", func()
 		state, err := chainstate.Read(ctx, k8s, ledger, ns)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(state.Losses).To(HaveLen(1))
-		Expect(state.Losses[0].AcknowledgedBy).To(BeEmpty(), "no identity policy in this suite: nobody stamped")
+		Expect(state.Losses[0].AcknowledgedBy).To(Equal("suite-admin"), "the API server stamped who acknowledged, and the loss records it")
+		Expect(ack.Annotations).To(HaveKeyWithValue("toolledger.dev/acknowledged-by", "suite-admin"))
 		for _, c := range state.Checkpoints {
 			Expect(c.Sequence).To(BeNumerically("<=", 3), "the checkpoints past the restored head were set aside with the loss")
 		}

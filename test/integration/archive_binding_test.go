@@ -128,6 +128,26 @@ var _ = Describe("The archive binding", func() {
 		waitsRefused("order-5002-charge", "another database")
 	})
 
+	It("holds a manager without the archive when the binding is gone, its finalizer stripped, from a ledger whose keys the archive keeps", func() {
+		retireIntoTheArchive("order-5006-charge")
+		var marks corev1.ConfigMapList
+		Expect(k8s.List(ctx, &marks, client.InNamespace(ledger), client.HasLabels{"toolledger.dev/archive-mark"})).To(Succeed())
+		Expect(marks.Items).NotTo(BeEmpty(), "the archived chain's mark")
+
+		By("someone strips the binding's finalizer and deletes it, as to unstick a namespace being deleted")
+		var cm corev1.ConfigMap
+		Expect(k8s.Get(ctx, archivebinding.Key(ledger), &cm)).To(Succeed())
+		cm.Finalizers = nil
+		Expect(k8s.Update(ctx, &cm)).To(Succeed())
+		Expect(k8s.Delete(ctx, &cm)).To(Succeed())
+		Eventually(gone(&cm)).Should(BeTrue())
+
+		By("a manager without the archive dispatches no archived key, and says why")
+		start("without-archive", "")
+		Expect(k8s.Create(ctx, chargeAction(ns, "order-5006-charge", 1200))).To(Succeed())
+		waitsRefused("order-5006-charge", "the archive binding (ConfigMap toolledger-archive) is gone", marks.Items[0].Name)
+	})
+
 	It("lets a manager without the archive answer from Tombstones once the archive is decommissioned", func() {
 		first := retireIntoTheArchive("order-5003-charge")
 
@@ -145,6 +165,9 @@ var _ = Describe("The archive binding", func() {
 		Expect(k8s.Get(ctx, archivebinding.Key(ledger), &cm)).To(Succeed())
 		Expect(cm.Data).To(HaveKeyWithValue("state", "Decommissioned"))
 		Expect(cm.Finalizers).To(BeEmpty())
+		var marks corev1.ConfigMapList
+		Expect(k8s.List(ctx, &marks, client.InNamespace(ledger), client.HasLabels{"toolledger.dev/archive-mark"})).To(Succeed())
+		Expect(marks.Items).To(BeEmpty(), "decommissioned, the archive has no chain to mark")
 
 		By("a second run writes nothing new")
 		again, err := app.DecommissionArchive(ctx, testenv.AsManager(env.Config), server.DSN, ledger)

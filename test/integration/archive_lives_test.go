@@ -62,6 +62,9 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		env.CreateTool(ns, "charge", testenv.WithClass(v1alpha1.NonRepeatable), testenv.WithRecordRetention(time.Hour),
 			testenv.WithKeyRetention(24*time.Hour))
 		env.AddKubeconfig()
+		removeIdentity, err := testenv.InstallIdentityPolicy(ctx, env.Config, k8s, ns, "earlier-lives")
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(removeIdentity)
 	})
 
 	key := func(name string) string { return ns + "/" + name }
@@ -140,6 +143,7 @@ var _ = Describe("A namespace's earlier lives in the archive", func() {
 		Expect(k8s.List(ctx, &decisions, client.InNamespace(ns))).To(Succeed())
 		Expect(decisions.Items).To(HaveLen(1))
 		Expect(decisions.Items[0].Spec.Life).To(Equal(types.UID(restored)), "the API server bound the decision to the restored life")
+		Expect(decisions.Items[0].Annotations).To(HaveKeyWithValue("toolledger.dev/decided-by", owner), "the API server stamped who decided")
 
 		By("every restored key is answered from its first life's record, without a dispatch")
 		for _, k := range keys {
