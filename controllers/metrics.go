@@ -10,6 +10,7 @@ import (
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/deletions"
 	"github.com/toolledger/toolledger/internal/dispatch"
+	"github.com/toolledger/toolledger/internal/keyhistory"
 	"github.com/toolledger/toolledger/internal/notify"
 	"github.com/toolledger/toolledger/internal/retention"
 	"github.com/toolledger/toolledger/internal/shard"
@@ -104,7 +105,7 @@ var (
 // Metrics are the collectors toolledger registers in controller-runtime's
 // registry, which the manager serves on its metrics endpoint.
 func Metrics() []prometheus.Collector {
-	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), notify.Metrics(), deletions.Metrics(), retention.Metrics(), []prometheus.Collector{
+	return slices.Concat(dispatch.Metrics(), shard.Metrics(), archive.Metrics(), keyhistory.Metrics(), notify.Metrics(), deletions.Metrics(), retention.Metrics(), []prometheus.Collector{
 		claimConflicts, actionsCreated, actionsFinished, duplicateHits, keyConflicts, lookups, dispatchAttempts,
 		retries, escalations, resolutions, compensations, dispatchDuration, actionDuration, duplicateAge,
 		duplicateRetentionRatio, ledgerGauges,

@@ -10,7 +10,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/toolledger/toolledger/internal/archive"
 	"github.com/toolledger/toolledger/internal/archivebinding"
@@ -162,6 +161,6 @@ var behindNamespaces = prometheus.NewGauge(prometheus.GaugeOpts{
 	Help: "Namespaces whose archived chain no longer holds the cluster's mark: the archive lost records that had left etcd (a restore, a failover to a standby that lagged). Their new keys wait (ArchiveBehind) until it catches up or an operator acknowledges the loss (docs/archive.md#when-the-archive-goes-back).",
 })
 
-func init() {
-	metrics.Registry.MustRegister(behindNamespaces)
-}
+// Metrics are the collectors of a key's history, which the manager
+// registers.
+func Metrics() []prometheus.Collector { return []prometheus.Collector{behindNamespaces} }

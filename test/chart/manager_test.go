@@ -117,6 +117,14 @@ func TestArchiveValues(t *testing.T) {
 		env.ValueFrom.SecretKeyRef.Name != "ledger-archive" || env.ValueFrom.SecretKeyRef.Key != "dsn" {
 		t.Fatalf("with archive.dsnSecret.name=ledger-archive the manager's TOOLLEDGER_ARCHIVE_DSN is %+v, want the Secret's key dsn", env)
 	}
+	const requireStandby = "--archive-require-synchronous-standby"
+	if args := soleContainer(t, deployment(t, objects, monitoringName)).Args; slices.Contains(args, requireStandby) {
+		t.Errorf("by default the manager runs with %s", requireStandby)
+	}
+	strict := decodeObjects(t, helmTemplate(t, "--set", "archive.dsnSecret.name=ledger-archive", "--set", "archive.requireSynchronousStandby=true"))
+	if args := soleContainer(t, deployment(t, strict, monitoringName)).Args; !slices.Contains(args, requireStandby) {
+		t.Errorf("with archive.requireSynchronousStandby the manager's args %v lack %s", args, requireStandby)
+	}
 
 	policy := []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.apiServerCIDRs={10.0.0.5/32}", "--set", "archive.dsnSecret.name=ledger-archive"}
 	if _, err := helmTemplateErr(t, policy...); err == nil ||
