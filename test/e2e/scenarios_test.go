@@ -251,7 +251,7 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   unacknowledged, and a replacement starts with the receiver answering again. Every event the
   trial's actions owe (one per outcome) must then arrive and be recorded as delivered within a
   minute, and no event that no action owes; repeats are counted.
-* **the archive** — the last five rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
+* **the archive** — the last rows run managers with ` + "`--archive-dsn`" + ` (the steady managers, which keep
   keys in Tombstones, are stopped) on a database of their own in a PostgreSQL server the suite starts from
   Debian's binaries on 127.0.0.1; ` + "`--archive-record-retention=24h`" + `, so that the records of earlier scenarios
   stay where they are, while the trials' Tools set ` + "`recordRetention: 1s`" + ` where records must leave etcd. A
@@ -288,6 +288,24 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
     split the keys, the one with the archive settles its share and the other keeps its own waiting; then the
     one without stops. Every archived key must be answered by its archived row with one downstream request
     in all, and every fresh key executed once.
+  * **failovers and a restore** — each scenario starts servers of its own: a primary and a standby made
+    with pg_basebackup that streams its WAL (for the restore, a primary alone), and two managers given a DSN
+    of both hosts with ` + "`target_session_attrs=read-write`" + `, which reaches whichever serves as primary, each
+    comparing the archive with the marks every second. A trial applies 3–6 intents with ` + "`kubectl apply`" + ` and
+    waits until they succeed and leave etcd for the archive, four trials at a time. *Synchronous*: the
+    primary names the standby in ` + "`synchronous_standby_names`" + `; once a third of the trials retired their
+    records, the primary is SIGKILLed while the others apply theirs, and the standby promoted a second later;
+    every trial's manifest applied again must be answered from the archive with one downstream request per
+    key. *Lagging*: half the trials retire, the asynchronous standby stops receiving the WAL
+    (` + "`primary_conninfo`" + ` cleared), the other half retire into the primary alone, the primary is SIGKILLed and
+    the standby promoted. *Restored*: half the trials retire, a base backup is taken, the other half retire,
+    and the database is restored from the backup in place. In both, the second half's keys applied again
+    must all be held, ` + "`Accepted`" + ` with ` + "`ArchiveBehind`" + `, with no request downstream, both managers' readiness
+    must fail (` + "`[-]archive-marks`" + `), and the first half's keys be answered from the archive; the held actions are
+    deleted (the agents give up) and an operator with the shipped ` + "`toolledger-history-admin`" + ` role and
+    ` + "`toolledger-archive-status`" + ` Role acknowledges the managers' finding with ` + "`kubectl toolledger archive acknowledge`" + `,
+    which must name exactly each lost namespace's records (1 to the number its trial retired); the managers
+    must then be ready, and two fresh intents of each of those namespaces succeed.
   * **reads of a large history** — no trials: one tenant's archive holds 50 records of a 1 MiB string
     parameter (and kubectl's last-applied copy of it), kept as the manager keeps a finished action; one
     manager serves the archive API, and the web console runs in its local mode. kubectl lists the records

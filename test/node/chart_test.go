@@ -5,6 +5,7 @@ package node
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,12 +16,14 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
+	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/internal/testnode"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -252,39 +255,71 @@ var _ = Describe("The chart on a real node", Ordered, func() {
 		record(ctx, "kubernetesApply of a Job, removed by the TTL controller (its pod by the garbage collector), then the same ToolAction applied again", 1, 0, 0, 0, started)
 	})
 
-	It("answers no key of a deleted namespace's tenant in a new namespace of the same name", func(ctx SpecContext) {
+	It("holds a restored namespace's keys until its owner adopts the earlier life, then answers them from the archive: 0 dispatches", func(ctx SpecContext) {
 		started := time.Now()
-		createNamespace(ctx, "reused")
-		Expect(k8s.Create(ctx, chargeTool("reused", shop, v1alpha1.KeyProtected, 5*time.Second))).To(Succeed())
-		agent, err := sdk.NewClient(cluster.Admin)
-		Expect(err).NotTo(HaveOccurred())
-		request := sdk.Request{Namespace: "reused", Key: "invoice-1", Tool: "charge",
-			Parameters: map[string]any{"amount": 1000, "currency": "EUR", "customer": "cus_old_tenant"}}
-		outcome, err := agent.Invoke(ctx, request)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Eventually(func() string {
-			out, _ := kubectl(ctx, cluster.Kubeconfig, "get", "archivedtoolactions", "-n", "reused", "--no-headers")
-			return out
-		}, 2*time.Minute).Should(ContainSubstring("invoice-1"))
+		const ns = "restored"
+		createNamespace(ctx, ns)
+		Expect(k8s.Create(ctx, chargeTool(ns, shop, v1alpha1.NonRepeatable, 0))).To(Succeed())
+		keys := make([]string, 10)
+		var saved strings.Builder
+		for i := range keys {
+			keys[i] = fmt.Sprintf("order-%d", 9001+i)
+			saved.WriteString("---\n" + testenv.ChargeManifest(ns, keys[i], int64(1000+i), "cus_restored"))
+		}
+		manifest := filepath.Join(GinkgoT().TempDir(), "restored.yaml")
+		Expect(os.WriteFile(manifest, []byte(saved.String()), 0o600)).To(Succeed())
+		admin(ctx, "apply", "-f", manifest)
+		admin(ctx, "wait", "-n", ns, "toolaction", "--all", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=2m")
+		first := map[string]string{}
+		for _, key := range keys {
+			first[key] = admin(ctx, "get", "toolaction", key, "-n", ns, "-o", "jsonpath={.status.externalRef}")
+		}
+		var earlier corev1.Namespace
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &earlier)).To(Succeed())
 
-		By("the namespace controller deletes the namespace, through the archive API's discovery")
+		By("the namespace controller deletes the namespace; the managers archive each record on its way out")
 		deletion := time.Now()
-		admin(ctx, "delete", "namespace", "reused", "--timeout=3m")
+		admin(ctx, "delete", "namespace", ns, "--timeout=3m")
 		report("namespace deletion", deletion)
-		createNamespace(ctx, "reused")
-		Expect(k8s.Create(ctx, chargeTool("reused", shop, v1alpha1.KeyProtected, 0))).To(Succeed())
-		listed, err := kubectl(ctx, cluster.Kubeconfig, "get", "archivedtoolactions", "-n", "reused")
-		Expect(err).NotTo(HaveOccurred(), listed)
-		Expect(listed).NotTo(ContainSubstring("invoice-1"))
 
-		By("the new tenant's own intent under the old key is its own, not a conflict with the old tenant's")
-		request.Parameters["customer"] = "cus_new_tenant"
-		outcome, err = agent.Invoke(ctx, request)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
-		Expect(outcome.Deduplicated).To(BeFalse())
-		record(ctx, "a namespace deleted (its key archived) and made again under the same name; the old key's name used by the new tenant", 2, 0, 0, 0, started)
+		By("restored from its saved YAML: the namespace, its Tool, its ToolActions without status")
+		createNamespace(ctx, ns)
+		Expect(k8s.Create(ctx, chargeTool(ns, shop, v1alpha1.NonRepeatable, 0))).To(Succeed())
+		admin(ctx, "apply", "-f", manifest)
+		for _, key := range keys {
+			Eventually(func() string {
+				return admin(ctx, "get", "toolaction", key, "-n", ns, "-o", `jsonpath={.status.phase}/{.status.conditions[?(@.type=="Reconciling")].reason}`)
+			}, time.Minute).Should(Equal("Accepted/EarlierNamespaceKey"), key)
+		}
+		before := shop.stats(ctx)
+		Consistently(func() int {
+			now, sent := shop.stats(ctx), 0
+			for _, key := range keys {
+				sent += now.Requests[ns+"/"+key] - before.Requests[ns+"/"+key]
+			}
+			return sent
+		}, 10*time.Second).Should(BeZero(), "a restored key held is never dispatched")
+
+		By("the namespace's owner lists its earlier life and adopts it, with kubectl toolledger")
+		owner := "restored-owner"
+		bindRole(ctx, ns, owner, release+"-history-owner")
+		lives := admin(ctx, "toolledger", "lives", "-n", ns, "--as="+owner)
+		Expect(lives).To(ContainSubstring(string(earlier.UID)))
+		adopted := admin(ctx, "toolledger", "lives", "adopt", "-n", ns, "--reason", "restored from the saved YAML", "--wait", "--as="+owner)
+		Expect(adopted).To(ContainSubstring("Applied=True (Decided)"))
+		decisions := admin(ctx, "get", "earlierlifedecisions", "-n", ns, "-o", `jsonpath={.items[0].metadata.annotations.toolledger\.dev/decided-by}`)
+		Expect(decisions).To(Equal(owner), "the API server stamped who decided")
+
+		dispatched := 0
+		for _, key := range keys {
+			Eventually(func() string {
+				return admin(ctx, "get", "toolaction", key, "-n", ns, "-o", "jsonpath={.status.phase}/{.status.history[0].reason}/{.status.externalRef}")
+			}, time.Minute).Should(Equal("Succeeded/SettledByArchive/" + first[key]), key)
+			dispatched += shop.stats(ctx).Requests[ns+"/"+key] - before.Requests[ns+"/"+key]
+		}
+		Expect(dispatched).To(BeZero())
+		record(ctx, "a namespace deleted (its records archived) and restored from its saved YAML: 10 keys held, then its owner adopts the earlier life and each is answered from the archive",
+			len(keys), dispatched, 0, 0, started)
 	})
 
 	It("refuses to dispatch after helm rollback to a release without the archive, and dispatches no archived key again", func(ctx SpecContext) {
@@ -338,5 +373,85 @@ var _ = Describe("The chart on a real node", Ordered, func() {
 
 	It("serves the web console and the MCP gateway through their Services", func(ctx SpecContext) {
 		frontEnds(ctx, shop)
+	})
+
+	// Last: it decommissions the release's archive.
+	It("holds a reused name's old keys until an administrator releases them, and decommissions the archive per life", func(ctx SpecContext) {
+		started := time.Now()
+		const ns = "reused"
+		createNamespace(ctx, ns)
+		Expect(k8s.Create(ctx, chargeTool(ns, shop, v1alpha1.KeyProtected, 0))).To(Succeed())
+		agent, err := sdk.NewClient(cluster.Admin)
+		Expect(err).NotTo(HaveOccurred())
+		for _, key := range []string{"invoice-1", "invoice-2"} {
+			outcome, err := agent.Invoke(ctx, sdk.Request{Namespace: ns, Key: key, Tool: "charge",
+				Parameters: map[string]any{"amount": 1000, "currency": "EUR", "customer": "cus_old_tenant"}})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(outcome.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		}
+		oldRef := admin(ctx, "get", "toolaction", "invoice-1", "-n", ns, "-o", "jsonpath={.status.externalRef}")
+		var earlier corev1.Namespace
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: ns}, &earlier)).To(Succeed())
+		admin(ctx, "delete", "namespace", ns, "--timeout=3m")
+
+		By("a new tenant gets the name, with a provider account of its own, and charges under an old key")
+		createNamespace(ctx, ns)
+		account := deployDownstream(ctx, "payments-new-tenant")
+		Expect(k8s.Create(ctx, chargeTool(ns, account, v1alpha1.KeyProtected, 5*time.Second))).To(Succeed())
+		manifest := filepath.Join(GinkgoT().TempDir(), "new-tenant.yaml")
+		Expect(os.WriteFile(manifest, []byte(testenv.ChargeManifest(ns, "invoice-1", 2500, "cus_new_tenant")+"---\n"+
+			testenv.ChargeManifest(ns, "invoice-3", 2500, "cus_new_tenant")), 0o600)).To(Succeed())
+		admin(ctx, "apply", "-f", manifest)
+		Eventually(func() string {
+			return admin(ctx, "get", "toolaction", "invoice-1", "-n", ns, "-o", `jsonpath={.status.phase}/{.status.conditions[?(@.type=="Reconciling")].reason}`)
+		}, time.Minute).Should(Equal("Accepted/EarlierNamespaceKey"))
+		held := admin(ctx, "get", "toolaction", "invoice-1", "-n", ns, "-o", `jsonpath={.status.conditions[?(@.type=="Reconciling")].message}`)
+		Expect(held).NotTo(ContainSubstring(oldRef), "the new tenant does not see the old tenant's charge")
+
+		By("the new tenant's owner may not release the old tenant's keys; an administrator does")
+		bindRole(ctx, ns, "reused-owner", release+"-history-owner")
+		refused, err := kubectl(ctx, cluster.Kubeconfig, "toolledger", "lives", "release", "-n", ns, "--earlier-life", string(earlier.UID),
+			"--reason", "mine now", "--as=reused-owner")
+		Expect(err).To(HaveOccurred(), refused)
+		Expect(refused).To(ContainSubstring("takes the verb release on earlierlifedecisions"))
+		Expect(k8s.Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "ledger-admin-history"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release + "-history-admin"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ledger-admin"}},
+		})).To(Succeed())
+		released := admin(ctx, "toolledger", "lives", "release", "-n", ns, "--earlier-life", string(earlier.UID),
+			"--reason", "the name went to a new tenant", "--wait", "--as=ledger-admin")
+		Expect(released).To(ContainSubstring("Applied=True (Decided)"))
+		admin(ctx, "wait", "-n", ns, "toolaction/invoice-1", "toolaction/invoice-3", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=2m")
+		newRef := admin(ctx, "get", "toolaction", "invoice-1", "-n", ns, "-o", "jsonpath={.status.externalRef}")
+		Expect(newRef).NotTo(Equal(oldRef))
+		Expect(account.stats(ctx).Requests).To(HaveKeyWithValue(ns+"/invoice-1", 1))
+
+		By("the new tenant's records leave etcd for the archive")
+		Eventually(func() string {
+			out, _ := kubectl(ctx, cluster.Kubeconfig, "get", "toolactions", "-n", ns, "--no-headers")
+			return out
+		}, 2*time.Minute).Should(BeEmpty())
+
+		By("decommissioning the archive as docs/archive.md says, the owner's DSN on standard input")
+		decommission := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl"), "exec", "-i", "-n", releaseNamespace, "deploy/"+release, "--",
+			"/manager", "decommission-archive", "--archive-dsn-file=-")
+		decommission.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig)
+		decommission.Stdin = strings.NewReader(theArchive.dsn(archiveOwner, "owner-secret"))
+		out, err := decommission.CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "%s", out)
+		Expect(string(out)).To(ContainSubstring("The archive is decommissioned"))
+		Expect(string(out)).To(MatchRegexp(`keys of earlier lives released: [1-9]`))
+		var tombstones v1alpha1.TombstoneList
+		Expect(k8s.List(ctx, &tombstones, client.InNamespace(ns))).To(Succeed())
+		names := map[string]string{}
+		for _, t := range tombstones.Items {
+			names[t.Name] = t.Record.ExternalRef
+		}
+		Expect(names).To(HaveLen(2), "only the new tenant's keys are the namespace's Tombstones: %v", names)
+		Expect(names).To(HaveKeyWithValue("invoice-1", newRef))
+		Expect(names).To(HaveKey("invoice-3"))
+		record(ctx, "a namespace name reused by a new tenant: an old key held until an administrator releases it, then the archive decommissioned per life (only the new tenant's keys become its Tombstones)",
+			4, 0, 0, 0, started)
 	})
 })
