@@ -88,6 +88,12 @@ type retirement struct {
 	// the wait); Achieved is Retired ÷ Time.
 	Time     time.Duration
 	Achieved float64
+	// WritesPerRecord are the API server's successful writes from the
+	// manager's start to its stop ÷ Retired; MarkWritesPerRecord the part
+	// of them that wrote ConfigMaps: the chains' marks, moved forward
+	// before each batch of records leaves etcd (and, once, the binding and
+	// a checkpoint).
+	WritesPerRecord, MarkWritesPerRecord float64
 }
 
 // archiveBench is the run's PostgreSQL server and its two databases.
@@ -156,8 +162,8 @@ func (b *bench) archive(ctx context.Context) error {
 		if err := b.archiveRetire(ctx, a.fullDSN, &ret); err != nil {
 			return err
 		}
-		b.logf("archive: retirement of %d records at --retention-rate=%.0f: %d gone from etcd, %d rows archived, %.1f/s over %s; the ceiling finishes %.1f actions/s",
-			ret.Records, ret.Rate, ret.Retired, ret.Archived, ret.Achieved, dur(ret.Time), res.Ceiling)
+		b.logf("archive: retirement of %d records at --retention-rate=%.0f: %d gone from etcd, %d rows archived, %.1f/s over %s; %.2f writes a record, %.2f of them the marks'; the ceiling finishes %.1f actions/s",
+			ret.Records, ret.Rate, ret.Retired, ret.Archived, ret.Achieved, dur(ret.Time), ret.WritesPerRecord, ret.MarkWritesPerRecord, res.Ceiling)
 		res.Retire = append(res.Retire, ret)
 	}
 	return b.archiveSustained(ctx, a, res)
@@ -522,6 +528,10 @@ func (b *bench) archiveRetire(ctx context.Context, dsn string, ret *retirement) 
 	}); err != nil {
 		return fmt.Errorf("cannot create the records to retire: %w", err)
 	}
+	before, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return err
+	}
 	m, err := startInProcess(b.c, b.archiveManager(dsn, ret.Rate))
 	if err != nil {
 		return err
@@ -548,7 +558,22 @@ func (b *bench) archiveRetire(ctx context.Context, dsn string, ret *retirement) 
 		left = n
 	}
 	b.stopManager()
+	after, err := scrapeAPIServer(ctx, b.c.cs)
+	if err != nil {
+		return err
+	}
 	ret.Retired = ret.Records - left
+	var writes, marks float64
+	for k, n := range after.requests().minus(before.requests()) {
+		if !mutating(k.Verb) || !successful(k.Code) || k.Resource == "leases" || k.Resource == "events" {
+			continue
+		}
+		writes += n
+		if k.Resource == "configmaps" {
+			marks += n
+		}
+	}
+	ret.WritesPerRecord, ret.MarkWritesPerRecord = safeDiv(writes, float64(ret.Retired)), safeDiv(marks, float64(ret.Retired))
 	if !first.IsZero() && ret.Retired > atFirst {
 		// Records retired after the first poll that saw any, over the time
 		// they took: the pace, without the manager's start.
