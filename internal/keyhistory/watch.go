@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/internal/archive"
@@ -119,6 +120,8 @@ func (w *Watch) report(finding *archivefinding.Finding) {
 }
 
 // record keeps the finding in the binding, the first that found it named.
+// Another replica that wrote the binding meanwhile wrote it, or the next
+// comparison does.
 func (w *Watch) record(ctx context.Context, finding *archivefinding.Finding) error {
 	if finding != nil {
 		b, err := archivebinding.Read(ctx, w.Reader, w.OperatorNamespace)
@@ -129,7 +132,11 @@ func (w *Watch) record(ctx context.Context, finding *archivefinding.Finding) err
 			return nil
 		}
 	}
-	return archivebinding.RecordFinding(ctx, w.Client, w.OperatorNamespace, w.Store.Identity(), finding)
+	err := archivebinding.RecordFinding(ctx, w.Client, w.OperatorNamespace, w.Store.Identity(), finding)
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // Finding is the last comparison's finding; nil when the archive held
