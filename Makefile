@@ -194,7 +194,7 @@ chart-rbac: ## Copy the rules of the generated ClusterRole (config/rbac/role.yam
 	mv $(CHART_RBAC).tmp $(CHART_RBAC)
 
 # config/admission/<name>_policy.yaml is copied to files/<name>-policy.yaml.
-CHART_ADMISSION := outcome_finalizer tombstone_guard identity parameters trace_context earlier_life
+CHART_ADMISSION := outcome_finalizer tombstone_guard identity parameters trace_context earlier_life earlier_life_stamp
 
 .PHONY: chart-admission
 chart-admission: ## Copy the admission policies (config/admission) into the chart.

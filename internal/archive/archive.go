@@ -74,7 +74,9 @@ const (
 	// keepTimeout bounds a whole keep, its commit's wait for the
 	// synchronous standbys included, which no statement timeout bounds (a
 	// cancelled wait commits on the server alone): a standby that does not
-	// answer leaves the record in etcd, kept later.
+	// answer leaves the record in etcd, kept later. The keep's connection is
+	// closed then, which ends its session's wait and lets the namespace's
+	// chain lock go.
 	keepTimeout = 30 * time.Second
 )
 
@@ -382,7 +384,10 @@ func (s *Store) Keep(ctx context.Context, r Record, mark Link) (Link, error) {
 		})
 	})
 	switch {
-	case errors.Is(err, ErrDecommissioned), errors.Is(err, ErrBehind), errors.Is(err, ErrNotDurable):
+	case errors.Is(err, ErrNotDurable):
+		archiveErrors.WithLabelValues("durable").Inc()
+		return Link{}, fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
+	case errors.Is(err, ErrDecommissioned), errors.Is(err, ErrBehind):
 		observe("keep", nil)
 		return Link{}, fmt.Errorf("cannot archive ToolAction %s/%s: %w", r.Namespace, r.Key, err)
 	case err != nil:

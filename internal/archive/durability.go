@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,22 +70,18 @@ FROM pg_stat_replication`).Scan(&r.SynchronousStandbyNames, &r.Standbys, &r.Sync
 // kept again later.
 var ErrNotDurable = errors.New("the archive cannot confirm the record durable on its synchronous standbys")
 
-// syncCanceled begins the warning a server sends when a commit's wait for
-// its synchronous standbys was cancelled (an administrator's
-// pg_cancel_backend): the transaction has committed on the server alone,
-// and a failover may lose it. A keep's commit has no statement timeout, so
-// that nothing else cancels it: a keep that waits too long is given up by
-// closing its connection, an error.
-const syncCanceled = "canceling wait for synchronous replication"
-
-// syncWaits notes, per connection, a commit whose wait for synchronous
-// standbys was cancelled, which the server reports as a warning beside a
-// commit that succeeded.
-type syncWaits struct{ canceled sync.Map }
+// syncWaits notes, per connection, a warning the server sent during a
+// keep's transaction. The one a keep meets is the server's cancelled wait
+// for its synchronous standbys (an administrator's pg_cancel_backend):
+// "canceling wait for synchronous replication", beside a commit that
+// succeeded on the server alone, which a failover may lose. The message is
+// in the server's language, so any warning during a keep counts: nothing
+// else in that transaction warns.
+type syncWaits struct{ warned sync.Map }
 
 func (w *syncWaits) onNotice(c *pgconn.PgConn, n *pgconn.Notice) {
-	if n.SeverityUnlocalized == "WARNING" && strings.HasPrefix(n.Message, syncCanceled) {
-		w.canceled.Store(c, true)
+	if n.SeverityUnlocalized == "WARNING" {
+		w.warned.Store(c, n.Message)
 	}
 }
 
@@ -100,10 +95,10 @@ func (w *syncWaits) keepDurably(ctx context.Context, pool *pgxpool.Pool, keep fu
 	}
 	defer conn.Release()
 	pg := conn.Conn().PgConn()
-	w.canceled.Delete(pg)
+	w.warned.Delete(pg)
 	err = keep(conn)
-	if _, canceled := w.canceled.LoadAndDelete(pg); canceled && err == nil {
-		return ErrNotDurable
+	if warning, warned := w.warned.LoadAndDelete(pg); warned && err == nil {
+		return fmt.Errorf("%w: the server warned as the record was kept: %s", ErrNotDurable, warning)
 	}
 	return err
 }

@@ -110,3 +110,35 @@ FROM unnest($1::text[], $2::bigint[]) AS m(namespace, seq)`, namespaces, sequenc
 	}
 	return held, nil
 }
+
+// HeldLinks reads which of links, of namespace's chain, the archive holds,
+// in one query.
+func (s *Store) HeldLinks(ctx context.Context, namespace string, links []Link) (map[Link]bool, error) {
+	sequences := make([]int64, 0, len(links))
+	for _, l := range links {
+		sequences = append(sequences, l.Sequence)
+	}
+	rows, err := s.keys.Query(ctx, `SELECT m.seq, `+holdingColumns("$1", "m.seq")+`
+FROM unnest($2::bigint[]) AS m(seq)`, namespace, sequences)
+	kept := map[int64]*string{}
+	var head Link
+	if err == nil {
+		var (
+			seq  int64
+			hash *string
+		)
+		_, err = pgx.ForEachRow(rows, []any{&seq, &head.Sequence, &head.Hash, &hash}, func() error {
+			kept[seq] = hash
+			return nil
+		})
+	}
+	observe("check", err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot read which links of namespace %s's chain the archive holds: %w", ErrUnavailable, namespace, err)
+	}
+	held := make(map[Link]bool, len(links))
+	for _, l := range links {
+		held[l] = holding(l, head, kept[l.Sequence]).Held
+	}
+	return held, nil
+}

@@ -12,7 +12,7 @@ var (
 	}, nil)
 	archiveErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "toolledger_archive_errors_total",
-		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), read, list and verify (the archive API), prune, ping.",
+		Help: "Uses of the archive that failed, by operation: check (a new action's key), keep (a record leaving etcd), durable (a keep the server committed without its synchronous standbys' confirmation: the record stays in etcd), read, list and verify (the archive API), prune, ping.",
 	}, []string{"operation"})
 	// standbys and synchronousCommit have no labels, as archiveUp.
 	standbys = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -79,10 +79,9 @@ type Life struct {
 }
 
 // NamespaceCutoffs say which records of the lives not kept may go: those
-// archived before Before, and, of an unclaimed life, whose keptUntil is
-// before KeptBefore, or, stating none, that finished before KeysBefore
-// (the archive's default key retention; the zero time keeps them for
-// good).
+// archived before Before, and, of an unclaimed life, that finished before
+// KeysBefore (the longest key retention of the tools; the zero time keeps
+// them for good) and stated no keptUntil after KeptBefore.
 type NamespaceCutoffs struct {
 	Before, KeysBefore, KeptBefore time.Time
 }

@@ -301,8 +301,9 @@ REVOKE EXECUTE ON FUNCTION toolledger_prune_tool(text, text, text, timestamptz, 
 	// before the history retention prunes them: a namespace restored from
 	// a backup after that long finds them still. Those of a life released
 	// go once the history retention passed since they were archived, as
-	// before. p_keys_before bounds the completion of a record that stated
-	// no keptUntil, p_kept_before the keptUntil of one that did.
+	// before. p_keys_before bounds a record's completion (the longest key
+	// retention of the tools, as a tool since lengthened keeps it), and
+	// p_kept_before the keptUntil it stated, if any.
 	`DROP FUNCTION toolledger_prune_namespace(text, text, timestamptz, timestamptz, integer);
 SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
 CREATE FUNCTION toolledger_prune_namespace(p_namespace text, p_namespace_uid text, p_created_before timestamptz, p_before timestamptz,
@@ -317,7 +318,8 @@ BEGIN
 		WHERE namespace = p_namespace AND archived_at < p_before AND CASE WHEN p_namespace_uid = ''
 			THEN namespace_uid IS NULL AND (action->'metadata'->>'creationTimestamp')::timestamptz < p_created_before
 			ELSE namespace_uid = p_namespace_uid END
-			AND CASE WHEN stated.kept_until IS NULL THEN completion_time < p_keys_before
+			AND completion_time < p_keys_before
+			AND CASE WHEN stated.kept_until IS NULL THEN true
 				WHEN stated.kept_until ~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$' THEN stated.kept_until::timestamptz < p_kept_before
 				ELSE false END
 		LIMIT p_limit)

@@ -77,7 +77,7 @@ func (f *Finding) Summary() string {
 // Lost says which records of the namespace's chain the archive lost.
 func (n BehindNamespace) Lost() string {
 	if n.HeadSequence >= n.MarkSequence {
-		return fmt.Sprintf("records up to %d, replaced by others archived since", n.MarkSequence)
+		return fmt.Sprintf("records up to %d, some replaced by others archived since", n.MarkSequence)
 	}
 	return fmt.Sprintf("records %d to %d", n.HeadSequence+1, n.MarkSequence)
 }

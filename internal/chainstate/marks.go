@@ -88,8 +88,8 @@ type Holder interface {
 }
 
 // Marker moves the namespaces' marks forward as their records leave etcd:
-// Cover returns once the mark covers a record's link. Those that wait while
-// a namespace's mark is written share the next write, so that records
+// Cover returns once the mark covers a record's link. Those that ask while
+// a namespace's mark is being written join the next write, so that records
 // retiring at once cost one write of it, not one each.
 type Marker struct {
 	// Reader reads the marks (the manager's cache); a write that conflicts
@@ -103,15 +103,24 @@ type Marker struct {
 	writers map[string]*markWriter
 }
 
-// markWriter writes one namespace's mark, one write at a time.
+// markWriter writes one namespace's mark, one write at a time; the links
+// asked for meanwhile wait in the next batch.
 type markWriter struct {
-	// mu is held while the mark is written; wanted is the newest link
-	// asked for, under Marker.mu.
-	mu     sync.Mutex
-	wanted archive.Link
-	// written is the mark as this replica last wrote it, or found it
-	// held by the archive.
-	written archive.Link
+	// writing is held by the batch that writes; next collects the links
+	// asked for meanwhile, under Marker.mu.
+	writing chan struct{}
+	next    *markBatch
+	// verified is a mark this replica wrote, or found the archive holding,
+	// under writing: a write that finds it current need not ask the
+	// archive again.
+	verified archive.Link
+}
+
+// markBatch is one write of a mark, for the newest link its callers asked.
+type markBatch struct {
+	want archive.Link
+	done chan struct{}
+	err  error
 }
 
 // Mark is namespace's mark as the cache has it: what a key check and a keep
@@ -122,10 +131,16 @@ func (m *Marker) Mark(ctx context.Context, namespace string) (archive.Link, erro
 }
 
 // Cover returns once namespace's mark covers link, the link of a record
-// the archive keeps: the record may then leave etcd.
+// the archive kept against the mark the cache has now: the record may then
+// leave etcd. A mark the cache has at or past link covers it: the cache
+// gives the marks in the order they were written, and the keep checked that
+// the archive held the one it read, so a later one is of the same chain.
 func (m *Marker) Cover(ctx context.Context, namespace string, link archive.Link) error {
 	if link.Sequence == 0 {
 		return nil // archived before the archive had chains: nothing to mark
+	}
+	if current, err := m.Mark(ctx, namespace); err == nil && current.Sequence >= link.Sequence {
+		return nil
 	}
 	m.mu.Lock()
 	if m.writers == nil {
@@ -133,35 +148,57 @@ func (m *Marker) Cover(ctx context.Context, namespace string, link archive.Link)
 	}
 	w := m.writers[namespace]
 	if w == nil {
-		w = &markWriter{}
+		w = &markWriter{writing: make(chan struct{}, 1)}
 		m.writers[namespace] = w
 	}
-	if link.Sequence > w.wanted.Sequence {
-		w.wanted = link
+	b, lead := w.next, false
+	if b == nil {
+		b, lead = &markBatch{done: make(chan struct{})}, true
+		w.next = b
+	}
+	if link.Sequence > b.want.Sequence {
+		b.want = link
 	}
 	m.mu.Unlock()
-
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.written.Sequence >= link.Sequence {
-		return nil // a write that waiters shared covered it
+	if !lead {
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// The batch's leader waits for the write before it, then closes the
+	// batch to newcomers and writes the newest link asked.
+	select {
+	case w.writing <- struct{}{}:
+	case <-ctx.Done():
+		m.mu.Lock()
+		if w.next == b {
+			w.next = nil
+		}
+		m.mu.Unlock()
+		b.err = ctx.Err()
+		close(b.done)
+		return b.err
 	}
 	m.mu.Lock()
-	target := w.wanted
-	m.mu.Unlock()
-	written, err := m.write(ctx, namespace, target, w.written)
-	if err != nil {
-		return err
+	if w.next == b {
+		w.next = nil
 	}
-	w.written = written
-	return nil
+	target := b.want
+	m.mu.Unlock()
+	b.err = m.write(ctx, namespace, target, w)
+	<-w.writing
+	close(b.done)
+	return b.err
 }
 
 // write moves namespace's mark forward to target, unless it is there or
-// beyond already, and returns the mark as written. A mark written by
-// another replica since verified, the last this one wrote, must still be
-// held by the archive: target then follows it on the chain.
-func (m *Marker) write(ctx context.Context, namespace string, target, verified archive.Link) (archive.Link, error) {
+// beyond already. A mark another replica wrote, or one moved back by an
+// acknowledgement, must still be held by the archive before it is moved
+// past: target then follows it on the chain.
+func (m *Marker) write(ctx context.Context, namespace string, target archive.Link, w *markWriter) error {
 	key := MarkKey(m.OperatorNamespace, namespace)
 	reader := m.Reader
 	for attempt := 0; ; attempt++ {
@@ -169,24 +206,24 @@ func (m *Marker) write(ctx context.Context, namespace string, target, verified a
 		err := reader.Get(ctx, key, &cm)
 		create := apierrors.IsNotFound(err)
 		if err != nil && !create {
-			return archive.Link{}, fmt.Errorf("cannot read the mark of namespace %s's chain: %w", namespace, err)
+			return fmt.Errorf("cannot read the mark of namespace %s's chain: %w", namespace, err)
 		}
 		current, err := decodeMark(&cm)
 		if err != nil {
-			return archive.Link{}, err
+			return err
 		}
 		if current.Sequence >= target.Sequence {
-			return current.Link(), nil
+			return nil
 		}
-		if current.Sequence > 0 && current.Link() != verified {
+		if current.Sequence > 0 && current.Link() != w.verified {
 			if err := m.held(ctx, namespace, current.Link()); err != nil {
-				return archive.Link{}, err
+				return err
 			}
-			verified = current.Link()
+			w.verified = current.Link()
 		}
 		raw, err := json.Marshal(Point{Sequence: target.Sequence, Hash: target.Hash, Time: metav1.NewTime(time.Now().UTC().Truncate(time.Second))})
 		if err != nil {
-			return archive.Link{}, err
+			return err
 		}
 		if create {
 			cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
@@ -200,11 +237,12 @@ func (m *Marker) write(ctx context.Context, namespace string, target, verified a
 		}
 		switch {
 		case err == nil:
-			return target, nil
+			w.verified = target
+			return nil
 		case (apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) && attempt < 5:
 			reader = m.APIReader // another replica moved it: read it as it is
 		default:
-			return archive.Link{}, fmt.Errorf("cannot write the mark of namespace %s's chain: %w", namespace, err)
+			return fmt.Errorf("cannot write the mark of namespace %s's chain: %w", namespace, err)
 		}
 	}
 }
@@ -245,15 +283,46 @@ func (m *Marker) Reset(ctx context.Context, namespace string, mark, head archive
 	if err := m.Client.Update(ctx, &cm); err != nil {
 		return false, fmt.Errorf("cannot move the mark of namespace %s's chain back to the archive's head: %w", namespace, err)
 	}
-	m.mu.Lock()
-	if w := m.writers[namespace]; w != nil {
-		w.wanted = archive.Link{}
-		m.mu.Unlock()
-		w.mu.Lock()
-		w.written = head
-		w.mu.Unlock()
-	} else {
-		m.mu.Unlock()
-	}
 	return true, nil
+}
+
+// SeedMarks gives each chain that has a checkpoint and no mark its newest
+// checkpoint as its mark: a ledger whose records left etcd before the
+// managers kept marks starts from what the cluster already knew of its
+// chains. It reads with reader and writes with c; another replica seeding
+// at once changes nothing.
+func SeedMarks(ctx context.Context, reader client.Reader, c client.Client, operatorNamespace string) (int, error) {
+	states := &Store{APIReader: reader, OperatorNamespace: operatorNamespace}
+	all, err := states.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	marks, err := Marks(ctx, reader, operatorNamespace)
+	if err != nil {
+		return 0, err
+	}
+	seeded := 0
+	for ns, state := range all {
+		latest := state.Latest()
+		if latest == nil || marks[ns].Sequence > 0 {
+			continue
+		}
+		raw, err := json.Marshal(*latest)
+		if err != nil {
+			return seeded, err
+		}
+		key := MarkKey(operatorNamespace, ns)
+		err = c.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+				Labels: map[string]string{LabelMark: ns, "app.kubernetes.io/part-of": "toolledger"}},
+			Data: map[string]string{markKey: string(raw)},
+		})
+		switch {
+		case err == nil:
+			seeded++
+		case !apierrors.IsAlreadyExists(err):
+			return seeded, fmt.Errorf("cannot seed the mark of namespace %s's chain: %w", ns, err)
+		}
+	}
+	return seeded, nil
 }

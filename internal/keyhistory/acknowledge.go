@@ -118,11 +118,18 @@ func (a *Acknowledgements) apply(ctx context.Context, name, by string, finding *
 	var lost []v1alpha1.LostRecords
 	for _, n := range finding.Namespaces {
 		head := archive.Link{Sequence: n.HeadSequence, Hash: n.HeadHash}
-		onChain, err := a.heldCheckpoints(ctx, n.Namespace, head)
+		onChain, newestHeld, err := a.heldCheckpoints(ctx, n.Namespace, head)
 		if err != nil {
 			return nil, err
 		}
-		loss := chainstate.Loss{From: min(n.HeadSequence+1, n.MarkSequence), To: n.MarkSequence,
+		// Behind, the records past the head are lost; replaced (the archive
+		// went back, then kept records again), those past the newest
+		// checkpoint it still holds may be.
+		from := n.HeadSequence + 1
+		if n.HeadSequence >= n.MarkSequence {
+			from = newestHeld + 1
+		}
+		loss := chainstate.Loss{From: from, To: n.MarkSequence,
 			Mark: chainstate.Point{Sequence: n.MarkSequence, Hash: n.MarkHash, Time: metav1.NewTime(n.MarkTime)},
 			Head: chainstate.Point{Sequence: n.HeadSequence, Hash: n.HeadHash, Time: now}, Acknowledgement: name, AcknowledgedBy: by, Time: now}
 		err = a.Chains.Update(ctx, n.Namespace, func(s *chainstate.State) bool {
@@ -174,24 +181,29 @@ func (a *Acknowledgements) complete(ctx context.Context, name string) ([]v1alpha
 
 // heldCheckpoints reads which of the namespace's checkpoints up to head
 // the archive holds: the chain goes on from them, the others are set aside
-// with the loss.
-func (a *Acknowledgements) heldCheckpoints(ctx context.Context, namespace string, head archive.Link) (func(chainstate.Point) bool, error) {
+// with the loss. It also returns the newest one held.
+func (a *Acknowledgements) heldCheckpoints(ctx context.Context, namespace string, head archive.Link) (func(chainstate.Point) bool, int64, error) {
 	state, err := a.Chains.Read(ctx, namespace)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	held := map[int64]bool{}
+	var links []archive.Link
 	for _, c := range state.Checkpoints {
-		if c.Sequence > head.Sequence {
-			continue
+		if c.Sequence <= head.Sequence {
+			links = append(links, c.Link())
 		}
-		holdings, err := a.Store.Holds(ctx, map[string]archive.Link{namespace: c.Link()})
-		if err != nil {
-			return nil, err
-		}
-		held[c.Sequence] = holdings[namespace].Held
 	}
-	return func(p chainstate.Point) bool { return held[p.Sequence] }, nil
+	held, err := a.Store.HeldLinks(ctx, namespace, links)
+	if err != nil {
+		return nil, 0, err
+	}
+	var newest int64
+	for l, ok := range held {
+		if ok && l.Sequence > newest {
+			newest = l.Sequence
+		}
+	}
+	return func(p chainstate.Point) bool { return held[p.Link()] }, newest, nil
 }
 
 func lostRecords(namespace string, l chainstate.Loss) v1alpha1.LostRecords {

@@ -50,8 +50,14 @@ type Watch struct {
 // archive.
 func (w *Watch) NeedLeaderElection() bool { return false }
 
-// Start compares at once, then every Every.
+// Start seeds the marks of the chains that have none from their newest
+// checkpoints, then compares at once, and every Every.
 func (w *Watch) Start(ctx context.Context) error {
+	if seeded, err := chainstate.SeedMarks(ctx, w.Reader, w.Client, w.OperatorNamespace); err != nil {
+		w.Log.Error(err, "Cannot seed the chains' marks from their checkpoints")
+	} else if seeded > 0 {
+		w.Log.Info("Seeded the marks of the chains that had none from their newest checkpoints", "chains", seeded)
+	}
 	for {
 		if _, err := w.Compare(ctx); err != nil && ctx.Err() == nil {
 			w.Log.Error(err, "Cannot compare the archive's chains with the cluster's marks; retrying", "after", w.Every)

@@ -346,13 +346,16 @@ func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 		}
 		return archive.Life{Current: &ns, Fate: archive.LifeReleased}, nil
 	}
+	// An earlier life's keys are kept for the longest key retention of the
+	// tools, whichever tool made them: for good when one keeps its keys for
+	// good.
 	lives := archive.NamespaceCutoffs{Before: now.Add(-s.HistoryRetention), KeptBefore: now.Add(-s.HistoryRetention)}
-	if s.Defaults.Key > 0 {
-		lives.KeysBefore = now.Add(-s.Defaults.Key - s.HistoryRetention)
+	if cover := keyCover(targets); cover > 0 && s.Defaults.Key > 0 {
+		lives.KeysBefore = now.Add(-max(cover, s.Defaults.Key) - s.HistoryRetention)
 	}
 	gone, err := s.Archive.PruneNamespaces(ctx, lifeOf, lives)
 	if pruned+gone > 0 {
-		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofDeletedNamespaces", gone)
+		log.FromContext(ctx).Info("Pruned archived records past their history retention", "records", pruned, "ofEarlierLives", gone)
 	}
 	return err
 }

@@ -49,7 +49,9 @@ var _ = BeforeSuite(func() {
 	Expect(testenv.WaitForGuard(ctx, k8s, "default")).To(Succeed())
 	// The decisions about a namespace's earlier lives are bound to its life
 	// by the API server (archive_lives_test.go).
-	Expect(testenv.ApplyFile(ctx, env.Config, filepath.Join("..", "..", "config", "admission", "earlier_life_policy.yaml"), "integration")).To(Succeed())
+	for _, policy := range []string{"earlier_life_policy.yaml", "earlier_life_stamp_policy.yaml"} {
+		Expect(testenv.ApplyFile(ctx, env.Config, filepath.Join("..", "..", "config", "admission", policy), "integration")).To(Succeed())
+	}
 })
 
 // startManager runs a manager with its own executor identity until the

@@ -313,8 +313,8 @@ var _ = Describe("The chart on a real node", Ordered, func() {
 		dispatched := 0
 		for _, key := range keys {
 			Eventually(func() string {
-				return admin(ctx, "get", "toolaction", key, "-n", ns, "-o", "jsonpath={.status.phase}/{.status.history[0].reason}/{.status.externalRef}")
-			}, time.Minute).Should(Equal("Succeeded/SettledByArchive/" + first[key]), key)
+				return admin(ctx, "get", "toolaction", key, "-n", ns, "-o", `jsonpath={.status.phase}/{.status.conditions[?(@.type=="Succeeded")].reason}/{.status.externalRef}/{.status.attempts}`)
+			}, time.Minute).Should(Equal("Succeeded/SettledByArchive/"+first[key]+"/0"), key)
 			dispatched += shop.stats(ctx).Requests[ns+"/"+key] - before.Requests[ns+"/"+key]
 		}
 		Expect(dispatched).To(BeZero())
