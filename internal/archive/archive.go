@@ -414,17 +414,18 @@ func (s *Store) keep(ctx context.Context, tx pgx.Tx, r *Record, mark Link) (Link
 		decommissioned bool
 		actionText     string
 		standbys       string
-		kept           Link
 		keptSeq        *int64
-		keptHash       *string
+		keptHash       string
 		head           Link
 		markHash       *string
 	)
 	// The chain hashes the action as the database keeps it (jsonb's
-	// text), and the time of the transaction, which the append takes.
-	if err := tx.QueryRow(ctx, `SELECT (SELECT chain_seq FROM toolledger_records WHERE uid = $1), (SELECT chain_hash FROM toolledger_records WHERE uid = $1),
-	$2::jsonb::text, (SELECT decommissioned_at IS NOT NULL FROM toolledger_archive), now(), current_setting('synchronous_standby_names'),
-	`+holdingColumns("$3", "$4"),
+	// text), and the time of the transaction, which the append takes. A
+	// record kept already reads its link: the zero Link when it was
+	// archived before the chain.
+	if err := tx.QueryRow(ctx, `SELECT kept.seq, coalesce(kept.hash, ''), $2::jsonb::text, (SELECT decommissioned_at IS NOT NULL FROM toolledger_archive),
+	now(), current_setting('synchronous_standby_names'), `+holdingColumns("$3", "$4")+`
+	FROM (SELECT 1) one LEFT JOIN LATERAL (SELECT coalesce(chain_seq, 0) AS seq, chain_hash AS hash FROM toolledger_records WHERE uid = $1) kept ON true`,
 		string(r.UID), r.Action, r.Namespace, mark.Sequence).Scan(&keptSeq, &keptHash, &actionText, &decommissioned, &r.ArchivedAt, &standbys,
 		&head.Sequence, &head.Hash, &markHash); err != nil {
 		return Link{}, err
@@ -441,15 +442,12 @@ func (s *Store) keep(ctx context.Context, tx pgx.Tx, r *Record, mark Link) (Link
 	if err := holding(mark, head, markHash).Behind(r.Namespace, mark); err != nil {
 		return Link{}, err
 	}
-	if keptSeq != nil || keptHash != nil {
-		if keptSeq != nil && keptHash != nil {
-			kept = Link{Sequence: *keptSeq, Hash: *keptHash}
-		}
+	if keptSeq != nil {
 		// Kept by an earlier try, whose commit may not have reached the
 		// standbys: a transactional message in the WAL makes this commit
 		// wait for them, and so for everything the server wrote before it.
 		_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'toolledger', 'kept again')`)
-		return kept, err
+		return Link{Sequence: *keptSeq, Hash: keptHash}, err
 	}
 	link, err := head.next(r, actionText)
 	if err != nil {

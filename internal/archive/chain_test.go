@@ -227,6 +227,16 @@ func TestRecordsArchivedBeforeTheChainAreCounted(t *testing.T) {
 	if got, err := guarding(s, context.Background(), namespaceOf("shop"), "k0"); err != nil || got == nil || got.Chain != (archive.Link{}) {
 		t.Fatalf("the record before the chain: %+v, %v", got, err)
 	}
+	// Kept again, as by a replica that crashed before its etcd delete: it
+	// is kept already, outside the chain, which it leaves as it was.
+	legacy := finished("legacy", 1, t0)
+	legacy.Name = "k0"
+	if link, err := s.Keep(context.Background(), record(t, legacy), archive.Link{}); err != nil || link != (archive.Link{}) {
+		t.Fatalf("the record before the chain kept again: link %+v, %v; want the zero link and no error", link, err)
+	}
+	if v := verify(t, s, "shop"); v.Broken != nil || v.Records != 1 || v.Unchained != 1 || v.Head.Sequence != 1 {
+		t.Fatalf("%+v after the record before the chain was kept again", v)
+	}
 }
 
 // A row inserted without a link after the namespace's chain started is
