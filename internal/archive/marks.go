@@ -90,21 +90,10 @@ func (s *Store) Holds(ctx context.Context, marks map[string]Link) (map[string]Ho
 	for ns, mark := range marks {
 		namespaces, sequences = append(namespaces, ns), append(sequences, mark.Sequence)
 	}
-	rows, err := s.keys.Query(ctx, `SELECT m.namespace, `+holdingColumns("m.namespace", "m.seq")+`
-FROM unnest($1::text[], $2::bigint[]) AS m(namespace, seq)`, namespaces, sequences)
 	held := make(map[string]Holding, len(marks))
-	if err == nil {
-		var (
-			ns   string
-			head Link
-			kept *string
-		)
-		_, err = pgx.ForEachRow(rows, []any{&ns, &head.Sequence, &head.Hash, &kept}, func() error {
-			held[ns] = holding(marks[ns], head, kept)
-			return nil
-		})
-	}
-	observe("check", err)
+	err := s.readHoldings(ctx, namespaces, sequences, func(ns string, _ int64, head Link, kept *string) {
+		held[ns] = holding(marks[ns], head, kept)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot compare the archive's chains with the cluster's marks: %w", ErrUnavailable, err)
 	}
@@ -114,25 +103,15 @@ FROM unnest($1::text[], $2::bigint[]) AS m(namespace, seq)`, namespaces, sequenc
 // HeldLinks reads which of links, of namespace's chain, the archive holds,
 // in one query.
 func (s *Store) HeldLinks(ctx context.Context, namespace string, links []Link) (map[Link]bool, error) {
-	sequences := make([]int64, 0, len(links))
+	namespaces, sequences := make([]string, 0, len(links)), make([]int64, 0, len(links))
 	for _, l := range links {
-		sequences = append(sequences, l.Sequence)
+		namespaces, sequences = append(namespaces, namespace), append(sequences, l.Sequence)
 	}
-	rows, err := s.keys.Query(ctx, `SELECT m.seq, `+holdingColumns("$1", "m.seq")+`
-FROM unnest($2::bigint[]) AS m(seq)`, namespace, sequences)
 	kept := map[int64]*string{}
 	var head Link
-	if err == nil {
-		var (
-			seq  int64
-			hash *string
-		)
-		_, err = pgx.ForEachRow(rows, []any{&seq, &head.Sequence, &head.Hash, &hash}, func() error {
-			kept[seq] = hash
-			return nil
-		})
-	}
-	observe("check", err)
+	err := s.readHoldings(ctx, namespaces, sequences, func(_ string, seq int64, h Link, hash *string) {
+		head, kept[seq] = h, hash
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot read which links of namespace %s's chain the archive holds: %w", ErrUnavailable, namespace, err)
 	}
@@ -141,4 +120,25 @@ FROM unnest($2::bigint[]) AS m(seq)`, namespace, sequences)
 		held[l] = holding(l, head, kept[l.Sequence]).Held
 	}
 	return held, nil
+}
+
+// readHoldings reads holdingColumns for each pair of namespaces[i] and
+// sequences[i], in one query, and hands each pair's to each.
+func (s *Store) readHoldings(ctx context.Context, namespaces []string, sequences []int64, each func(namespace string, seq int64, head Link, kept *string)) error {
+	rows, err := s.keys.Query(ctx, `SELECT m.namespace, m.seq, `+holdingColumns("m.namespace", "m.seq")+`
+FROM unnest($1::text[], $2::bigint[]) AS m(namespace, seq)`, namespaces, sequences)
+	if err == nil {
+		var (
+			ns   string
+			seq  int64
+			head Link
+			kept *string
+		)
+		_, err = pgx.ForEachRow(rows, []any{&ns, &seq, &head.Sequence, &head.Hash, &kept}, func() error {
+			each(ns, seq, head, kept)
+			return nil
+		})
+	}
+	observe("check", err)
+	return err
 }
