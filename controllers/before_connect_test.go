@@ -53,11 +53,11 @@ func TestBeforeConnect(t *testing.T) {
 	const request, other = "sha256:request", "sha256:other"
 	completed, deleted := metav1.NewTime(t0.Add(-2*time.Hour)), metav1.NewTime(t0.Add(-time.Hour))
 	earlier := func(digest string, phase v1alpha1.Phase, class v1alpha1.ErrorClass) *earlierRecord {
-		return &earlierRecord{
-			record: v1alpha1.TombstoneRecord{RequestDigest: digest, Phase: phase, ErrorClass: class, ExternalRef: "ch_1",
+		return earlierFrom(&keyhistory.Earlier{
+			Record: v1alpha1.TombstoneRecord{RequestDigest: digest, Phase: phase, ErrorClass: class, ExternalRef: "ch_1",
 				CompletionTime: completed, DeletionTime: deleted, Cause: v1alpha1.TombstoneCauseDeleted},
-			where: "Tombstone order-1001-charge", settledReason: ReasonSettledByTombstone, conflictReason: ReasonTombstoneConflict, source: sourceTombstone,
-		}
+			Where: "Tombstone order-1001-charge",
+		})
 	}
 	// archived is the key's earlier record as the archive keeps it.
 	archived := func(digest string) *earlierRecord {

@@ -370,7 +370,7 @@ func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transitio
 			fmt.Sprintf("waiting to check key %s: %v; the key may be one of those lost, so it waits until the archive catches up or an operator acknowledges the loss (kubectl toolledger archive status)", a.Name, f.behind))
 	case f.earlierLife != nil:
 		t = p.waiting(f.requestDigest, ReasonEarlierNamespaceKey, f.earlierLife.Error())
-	case f.earlier != nil && f.earlier.record.RequestDigest == f.requestDigest:
+	case f.earlier != nil && f.earlier.Record.RequestDigest == f.requestDigest:
 		t = p.settledBefore(f.earlier, f.requestDigest)
 	case f.earlier != nil:
 		t = p.keyConflict(f.earlier, f.requestDigest)
@@ -404,8 +404,8 @@ func (p rules) compensationGate(a *v1alpha1.ToolAction, original *compensated, r
 		switch {
 		case original.kept == nil:
 			return reject("spec.compensates: ToolAction %q not found in namespace %q, and no tombstone of it either", original.name, a.Namespace)
-		case original.kept.record.Phase != v1alpha1.PhaseSucceeded:
-			return reject("spec.compensates: ToolAction %q failed (%s says %s), so there is no effect to compensate", original.name, original.kept.where, original.kept.record.ErrorClass)
+		case original.kept.Record.Phase != v1alpha1.PhaseSucceeded:
+			return reject("spec.compensates: ToolAction %q failed (%s says %s), so there is no effect to compensate", original.name, original.kept.Where, original.kept.Record.ErrorClass)
 		}
 		return nil
 	}

@@ -397,12 +397,12 @@ func idempotencyKey(a *v1alpha1.ToolAction) string {
 // settledBefore: the key's earlier record holds the same request,
 // settled: the new action shows that outcome and is never dispatched.
 func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition {
-	rec := e.record
+	rec := e.Record
 	message := fmt.Sprintf("this key settled the same request before: %s at %s", rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339))
 	if rec.ExternalRef != "" {
 		message += ", external reference " + rec.ExternalRef
 	}
-	message += fmt.Sprintf(" (%s: the record was %s at %s); it is not dispatched again", e.where, deletedBecause(rec.Cause), rec.DeletionTime.UTC().Format(time.RFC3339))
+	message += fmt.Sprintf(" (%s: the record was %s at %s); it is not dispatched again", e.Where, deletedBecause(rec.Cause), rec.DeletionTime.UTC().Format(time.RFC3339))
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			a.Status.RequestDigest = requestDigest
@@ -410,7 +410,7 @@ func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition 
 			accept(a, p.now)
 			a.Status.KeptUntil = rec.KeptUntil
 			if rec.Phase == v1alpha1.PhaseSucceeded {
-				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef, Result: e.result})
+				succeed(a, p.now, p.by, e.settledReason, message, adapter.Outcome{ExternalRef: rec.ExternalRef, Result: e.Result})
 				return
 			}
 			a.Status.ExternalRef = rec.ExternalRef
@@ -424,9 +424,9 @@ func (p rules) settledBefore(e *earlierRecord, requestDigest string) transition 
 // keyConflict: the key's earlier record holds another request; this one
 // is refused as a duplicate key and never dispatched.
 func (p rules) keyConflict(e *earlierRecord, requestDigest string) transition {
-	rec := e.record
+	rec := e.Record
 	message := fmt.Sprintf("this key settled a different request before (digest %s, %s at %s; %s); this request, digest %s, is not dispatched: use a new name for a new intent",
-		rec.RequestDigest, rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339), e.where, requestDigest)
+		rec.RequestDigest, rec.Phase, rec.CompletionTime.UTC().Format(time.RFC3339), e.Where, requestDigest)
 	return transition{
 		apply: func(a *v1alpha1.ToolAction) {
 			a.Status.RequestDigest = requestDigest
