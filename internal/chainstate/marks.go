@@ -78,6 +78,28 @@ func Marks(ctx context.Context, reader client.Reader, operatorNamespace string) 
 // LabelMark marks a chain's mark with the namespace it is of.
 const LabelMark = "toolledger.dev/archive-mark"
 
+// newMark is the ConfigMap of namespace's mark, before it holds one.
+func newMark(operatorNamespace, namespace string) corev1.ConfigMap {
+	key := MarkKey(operatorNamespace, namespace)
+	return corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{LabelMark: namespace, "app.kubernetes.io/part-of": "toolledger"}}}
+}
+
+// setMark sets cm's mark to p.
+func setMark(cm *corev1.ConfigMap, p Point) error {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	cm.Data = map[string]string{markKey: string(raw)}
+	return nil
+}
+
+// reachedNow is link as a mark that reached it now.
+func reachedNow(link archive.Link) Point {
+	return Point{Sequence: link.Sequence, Hash: link.Hash, Time: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
+}
+
 // ErrMarkBehind is Cover's answer when the archive does not hold the mark
 // the cluster keeps: it went back.
 var ErrMarkBehind = errors.New("the archive does not hold the chain's mark")
@@ -221,15 +243,12 @@ func (m *Marker) write(ctx context.Context, namespace string, target archive.Lin
 			}
 			w.verified = current.Link()
 		}
-		raw, err := json.Marshal(Point{Sequence: target.Sequence, Hash: target.Hash, Time: metav1.NewTime(time.Now().UTC().Truncate(time.Second))})
-		if err != nil {
+		if create {
+			cm = newMark(m.OperatorNamespace, namespace)
+		}
+		if err := setMark(&cm, reachedNow(target)); err != nil {
 			return err
 		}
-		if create {
-			cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{LabelMark: namespace, "app.kubernetes.io/part-of": "toolledger"}}}
-		}
-		cm.Data = map[string]string{markKey: string(raw)}
 		if create {
 			err = m.Client.Create(ctx, &cm)
 		} else {
@@ -275,11 +294,9 @@ func (m *Marker) Reset(ctx context.Context, namespace string, mark, head archive
 	if err != nil || current.Link() != mark {
 		return false, err
 	}
-	raw, err := json.Marshal(Point{Sequence: head.Sequence, Hash: head.Hash, Time: metav1.NewTime(time.Now().UTC().Truncate(time.Second))})
-	if err != nil {
+	if err := setMark(&cm, reachedNow(head)); err != nil {
 		return false, err
 	}
-	cm.Data = map[string]string{markKey: string(raw)}
 	if err := m.Client.Update(ctx, &cm); err != nil {
 		return false, fmt.Errorf("cannot move the mark of namespace %s's chain back to the archive's head: %w", namespace, err)
 	}
@@ -307,16 +324,11 @@ func SeedMarks(ctx context.Context, reader client.Reader, c client.Client, opera
 		if latest == nil || marks[ns].Sequence > 0 {
 			continue
 		}
-		raw, err := json.Marshal(*latest)
-		if err != nil {
+		cm := newMark(operatorNamespace, ns)
+		if err := setMark(&cm, *latest); err != nil {
 			return seeded, err
 		}
-		key := MarkKey(operatorNamespace, ns)
-		err = c.Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
-				Labels: map[string]string{LabelMark: ns, "app.kubernetes.io/part-of": "toolledger"}},
-			Data: map[string]string{markKey: string(raw)},
-		})
+		err := c.Create(ctx, &cm)
 		switch {
 		case err == nil:
 			seeded++

@@ -97,10 +97,7 @@ func (w *Watch) Compare(ctx context.Context) (*archivefinding.Finding, error) {
 		finding = archivefinding.New(w.Store.Identity(), behind, time.Now(), w.Executor)
 	}
 	w.report(finding)
-	if err := w.record(ctx, finding); err != nil {
-		return finding, err
-	}
-	return finding, nil
+	return finding, w.record(ctx, finding)
 }
 
 // report logs a change of finding and sets the gauge.
