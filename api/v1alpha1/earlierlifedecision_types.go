@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"slices"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -148,18 +146,4 @@ func decidedBefore(a, b *EarlierLifeDecision) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Name < b.Name
-}
-
-// AdoptedLives are the earlier lives whose history the namespace's life
-// life adopted, in order.
-func AdoptedLives(decisions []EarlierLifeDecision, life types.UID) []types.UID {
-	var adopted []types.UID
-	for i := range decisions {
-		d := &decisions[i]
-		if d.Spec.Life == life && DecisionFor(decisions, life, d.Spec.EarlierLife) == d && d.Spec.Decision == LifeAdopt {
-			adopted = append(adopted, d.Spec.EarlierLife)
-		}
-	}
-	slices.Sort(adopted)
-	return slices.Compact(adopted)
 }

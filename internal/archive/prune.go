@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/toolledger/toolledger/api/v1alpha1"
 )
 
 // pruneLock is the advisory lock one replica holds while it prunes, so
@@ -69,6 +71,23 @@ const (
 	// retention prunes them.
 	LifeUnclaimed
 )
+
+// FateOf is the fate of life, a life of the name of ns, the namespace now
+// under it, by ns's decisions about its earlier lives: kept when it is
+// ns's own or one ns adopted, released when ns released it, unclaimed
+// while nobody decided.
+func FateOf(ns Namespace, life types.UID, decisions []v1alpha1.EarlierLifeDecision) LifeFate {
+	if life == ns.UID {
+		return LifeKept
+	}
+	switch d := v1alpha1.DecisionFor(decisions, ns.UID, life); {
+	case d == nil:
+		return LifeUnclaimed
+	case d.Spec.Decision == v1alpha1.LifeAdopt:
+		return LifeKept
+	}
+	return LifeReleased
+}
 
 // Life is what the sweep knows of one life of a namespace's name: the
 // namespace now under the name (nil when there is none) and the life's

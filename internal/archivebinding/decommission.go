@@ -193,15 +193,13 @@ func (l *namespaceLives) fate(ctx context.Context, records []*archive.Record) (k
 	}
 	fate := keyFate{of: lifeReleased, record: records[0]}
 	for _, r := range records {
-		life := r.LifeIn(*ns)
-		if life == ns.UID {
+		switch archive.FateOf(*ns, r.LifeIn(*ns), decisions) {
+		case archive.LifeKept:
 			return keyFate{of: lifeKept, record: r}, nil
-		}
-		switch d := v1alpha1.DecisionFor(decisions, ns.UID, life); {
-		case d == nil && fate.of == lifeReleased:
-			fate = keyFate{of: lifeUndecided, record: r}
-		case d != nil && d.Spec.Decision == v1alpha1.LifeAdopt:
-			return keyFate{of: lifeKept, record: r}, nil
+		case archive.LifeUnclaimed:
+			if fate.of == lifeReleased {
+				fate = keyFate{of: lifeUndecided, record: r}
+			}
 		}
 	}
 	return fate, nil

@@ -72,14 +72,15 @@ func (h Archive) answering(ctx context.Context, ns archive.Namespace, key string
 		if freed(rec) {
 			continue
 		}
-		d := v1alpha1.DecisionFor(decisions, ns.UID, rec.NamespaceUID)
-		switch {
-		case d == nil:
+		switch archive.FateOf(ns, rec.NamespaceUID, decisions) {
+		case archive.LifeUnclaimed:
 			if held == nil {
 				held = rec
 			}
-		case d.Spec.Decision == v1alpha1.LifeAdopt && (answer == nil || rec.CompletionTime.After(answer.CompletionTime)):
-			answer = rec
+		case archive.LifeKept:
+			if answer == nil || rec.CompletionTime.After(answer.CompletionTime) {
+				answer = rec
+			}
 		}
 	}
 	if answer == nil && held != nil {

@@ -338,13 +338,7 @@ func (s *Sweep) pruneArchive(ctx context.Context, targets []sweepTarget) error {
 		if err := s.Client.List(ctx, &decisions, client.InNamespace(name)); err != nil {
 			return archive.Life{}, fmt.Errorf("cannot list the decisions about namespace %s's earlier lives: %w", name, err)
 		}
-		switch d := v1alpha1.DecisionFor(decisions.Items, ns.UID, uid); {
-		case d == nil:
-			return archive.Life{Current: &ns, Fate: archive.LifeUnclaimed}, nil
-		case d.Spec.Decision == v1alpha1.LifeAdopt:
-			return archive.Life{Current: &ns, Fate: archive.LifeKept}, nil
-		}
-		return archive.Life{Current: &ns, Fate: archive.LifeReleased}, nil
+		return archive.Life{Current: &ns, Fate: archive.FateOf(ns, uid, decisions.Items)}, nil
 	}
 	// An earlier life's keys are kept for the longest key retention of the
 	// tools, whichever tool made them: for good when one keeps its keys for
