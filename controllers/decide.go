@@ -221,7 +221,7 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 	}
 	var invalid *invalidError
 	if errors.As(tool.err, &invalid) {
-		return step{kind: stepRecord, record: p.rejection(invalid)}
+		return step{kind: stepRecord, record: p.refusal(a, invalid)}
 	} else if tool.err != nil {
 		return step{kind: stepFail, err: tool.err}
 	}
@@ -237,7 +237,7 @@ func (p rules) decideAttempt(a *v1alpha1.ToolAction, tool *resolvedTool, reason 
 		return step{kind: stepRecord, record: p.rejection(&invalidError{class: v1alpha1.ErrorClassInvalidInput, reason: ReasonKeyTooLong, message: message})}
 	}
 	if expiry := downstreamKeyExpiry(a, tool.tool); !expiry.IsZero() && !p.now.Before(expiry) && reason != ReasonAbsentByLookup &&
-		tool.tool.Spec.IdempotencyClass == v1alpha1.KeyProtected && (a.Status.Phase == v1alpha1.PhaseUnknown || unsettledUnknown(a)) {
+		tool.tool.Spec.IdempotencyClass == v1alpha1.KeyProtected && (a.Status.Phase == v1alpha1.PhaseUnknown || unsettledUnknown(a, true)) {
 		// A KeyProtected downstream deduplicates no more by the key: a
 		// re-send could apply twice. A lookup that found the effect absent
 		// proved a re-send safe; a tool with a lookup call gets there by
@@ -277,9 +277,7 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 	case errors.Is(lookupErr, adapter.ErrNotFound) && deleting:
 		// Nothing applied and nobody wants it any more.
 		return step{kind: stepRelease}
-	case errors.Is(lookupErr, adapter.ErrNotFound) && spent:
-		return step{kind: stepRecord, record: p.absentAndSpent(a, tool.tool)}
-	case errors.Is(lookupErr, adapter.ErrNotFound):
+	case errors.Is(lookupErr, adapter.ErrNotFound) && !spent:
 		return p.decideAttempt(a, tool, ReasonAbsentByLookup)
 	case errors.Is(lookupErr, adapter.ErrLookupWindowClosed):
 		return step{kind: stepRecord, record: p.escalation(ReasonLookupWindowClosed, fmt.Sprintf(
@@ -291,6 +289,9 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 		without.caps.Lookup = false
 		return p.decideUnknown(a, &without)
 	}
+	// Inconclusive, or absent with every attempt spent: a lookup's "absent"
+	// is only what the downstream holds now, and the unseen request may
+	// still commit, so the key is looked up again rather than failed.
 	deadline := p.now.Add(unknownDeadline(tool.tool))
 	if since := a.Status.UnknownSince; since != nil {
 		deadline = since.Add(unknownDeadline(tool.tool))
@@ -305,7 +306,10 @@ func (p rules) afterLookup(a *v1alpha1.ToolAction, tool *resolvedTool, outcome a
 }
 
 // afterDispatch maps an adapter's answer to the ledger. This is the only
-// place where adapter errors become error classes.
+// place where adapter errors become error classes. Failed is recorded only
+// when the downstream definitely refused the action: once an earlier
+// attempt's outcome went unseen, no later refusal proves that it will not
+// apply.
 func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, outcome adapter.Outcome, dispatchErr error) transition {
 	var (
 		permanent *adapter.PermanentError
@@ -313,23 +317,25 @@ func (p rules) afterDispatch(claimed *v1alpha1.ToolAction, tool *resolvedTool, o
 		ambiguous *adapter.AmbiguousError
 	)
 	attempt := claimed.Status.Attempts
+	isPermanent, isRetryable := errors.As(dispatchErr, &permanent), errors.As(dispatchErr, &retryable)
 	switch {
 	case dispatchErr == nil:
 		return p.dispatched(claimed, bounded(outcome))
-	case errors.As(dispatchErr, &permanent):
+	case isRetryable && attempt < maxAttempts(tool.tool):
+		delay := backoff(tool.tool, attempt, retryable.RetryAfter, p.random)
+		return p.retryScheduled(claimed, delay, retryable)
+	case isPermanent && unsettledUnknown(claimed, false):
+		return p.failureAfterUnknown(claimed, tool, permanent.Reason, permanent.Error())
+	case isRetryable && unsettledUnknown(claimed, false):
+		// A 409 may mean the earlier request is being applied right now.
+		return p.failureAfterUnknown(claimed, tool, retryable.Reason, retryable.Error())
+	case isPermanent:
 		class := v1alpha1.ErrorClassInvalidInput
 		if permanent.Kind == adapter.Denied {
 			class = v1alpha1.ErrorClassDenied
 		}
 		return p.dispatchFailed(claimed, class, permanent.Reason, permanent.Error())
-	case errors.As(dispatchErr, &retryable) && attempt < maxAttempts(tool.tool):
-		delay := backoff(tool.tool, attempt, retryable.RetryAfter, p.random)
-		return p.retryScheduled(claimed, delay, retryable)
-	case errors.As(dispatchErr, &retryable) && unsettledUnknown(claimed):
-		// An earlier attempt may have applied (and a 409 may mean it is
-		// still being applied): "failed" would be a guess.
-		return p.spentAfterUnknown(claimed, tool.tool, retryable.Error())
-	case errors.As(dispatchErr, &retryable):
+	case isRetryable:
 		return p.dispatchFailed(claimed, v1alpha1.ErrorClassRetriesExhausted, retryable.Reason,
 			fmt.Sprintf("%d of %d attempts failed; last: %s", attempt, maxAttempts(tool.tool), retryable.Error()))
 	}
@@ -357,7 +363,7 @@ func (p rules) beforeConnect(a *v1alpha1.ToolAction, f attemptFacts) (*transitio
 	)
 	switch {
 	case errors.As(f.refused, &invalid):
-		t = p.rejection(invalid)
+		t = p.refusal(a, invalid)
 	case f.refused != nil:
 		return nil, f.refused
 	case f.unbound != nil:

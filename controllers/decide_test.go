@@ -209,6 +209,12 @@ func TestDecide(t *testing.T) {
 		{"new action: tool missing fails before dispatch", newAction(""), invalid, result{Kind: "record",
 			Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/ToolNotFound"}}},
 		{"new action: tool unreadable is retried", newAction(""), transient, result{Kind: "fail"}},
+		{"retry scheduled after an unknown outcome, its tool gone: escalated, never failed (the unseen attempt may apply)",
+			newAction(v1alpha1.PhaseRetryScheduled, attempts(2), wasUnknown, provedAbsent, failedRetryably), invalid, result{Kind: "record",
+				Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/Escalated"}}},
+		{"retry scheduled after definite refusals only, its tool gone: failed",
+			newAction(v1alpha1.PhaseRetryScheduled, attempts(2), failedRetryably), invalid, result{Kind: "record",
+				Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonToolNotFound, Events: []string{"Warning/ToolNotFound"}}},
 		{"new action: a key longer than the adapter sends fails before dispatch", newAction(""),
 			withTool(v1alpha1.KeyProtected, func(c *adapter.Capabilities) { c.MaxKeyLength = 10 }), result{Kind: "record",
 				Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassInvalidInput, ErrorReason: ReasonKeyTooLong, Events: []string{"Warning/KeyTooLong"}}},
@@ -401,20 +407,9 @@ func TestAfterDispatch(t *testing.T) {
 				Requeue: 30 * time.Second, Events: []string{"Warning/HTTP429"}, Reapplies: true}},
 		{"retries spent", executing(3), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
 			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
-		{"retries spent after an unknown outcome: escalated, not failed", executing(3, wasUnknown), adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("in progress")},
-			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
-		{"retries spent after an unknown outcome that a lookup proved absent: failed, the 503s say the rest", executing(3, wasUnknown, provedAbsent, failedRetryably),
+		{"retries spent after a resolver found the unknown outcome safe to retry: failed", executing(3, wasUnknown, resolvedRetrySafe, failedRetryably),
 			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
 			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
-		{"retries spent after an unknown outcome a resolver found safe to retry: failed", executing(3, wasUnknown, resolvedRetrySafe, failedRetryably),
-			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted, ErrorReason: "HTTP503", Events: []string{"Warning/HTTP503"}, Reapplies: true}},
-		{"retries spent after an absence proved, then another unknown outcome: escalated", executing(3, wasUnknown, provedAbsent, wasUnknown),
-			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
-		{"retries spent, older history dropped and nothing kept settles it: escalated", executing(3, historyDropped, failedRetryably),
-			adapter.Outcome{}, &adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")},
-			result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}},
 		{"the claim's lease spent before the send: not sent, retried", executing(1), adapter.Outcome{},
 			&adapter.RetryableError{Reason: ReasonLeaseSpent, Err: errors.New("not sent")},
 			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: ReasonLeaseSpent, NextAttempt: time.Second,
@@ -429,6 +424,61 @@ func TestAfterDispatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := summarizeTransition(tt.claimed, atT0().afterDispatch(tt.claimed, tool, tt.outcome, tt.err))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("afterDispatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFailedOnlyFromDefiniteAnswers: once an attempt's outcome went unseen
+// (a timeout, a reset, a lapsed claim), no later refusal makes the action
+// Failed, not even after a lookup found the key absent: the unseen request
+// may be held downstream and commit later, answering every re-send under
+// its key with 409 in progress meanwhile. A tool with a lookup call keeps
+// looking the key up; any other is escalated.
+func TestFailedOnlyFromDefiniteAnswers(t *testing.T) {
+	executing := func(n int32, opts ...actionOption) *v1alpha1.ToolAction {
+		return newAction(v1alpha1.PhaseExecuting, append([]actionOption{attempts(n), claimedBy("executor-a", time.Minute)}, opts...)...)
+	}
+	inProgress := &adapter.RetryableError{Reason: "HTTP409", Err: errors.New("downstream answered 409 (error code \"idempotency_key_in_use\")")}
+	denied := &adapter.PermanentError{Kind: adapter.Denied, Reason: "HTTP403", Err: errors.New("forbidden")}
+	lookedUp := func(reason string) result {
+		return result{Phase: v1alpha1.PhaseUnknown, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: reason, NextAttempt: 5 * time.Second,
+			Requeue: 5 * time.Second, Events: []string{"Warning/" + reason}, Reapplies: true}
+	}
+	escalated := result{Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated, Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown,
+		Events: []string{"Warning/OutcomeUnknown"}, Reapplies: true}
+	tests := []struct {
+		name    string
+		claimed *v1alpha1.ToolAction
+		tool    *resolvedTool
+		err     error
+		want    result
+	}{
+		{"409 in progress with every attempt spent after an unknown outcome, a tool with a lookup: looked up, not failed",
+			executing(3, wasUnknown), withTool(v1alpha1.KeyProtected), inProgress, lookedUp("HTTP409")},
+		{"the same after a lookup found the key absent: the held request may still commit",
+			executing(3, wasUnknown, provedAbsent, failedRetryably), withTool(v1alpha1.KeyProtected), inProgress, lookedUp("HTTP409")},
+		{"the same without a lookup: escalated",
+			executing(3, wasUnknown), withTool(v1alpha1.KeyProtected, noLookup), inProgress, escalated},
+		{"503s after an absence was proved, without a lookup: escalated",
+			executing(3, wasUnknown, provedAbsent, failedRetryably), withTool(v1alpha1.KeyProtected, noLookup),
+			&adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")}, escalated},
+		{"older history dropped and nothing kept settles it: escalated",
+			executing(3, historyDropped, failedRetryably), withTool(v1alpha1.KeyProtected, noLookup),
+			&adapter.RetryableError{Reason: "HTTP503", Err: errors.New("busy")}, escalated},
+		{"a refusal after an unknown outcome, a tool with a lookup: looked up, not failed",
+			executing(2, wasUnknown, provedAbsent), withTool(v1alpha1.KeyProtected), denied, lookedUp("HTTP403")},
+		{"a refusal after an unknown outcome, without a lookup: escalated",
+			executing(2, wasUnknown), withTool(v1alpha1.KeyProtected, noLookup), denied, escalated},
+		{"409 with attempts left after an unknown outcome: retried under the same key", executing(2, wasUnknown), withTool(v1alpha1.KeyProtected), inProgress,
+			result{Phase: v1alpha1.PhaseRetryScheduled, Class: v1alpha1.ErrorClassProviderUnavailable, ErrorReason: "HTTP409", NextAttempt: 2 * time.Second,
+				Requeue: 2 * time.Second, Events: []string{"Warning/HTTP409"}, Reapplies: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := summarizeTransition(tt.claimed, atT0().afterDispatch(tt.claimed, tt.tool, adapter.Outcome{}, tt.err))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("afterDispatch (-want +got):\n%s", diff)
 			}
@@ -452,9 +502,11 @@ func TestAfterLookup(t *testing.T) {
 			result{Kind: "attempt", Reason: ReasonAbsentByLookup}},
 		{"absent while deleting: released", newAction(v1alpha1.PhaseUnknown, deleting), withTool(v1alpha1.KeyProtected), adapter.Outcome{}, adapter.ErrNotFound,
 			result{Kind: "release"}},
-		{"absent with every attempt spent: failed, reported like every outcome", newAction(v1alpha1.PhaseUnknown, attempts(3)), withTool(v1alpha1.KeyProtected),
-			adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseFailed, Owes: notify.TypeFailed, Class: v1alpha1.ErrorClassRetriesExhausted,
-				ErrorReason: ReasonAbsentByLookup, Events: []string{"Warning/AbsentByLookup"}}},
+		{"absent with every attempt spent: looked up again, never failed (the unseen request may still commit)", newAction(v1alpha1.PhaseUnknown, attempts(3), unknownSince(time.Minute)),
+			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseUnknown, NextAttempt: time.Second, Requeue: time.Second}},
+		{"absent with every attempt spent at the deadline: escalated", newAction(v1alpha1.PhaseUnknown, attempts(3), unknownSince(10*time.Minute)),
+			withTool(v1alpha1.KeyProtected), adapter.Outcome{}, adapter.ErrNotFound, result{Kind: "record", Phase: v1alpha1.PhaseEscalated, Owes: notify.TypeEscalated,
+				Class: v1alpha1.ErrorClassOutcomeUnknown, ErrorReason: ReasonOutcomeUnknown, Events: []string{"Warning/Escalated"}}},
 		{"lookup unsupported, KeyProtected: re-sent under the same key", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.KeyProtected), adapter.Outcome{},
 			fmt.Errorf("wrapped: %w", adapter.ErrLookupUnsupported), result{Kind: "attempt", Reason: ReasonRedispatch}},
 		{"lookup unsupported, Compensatable: escalated", newAction(v1alpha1.PhaseUnknown), withTool(v1alpha1.Compensatable), adapter.Outcome{},

@@ -204,9 +204,28 @@ var _ = Describe("Unknown outcomes", func() {
 		escalated := env.WaitForPhase(ns, "order-held", v1alpha1.PhaseEscalated)
 		Expect(escalated.Status.Attempts).To(Equal(int32(2)))
 		Expect(escalated.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
-		Expect(escalated.Status.Error.Message).To(HavePrefix("all 2 attempts are used, but an earlier attempt's outcome was unknown and may have applied"))
+		Expect(escalated.Status.Error.Message).To(MatchRegexp(`^attempt 2 failed \(.*409.*\), but an earlier attempt's outcome was unknown and may have applied; resolve it with a ToolResolution$`))
 		key := keyOf(ns, "order-held")
 		Eventually(func() int { return downstream.Effects(key) }).Should(Equal(1), "the held request applies after all")
+	})
+
+	It("looks a held request up until it commits, never failing it, when the lookup answers 404 until commit", func() {
+		// The sample payments Tool's shape: a lookup whose 404 the Tool
+		// declares absence, from a downstream that creates its record at
+		// commit. The first request is held past every attempt.
+		newTool(ns, testenv.WithCommittedLookup(), testenv.WithTimeout(300*time.Millisecond), testenv.WithMaxAttempts(2))
+		downstream.InjectFault(demo.Fault{Mode: demo.FaultDelay, Delay: 3 * time.Second, Count: 1})
+		Expect(k8s.Create(ctx, newAction(ns, "order-held-found", "charge", charge(470)))).To(Succeed())
+
+		done := env.WaitForPhase(ns, "order-held-found", v1alpha1.PhaseSucceeded)
+		key := keyOf(ns, "order-held-found")
+		charge, ok := downstream.Charge(key)
+		Expect(ok).To(BeTrue())
+		Expect(done.Status.ExternalRef).To(Equal(charge.ID))
+		Expect(done.Status.Attempts).To(Equal(int32(2)))
+		Expect(transitions(done)).To(Equal([]string{"Executing/Executing", "Unknown/OutcomeUnknown", "Executing/AbsentByLookup",
+			"Unknown/OutcomeUnknown", "Succeeded/FoundByLookup"}))
+		Expect(downstream.Effects(key)).To(Equal(1))
 	})
 
 	It("escalates a Compensatable tool's unknown outcome at once when it has no lookup", func() {

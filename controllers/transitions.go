@@ -129,6 +129,16 @@ func (p rules) rejection(invalid *invalidError) transition {
 	}
 }
 
+// refusal fails an action the ledger refuses (its tool or request became
+// invalid), unless an earlier attempt's outcome went unseen: that attempt
+// may have applied, so the action is escalated, never Failed.
+func (p rules) refusal(a *v1alpha1.ToolAction, invalid *invalidError) transition {
+	if a.Status.Attempts > 0 && unsettledUnknown(a, false) {
+		return p.escalation(invalid.reason, invalid.message+"; an earlier attempt's outcome is unknown and may have applied: resolve it with a ToolResolution")
+	}
+	return p.rejection(invalid)
+}
+
 // waiting: accepted, but not dispatchable yet (a missing Secret, a
 // compensation whose original is still in flight). It comes back with backoff.
 func (p rules) waiting(requestDigest, reason, message string) transition {
@@ -235,18 +245,6 @@ func replayTally(outcome adapter.Outcome) tally {
 	return tally{}
 }
 
-// absentAndSpent: a lookup shows the last attempt did not apply, and no
-// attempt is left.
-func (p rules) absentAndSpent(a *v1alpha1.ToolAction, tool *v1alpha1.Tool) transition {
-	message := fmt.Sprintf("a lookup shows attempt %d did not apply, and all %d attempts are used", a.Status.Attempts, maxAttempts(tool))
-	return transition{
-		apply: func(a *v1alpha1.ToolAction) {
-			setFailed(a, p.now, p.by, v1alpha1.ErrorClassRetriesExhausted, ReasonAbsentByLookup, message)
-		},
-		events: []report{warning(ReasonAbsentByLookup, "Lookup", message)},
-	}
-}
-
 // lookupScheduled keeps an Unknown action whose lookup could not tell.
 func (p rules) lookupScheduled(a *v1alpha1.ToolAction, delay time.Duration, lookupErr error) transition {
 	message := fmt.Sprintf("lookup %d could not tell whether attempt %d applied: %v; next lookup in %s",
@@ -313,9 +311,19 @@ func (p rules) retryScheduled(claimed *v1alpha1.ToolAction, delay time.Duration,
 	})
 }
 
-func (p rules) spentAfterUnknown(claimed *v1alpha1.ToolAction, tool *v1alpha1.Tool, last string) transition {
-	message := fmt.Sprintf("all %d attempts are used, but an earlier attempt's outcome was unknown and may have applied (last: %s); resolve it with a ToolResolution",
-		maxAttempts(tool), last)
+// failureAfterUnknown: a later attempt failed, but an earlier one's outcome
+// was never seen and may still apply (a held request answers every re-send
+// under its key with 409 in progress, then commits), so the action is not
+// Failed. A tool with a lookup call goes on looking the key up until its
+// deadline; any other is escalated at once.
+func (p rules) failureAfterUnknown(claimed *v1alpha1.ToolAction, tool *resolvedTool, reason, last string) transition {
+	if tool.caps.Lookup {
+		message := fmt.Sprintf("attempt %d failed (%s), but an earlier attempt's outcome is unknown and may still apply: the key is looked up until the tool's deadline of %s, then escalated",
+			claimed.Status.Attempts, last, unknownDeadline(tool.tool))
+		return p.dispatchUnknown(claimed, tool.caps, reason, message)
+	}
+	message := fmt.Sprintf("attempt %d failed (%s), but an earlier attempt's outcome was unknown and may have applied; resolve it with a ToolResolution",
+		claimed.Status.Attempts, last)
 	return p.attemptOutcome(claimed, ReasonOutcomeUnknown, message, 0, func(a *v1alpha1.ToolAction) {
 		setEscalated(a, p.now, p.by, ReasonOutcomeUnknown, message)
 	})
@@ -369,16 +377,19 @@ func (p rules) compensatedBy(compensation *v1alpha1.ToolAction) transition {
 }
 
 // unsettledUnknown reports whether an earlier attempt of the action ended
-// with an unknown outcome that nothing settled since: it may have applied,
-// whatever later attempts say. A lookup that proved the key absent
-// (AbsentByLookup), or a resolver who found it safe to retry, settles every
-// unknown outcome before it. When older history was dropped and nothing in
-// the kept history settles it, an unknown outcome is assumed.
-func unsettledUnknown(action *v1alpha1.ToolAction) bool {
+// with an outcome the manager did not see (a timeout, a reset, a lapsed
+// claim) that nothing settled since: it may have applied, or may still
+// apply, whatever later attempts say. A resolver who found it safe to retry
+// settles every unknown outcome before it; with absenceSettles, so does a
+// lookup that found the key absent (AbsentByLookup), which proves that a
+// re-send under the key is no repeat but not that the unseen request will
+// never commit. When older history was dropped and nothing in the kept
+// history settles it, an unknown outcome is assumed.
+func unsettledUnknown(action *v1alpha1.ToolAction, absenceSettles bool) bool {
 	history := action.Status.History
 	for i := len(history) - 1; i >= 0; i-- {
 		switch t := history[i]; {
-		case t.Reason == ReasonAbsentByLookup, t.Reason == ReasonResolved && t.To == v1alpha1.PhaseRetryScheduled:
+		case absenceSettles && t.Reason == ReasonAbsentByLookup, t.Reason == ReasonResolved && t.To == v1alpha1.PhaseRetryScheduled:
 			return false
 		case t.To == v1alpha1.PhaseUnknown:
 			return true

@@ -18,6 +18,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,6 +131,7 @@ func NewServer(opts ...Option) *Server {
 	// {key...} takes the rest of the path, so a key with "/" works whether
 	// the client escapes it as %2F or not.
 	s.mux.HandleFunc("GET /charges/by-key/{key...}", s.chargeByKey)
+	s.mux.HandleFunc("GET /charges/committed/{key...}", s.committedCharge)
 	s.mux.HandleFunc("GET /charges/{id}", s.chargeByID)
 	s.mux.HandleFunc("POST /tickets", s.createTicket)
 	s.mux.HandleFunc("GET /tickets", s.searchTickets)
@@ -384,6 +386,18 @@ func (s *Server) chargeByKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, c)
 }
 
+// committedCharge is a lookup that reads committed charges only, as many
+// providers' do (the record appears at commit): 404 while a request for the
+// key is still in progress, which a later commit contradicts.
+func (s *Server) committedCharge(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.Charge(r.PathValue("key"))
+	if !ok {
+		writeError(w, http.StatusNotFound, "no charge with this Idempotency-Key")
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
 // inProgress reports whether a request for the key is being processed.
 func (s *Server) inProgress(key string) bool {
 	s.mu.Lock()
@@ -427,9 +441,22 @@ func (s *Server) adminStats(w http.ResponseWriter, _ *http.Request) {
 		Effects       map[string]int `json:"effects"`
 		TotalRequests int            `json:"totalRequests"`
 		TotalEffects  int            `json:"totalEffects"`
-	}{maps.Clone(s.requests), maps.Clone(s.effects), s.totalRequests, s.totalEffects}
+		InProgress    []string       `json:"inProgress,omitempty"`
+	}{maps.Clone(s.requests), maps.Clone(s.effects), s.totalRequests, s.totalEffects, s.keysInProgress()}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, stats)
+}
+
+// keysInProgress are the keys with a request being processed; s.mu is held.
+func (s *Server) keysInProgress() []string {
+	var keys []string
+	for key, e := range s.byKey {
+		if s.naive && s.inFlight[key] > 0 || !s.naive && e.charge == nil {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Requests is the number of POST /charges requests that carried key, whatever

@@ -702,3 +702,32 @@ func TestLogRequests(t *testing.T) {
 		t.Errorf("log entries (-want +got):\n%s", diff)
 	}
 }
+
+// The committed-only lookup answers 404 while a request is held, which the
+// commit then contradicts; the by-key lookup answers 409 meanwhile. The
+// stats list the key in progress until it commits.
+func TestCommittedLookupIsBlindToARequestInProgress(t *testing.T) {
+	ts := newTestServer(t)
+	ts.InjectFault(Fault{Mode: FaultDelay, Delay: 500 * time.Millisecond})
+	held := make(chan response, 1)
+	go func() {
+		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
+		if err != nil {
+			t.Errorf("held request: %v", err)
+		}
+		held <- r
+	}()
+	waitFor(t, "the held request is in progress", func() bool { return ts.inProgress("k") })
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/committed/k", "", nil), http.StatusNotFound)
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusConflict)
+	stats := ts.do(t, http.MethodGet, "/_admin/stats", "", nil)
+	if !strings.Contains(string(stats.body), `"inProgress":["k"]`) {
+		t.Errorf("stats while held = %s, want k in progress", stats.body)
+	}
+	wantStatus(t, <-held, http.StatusCreated)
+	wantStatus(t, ts.do(t, http.MethodGet, "/charges/committed/k", "", nil), http.StatusOK)
+	stats = ts.do(t, http.MethodGet, "/_admin/stats", "", nil)
+	if strings.Contains(string(stats.body), `"inProgress"`) {
+		t.Errorf("stats after the commit = %s, want nothing in progress", stats.body)
+	}
+}

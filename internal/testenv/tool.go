@@ -69,6 +69,15 @@ func WithKeyLookup() ToolOption {
 	}
 }
 
+// WithCommittedLookup adds the demo downstream's lookup of committed
+// charges, whose 404 the Tool takes for absence as the sample payments Tool
+// does, although a request still in progress commits later.
+func WithCommittedLookup() ToolOption {
+	return func(t *v1alpha1.Tool) {
+		t.Spec.HTTP.Lookup = &v1alpha1.HTTPLookup{URL: t.Spec.HTTP.URL + "/committed/{key}", NotFoundMeansAbsent: true}
+	}
+}
+
 // WithoutLookup removes the lookup, so that an unknown outcome cannot be
 // looked up.
 func WithoutLookup() ToolOption {

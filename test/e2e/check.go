@@ -11,7 +11,9 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +36,9 @@ type Action struct {
 	Reason      string
 	Message     string
 	ExternalRef string
+	// Unseen: an attempt's outcome went unseen (the phase Unknown is in
+	// its history) and no resolver settled it since.
+	Unseen bool
 	// Amount is spec.parameters.amount as recorded.
 	Amount int64
 }
@@ -87,6 +92,9 @@ const (
 	MissingEffect Kind = "missing-effect"
 	// PhantomEffect: the ledger says Failed, the downstream has an effect.
 	PhantomEffect Kind = "phantom-effect"
+	// FailedAfterUnseen: Failed although an attempt's outcome went unseen
+	// and nothing but a definite answer may fail an action.
+	FailedAfterUnseen Kind = "failed-after-unseen"
 	// WrongReference: Succeeded with an external reference other than the
 	// key's charge.
 	WrongReference Kind = "wrong-reference"
@@ -120,6 +128,9 @@ type Result struct {
 	Escalated  int
 	Duplicates int
 	Lost       int
+	// FailedBy counts the Failed actions by error class and reason: the
+	// definite answer each was failed on.
+	FailedBy   map[string]int
 	Violations []Violation
 }
 
@@ -146,6 +157,12 @@ func (r *Result) Add(o Result) {
 	r.Escalated += o.Escalated
 	r.Duplicates += o.Duplicates
 	r.Lost += o.Lost
+	for by, n := range o.FailedBy {
+		if r.FailedBy == nil {
+			r.FailedBy = map[string]int{}
+		}
+		r.FailedBy[by] += n
+	}
 	r.Violations = append(r.Violations, o.Violations...)
 }
 
@@ -154,6 +171,8 @@ func (r *Result) Add(o Result) {
 //   - the downstream has at most one effect per key, and exactly one for an
 //     action that ended Succeeded, whose external reference names that
 //     effect; none for an action that ended Failed;
+//   - an action is Failed only on a definite answer: never once an
+//     attempt's outcome went unseen and no resolver settled it;
 //   - no intent is lost: each reaches Succeeded, Failed, or Escalated with a
 //     reason;
 //   - the ledger and the downstream hold the request as first sent, and the
@@ -191,8 +210,15 @@ func Check(t Trial) Result {
 			}
 		case a.Phase == PhaseFailed:
 			r.Failed++
+			if r.FailedBy == nil {
+				r.FailedBy = map[string]int{}
+			}
+			r.FailedBy[a.ErrorClass+"/"+a.Reason]++
 			if effects > 0 {
 				add(PhantomEffect, key, "Failed (%s/%s: %s) with %d effects downstream", a.ErrorClass, a.Reason, a.Message, effects)
+			}
+			if a.Unseen {
+				add(FailedAfterUnseen, key, "Failed (%s/%s: %s) although an attempt's outcome went unseen and nobody settled it", a.ErrorClass, a.Reason, a.Message)
 			}
 		case a.Phase == PhaseEscalated:
 			r.Escalated++
@@ -243,6 +269,39 @@ type Row struct {
 	Result
 	Wall  time.Duration
 	Notes []string
+}
+
+// failedNote says which answer each Failed action of a scenario was failed
+// on, by error class and reason, most frequent first; "" when none failed.
+func failedNote(by map[string]int) string {
+	if len(by) == 0 {
+		return ""
+	}
+	reasons := slices.Collect(maps.Keys(by))
+	slices.SortFunc(reasons, func(a, b string) int { return cmp.Or(by[b]-by[a], strings.Compare(a, b)) })
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = fmt.Sprintf("`%s` %d (%s)", reason, by[reason], definiteAnswer(reason))
+	}
+	return "Failed, each on a definite answer (error class/reason): " + strings.Join(parts, ", ")
+}
+
+// definiteAnswer explains an error class/reason of a Failed action in words.
+func definiteAnswer(classReason string) string {
+	class, reason, _ := strings.Cut(classReason, "/")
+	switch {
+	case class == "RetriesExhausted" && strings.HasPrefix(reason, "HTTP"):
+		return "every attempt refused with " + strings.TrimPrefix(reason, "HTTP") + ", none unseen"
+	case class == "Denied" && reason == "ApprovalDenied":
+		return "an approver denied it before any dispatch"
+	case class == "InvalidInput" || class == "Denied":
+		return "the downstream or the ledger refused the request itself"
+	case class == "DuplicateConflict":
+		return "the key held another request; nothing dispatched"
+	case class == "OutcomeUnknown" && reason == "Resolved":
+		return "a resolver found it not applied"
+	}
+	return "see the reason"
 }
 
 // Table renders rows as a Markdown table followed by each scenario's notes.

@@ -137,3 +137,21 @@ func TestTable(t *testing.T) {
 		t.Errorf("a scenario without notes or violations has a notes section:\n%s", got)
 	}
 }
+
+// A Failed action with an unseen attempt is a violation even when the
+// downstream shows no effect yet: the held request may still commit.
+func TestCheckRefusesFailedAfterAnUnseenOutcome(t *testing.T) {
+	trial := settledTrial()
+	trial.Keys = append(trial.Keys, "shop/f", "shop/g")
+	trial.Actions["shop/f"] = Action{Key: "shop/f", Phase: PhaseFailed, ErrorClass: "RetriesExhausted", Reason: "HTTP409", Message: "3 of 3 attempts failed", Unseen: true}
+	trial.Actions["shop/g"] = Action{Key: "shop/g", Phase: PhaseFailed, ErrorClass: "RetriesExhausted", Reason: "HTTP503", Message: "3 of 3 attempts failed"}
+	r := Check(trial)
+	if len(r.Violations) != 1 || r.Violations[0].Kind != FailedAfterUnseen || r.Violations[0].Key != "shop/f" {
+		t.Fatalf("violations = %v; want shop/f failed after an unseen outcome", r.Violations)
+	}
+	want := "Failed, each on a definite answer (error class/reason): `RetriesExhausted/HTTP503` 2 (every attempt refused with 503, none unseen), " +
+		"`RetriesExhausted/HTTP409` 1 (every attempt refused with 409, none unseen)"
+	if got := failedNote(r.FailedBy); got != want {
+		t.Errorf("failedNote = %q, want %q", got, want)
+	}
+}

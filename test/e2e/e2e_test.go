@@ -445,6 +445,14 @@ func toAction(a *v1alpha1.ToolAction) Action {
 	if e := a.Status.Error; e != nil {
 		out.ErrorClass, out.Reason, out.Message = string(e.Class), e.Reason, e.Message
 	}
+	for _, t := range a.Status.History {
+		switch {
+		case t.To == v1alpha1.PhaseUnknown:
+			out.Unseen = true
+		case t.From == v1alpha1.PhaseEscalated && t.To == v1alpha1.PhaseRetryScheduled:
+			out.Unseen = false // a resolver found it safe to retry
+		}
+	}
 	if raw, ok := a.Spec.Parameters["amount"]; ok {
 		var n json.Number
 		if json.Unmarshal(raw.Raw, &n) == nil {
@@ -482,6 +490,9 @@ func TestE2E(t *testing.T) {
 				t.Errorf("%s: %v", sc.name, err)
 			}
 			r.row.Trials = len(r.trials)
+			if note := failedNote(r.row.FailedBy); note != "" {
+				r.row.Notes = append(r.row.Notes, note)
+			}
 			r.row.Wall = time.Since(r.began)
 			s.mu.Lock()
 			s.rows = append(s.rows, r.row)

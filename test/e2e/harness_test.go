@@ -515,6 +515,8 @@ type stats struct {
 	Effects       map[string]int `json:"effects"`
 	TotalRequests int            `json:"totalRequests"`
 	TotalEffects  int            `json:"totalEffects"`
+	// InProgress are the keys with a request being processed.
+	InProgress []string `json:"inProgress"`
 }
 
 func (d *downstream) stats(ctx context.Context) (stats, error) {
@@ -649,6 +651,9 @@ type toolOptions struct {
 	class v1alpha1.IdempotencyClass
 	// lookup adds the downstream's lookup by key.
 	lookup bool
+	// committedLookup adds the downstream's lookup of committed charges
+	// instead, whose 404 a request in progress contradicts later.
+	committedLookup bool
 	// deadline is the tool's unknownOutcomeDeadline; 30s when zero.
 	deadline time.Duration
 	// maxAttempts is the tool's retry.maxAttempts; 8 when zero.
@@ -683,6 +688,9 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 	}
 	if opts.lookup {
 		shape = append(shape, testenv.WithKeyLookup())
+	}
+	if opts.committedLookup {
+		shape = append(shape, testenv.WithCommittedLookup())
 	}
 	if opts.approval {
 		shape = append(shape, testenv.WithApprovalRequired())

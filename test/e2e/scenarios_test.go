@@ -73,7 +73,7 @@ func allScenarios() []scenario {
 			})},
 		{"keyprotected-resend", "KeyProtected re-sent under the same key (deduplicating downstream, no lookup)",
 			faultScenario(false, toolOptions{class: v1alpha1.KeyProtected}, func(rng *rand.Rand, n int) []demo.Fault {
-				hold := keyProtectedHold()
+				hold := 1100 * time.Millisecond
 				faults := make([]demo.Fault, intRange(rng, 1, n))
 				for i := range faults {
 					switch rng.IntN(3) {
@@ -87,6 +87,9 @@ func allScenarios() []scenario {
 				}
 				return faults
 			})},
+		{"held-past-budget", "KeyProtected with a lookup of committed charges: first requests held 10–13s downstream, past the whole retry budget (lookups 404, re-sends 409 in progress)",
+			heldPastBudget(false)},
+		{"held-past-budget-kill", "the same, a steady manager SIGKILLed while a request is held, and replaced", heldPastBudget(true)},
 		{"duplicate-storm", "duplicate storm: 200 SDK callers over 20 intents + kubectl apply loop", duplicateStorm},
 		{"changed-payload", "changed payload under an existing key, under load", changedPayload},
 		{"delete-apply", "re-created after success: kubectl delete, then apply (NonRepeatable)", recreateScenario(tombstones, nil, deleteThenApply)},
@@ -199,10 +202,15 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   neighbouring trial's request instead.
 * **KeyProtected re-send** — a deduplicating downstream and a KeyProtected tool without lookup:
   ambiguous outcomes are re-sent under the same key, and the downstream answers the replay.
-  Requests are held 1.1–2s. Known gap, not in the default run: a first attempt held downstream
-  for longer than the whole retry budget (every re-send answered 409 "in progress") ends
-  ` + "`Failed`/`RetriesExhausted`" + ` although it then applies — ` + "`E2E_KEYPROTECTED_HOLD=10s`" + ` shows the check
-  reporting it as a phantom effect.
+  Requests are held 1.1–2s.
+* **held past the retry budget** — the sample payments Tool's shape: a ` + "`KeyProtected`" + ` tool whose lookup
+  reads committed charges only, its 404 declared proof of absence (` + "`notFoundMeansAbsent`" + `), against a
+  deduplicating downstream. One trial is one tenant (8 at a time) of 3–6 intents, 1–2 of whose first requests
+  the downstream holds 10–13s, past the whole retry budget (8 attempts of a 1s timeout, 0.2–1s apart): the
+  lookup answers 404 and every re-send under the key 409 in progress until the held request commits. No
+  action may end ` + "`Failed`" + ` (the check refuses a Failed action whose history shows an unseen outcome, and one
+  with an effect is a phantom): each held intent must be found by a lookup once its request commits. In the
+  second row a steady manager is SIGKILLed as soon as one of the trial's requests is held, and replaced.
 * **duplicate storm** — one trial is one tenant (3 at a time): 200 concurrent SDK callers over 20
   intents (10 each, released at once) while ` + "`kubectl apply -f`" + ` applies a manifest of 5 more
   intents 3 times; 0–3 responses are dropped after commit. Every caller of an intent must be told
@@ -313,18 +321,6 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
     once, then the console's History page is opened three times at once: every list shows the 50 records, the
     peak resident memory of the manager and of the console grows by 64 MiB at most, and the manager still runs.
 `
-
-// keyProtectedHold is the shortest hold of a KeyProtected request: 1.1s, past
-// the tool's timeout, or E2E_KEYPROTECTED_HOLD. A hold longer than the whole
-// retry budget (8 attempts, each re-send answered 409 while the first is in
-// progress) ends the action Failed with RetriesExhausted although the held
-// request then applies: the check reports it as a phantom effect.
-func keyProtectedHold() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("E2E_KEYPROTECTED_HOLD")); err == nil && d > 0 {
-		return d
-	}
-	return 1100 * time.Millisecond
-}
 
 // --- shared pieces ---------------------------------------------------------------
 
