@@ -291,12 +291,15 @@ func (g *Gateway) sendMessage(ctx context.Context, caller *caller, params json.R
 	if err != nil {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, err.Error()+"; nothing was recorded")
 	}
-	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters,
-		Key: sdk.ClientKey(caller.name, e.ref.Kind, e.ref.Name, m.MessageID), ClientKey: m.MessageID}
-	a := g.record(ctx, caller, request, nil)
+	name, err := g.recordedName(ctx, caller, sdk.ClientKey(caller.name, e.ref.Name, m.MessageID), sdk.ClusterToolClientKey(caller.name, e.ref.Name, m.MessageID))
+	a := nameRefused(err)
+	if err == nil {
+		request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters, Key: name, ClientKey: m.MessageID}
+		a = g.record(ctx, caller, request, nil)
+	}
 	switch a.verdict {
 	case verdictConflict:
-		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonConflict, fmt.Sprintf("messageId %q has already been sent with a different request (task %s); nothing was executed", m.MessageID, request.Key))
+		return nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonConflict, fmt.Sprintf("messageId %q has already been sent with a different request (task %s); nothing was executed", m.MessageID, name))
 	case verdictForbidden:
 		return nil, rpcError(jsonrpc.CodeInvalidRequest, a2aReasonForbidden, g.forbidden(caller, a.err))
 	case verdictInvalid:

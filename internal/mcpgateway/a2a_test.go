@@ -70,7 +70,7 @@ var _ = Describe("The gateway's A2A endpoint", func() {
 		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema), testenv.WithKeyRetention(48*time.Hour), testenv.WithDownstreamKeyRetention(24*time.Hour))
 		served := serveToAnAgent(ns, 3*time.Second, "pay")
 		messageID := "9f0c2a4e-7b1d-4c3e-a5f6-0b1c2d3e4f50"
-		name := sdk.ClientKey(served.agentName, v1alpha1.KindTool, "pay", messageID)
+		name := sdk.ClientKey(served.agentName, "pay", messageID)
 
 		By("sending the message twice: one effect, the same task, the second marked")
 		report := sendA2A(served, messageID, `{"amount":1200,"currency":"EUR","customer":"c-a2a"}`, 2)
@@ -133,7 +133,7 @@ var _ = Describe("The gateway's A2A endpoint", func() {
 		slow := sendA2A(served, slowID, `{"amount":1400,"currency":"EUR","customer":"c-a2a"}`, 1)
 		Expect(slow.Sends[0].State).To(Equal(a2aWorking))
 		Expect(slow.Sends[0].Metadata).To(HaveKeyWithValue("toolledger.dev/phase", "Executing"))
-		slowName := sdk.ClientKey(served.agentName, v1alpha1.KindTool, "pay", slowID)
+		slowName := sdk.ClientKey(served.agentName, "pay", slowID)
 		env.WaitForPhase(ns, slowName, v1alpha1.PhaseSucceeded)
 		settled := sendA2A(served, slowID, `{"amount":1400,"currency":"EUR","customer":"c-a2a"}`, 1)
 		Expect(settled.Sends[0].ID).To(Equal(slowName))

@@ -64,7 +64,7 @@ var _ = Describe("The MCP gateway's commerce key bindings", func() {
 		action := env.Get(ns, created.Key)
 		Expect(action.Spec.ClientKey).To(Equal("idem_Order-40"))
 		Expect(action.Annotations).To(HaveKey(v1alpha1.RequestedByAnnotation))
-		Expect(created.Key).To(Equal(sdk.ClientKey(action.Annotations[v1alpha1.RequestedByAnnotation], v1alpha1.KindTool, "pay", "idem_Order-40")))
+		Expect(created.Key).To(Equal(sdk.ClientKey(action.Annotations[v1alpha1.RequestedByAnnotation], "pay", "idem_Order-40")))
 		Expect(created.Key).To(HavePrefix("idem-order-40-"))
 		Expect(action.Spec.Parameters).To(HaveLen(3), "meta is the call's metadata, never a parameter")
 
@@ -177,8 +177,8 @@ var _ = Describe("The MCP gateway's commerce key bindings", func() {
 			}
 			Expect(json.Unmarshal(stdout.Bytes(), &report)).To(Succeed(), stdout.String())
 
-			name := sdk.ClientKey(agentName, v1alpha1.KindTool, "pay", b.key)
-			slow := sdk.ClientKey(agentName, v1alpha1.KindTool, "pay", b.inFlightKey)
+			name := sdk.ClientKey(agentName, "pay", b.key)
+			slow := sdk.ClientKey(agentName, "pay", b.inFlightKey)
 			inFlight := func(code, where, key, action string) string {
 				if b.binding == "acp" {
 					return `{"type":"invalid_request","code":"` + code + `","message":"a request with ` + where + ` \"` + key + `\" is still being processed (action ` + action + `, phase Executing); call again later with the same key and arguments"}`

@@ -105,25 +105,39 @@ var outcomeSchema = json.RawMessage(`{
 }`)
 
 // KeyInput is what a derived key identifies: the caller, its run and step,
-// the tool and the canonical arguments.
+// the tool's name and the canonical arguments.
 type KeyInput struct {
 	// Caller is the authenticated user's name.
-	Caller string `json:"caller"`
-	RunID  string `json:"runID,omitempty"`
-	StepID string `json:"stepID,omitempty"`
-	// Kind and Tool name the tool.
-	Kind string `json:"kind"`
-	Tool string `json:"tool"`
+	Caller string
+	RunID  string
+	StepID string
+	// Tool is the tool's name, as the caller addressed it.
+	Tool string
 	// Arguments are the call's arguments (canonicalized by the derivation).
-	Arguments json.RawMessage `json:"arguments"`
+	Arguments json.RawMessage
 }
 
 // DeriveKey is the key of a call that names none: sdk.ArgumentsKey of the
-// tool and the KeyInput, so the same caller calling the same tool with the
-// same arguments in the same run and step lands on the same ToolAction,
-// whatever the JSON-RPC id, the connection, or the gateway replica.
+// tool and the KeyInput, so the same caller calling the same tool name with
+// the same arguments in the same run and step lands on the same ToolAction,
+// whatever the JSON-RPC id, the connection, the gateway replica, or whether
+// a Tool or a same-named ClusterTool answers the name.
 func DeriveKey(in KeyInput) (string, error) {
-	return sdk.ArgumentsKey(in.Tool, "mcp", in)
+	// The kind stays Tool, as it was for a namespace Tool's keys when the
+	// kind was part of the scope, so that their names did not change.
+	return deriveKey(in, v1alpha1.KindTool)
+}
+
+// deriveKey derives the key with the kind that was part of the scope.
+func deriveKey(in KeyInput, kind string) (string, error) {
+	return sdk.ArgumentsKey(in.Tool, "mcp", struct {
+		Caller    string          `json:"caller"`
+		RunID     string          `json:"runID,omitempty"`
+		StepID    string          `json:"stepID,omitempty"`
+		Kind      string          `json:"kind"`
+		Tool      string          `json:"tool"`
+		Arguments json.RawMessage `json:"arguments"`
+	}{in.Caller, in.RunID, in.StepID, kind, in.Tool, in.Arguments})
 }
 
 // handler returns the tool handler of a published entry.
@@ -160,6 +174,9 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 	}
 	runID, stepID := metaString(meta, MetaRunID), metaString(meta, MetaStepID)
 	request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters}
+	// issuedForClusterTool is the name a derived or client key had while
+	// the tool's kind was part of its scope, if it was sent for a ClusterTool.
+	var issuedForClusterTool string
 	switch {
 	case ck.key == "" && e.spec.ClientKeyRequired:
 		message := fmt.Sprintf("tool %s requires the caller's own idempotency key (arguments.meta.%s, arguments.meta[%q] or _meta %q); nothing was recorded: "+
@@ -171,11 +188,14 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 	case ck.key == "":
 		// A derived key is the ledger's: its answers are the ledger's too.
 		ck.binding = bindingLedger
-		if request.Key, err = DeriveKey(KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Kind: e.ref.Kind, Tool: e.ref.Name, Arguments: arguments}); err != nil {
+		in := KeyInput{Caller: caller.name, RunID: runID, StepID: stepID, Tool: e.ref.Name, Arguments: arguments}
+		if request.Key, err = DeriveKey(in); err != nil {
 			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidArguments", err.Error()), nil
 		}
+		issuedForClusterTool, _ = deriveKey(in, v1alpha1.KindClusterTool)
 	case ck.binding != bindingLedger:
-		request.Key, request.ClientKey = sdk.ClientKey(caller.name, e.ref.Kind, e.ref.Name, ck.key), ck.key
+		request.Key, request.ClientKey = sdk.ClientKey(caller.name, e.ref.Name, ck.key), ck.key
+		issuedForClusterTool = sdk.ClusterToolClientKey(caller.name, e.ref.Name, ck.key)
 	default:
 		if errs := validation.IsDNS1123Subdomain(ck.key); len(errs) > 0 {
 			return refused("", v1alpha1.ErrorClassInvalidInput, "InvalidKey",
@@ -183,12 +203,19 @@ func (g *Gateway) call(ctx context.Context, e *entry, req *mcp.CallToolRequest) 
 		}
 		request.Key = ck.key
 	}
+	var named error
+	if issuedForClusterTool != "" {
+		request.Key, named = g.recordedName(ctx, caller, request.Key, issuedForClusterTool)
+	}
 	key := request.Key
 	if runID != "" || stepID != "" {
 		request.Provenance = &v1alpha1.Provenance{RunID: runID, StepID: stepID}
 	}
 
-	a := g.record(ctx, caller, request, func(waitCtx context.Context) func() { return g.reportProgress(waitCtx, req, key) })
+	a := nameRefused(named)
+	if named == nil {
+		a = g.record(ctx, caller, request, func(waitCtx context.Context) func() { return g.reportProgress(waitCtx, req, key) })
+	}
 	switch a.verdict {
 	case verdictConflict:
 		if ck.binding != bindingLedger {

@@ -100,8 +100,12 @@ func (g *Gateway) front() http.Handler {
 			refuse(w, http.StatusUnauthorized, acpError{Type: acpInvalid, Code: "unauthenticated", Message: err.Error()})
 			return
 		}
-		request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters,
-			Key: sdk.ClientKey(caller.name, e.ref.Kind, e.ref.Name, key), ClientKey: key}
+		actionName, err := g.recordedName(r.Context(), caller, sdk.ClientKey(caller.name, e.ref.Name, key), sdk.ClusterToolClientKey(caller.name, e.ref.Name, key))
+		if err != nil {
+			g.answerFront(w, key, "", nameRefused(err))
+			return
+		}
+		request := sdk.Request{Namespace: g.opts.Namespace, Tool: e.ref.Name, ToolKind: e.ref.Kind, Parameters: parameters, Key: actionName, ClientKey: key}
 		w.Header().Set(headerKey, request.Key)
 		g.answerFront(w, key, request.Key, g.record(r.Context(), caller, request, nil))
 	})

@@ -107,7 +107,7 @@ spec:
 		Expect(keys).To(Equal([]string{key, key}), "the client retried under the key it minted")
 		Expect(statuses).To(Equal([]int{200, 200}))
 		Expect(replayed).To(Equal([]string{"", "true"}))
-		name := sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", key)
+		name := sdk.ClientKey(agentName, "charges", key)
 		action := env.Get(ns, name)
 		Expect(action.Spec.ClientKey).To(Equal(key))
 		Expect(action.Status.ExternalRef).To(Equal(charge.ID))
@@ -176,10 +176,10 @@ spec:
 		Expect(resp.StatusCode).To(Equal(http.StatusBadRequest), "an integer beyond 2^53 is no request, not a ledger out of reach")
 		Expect(body(resp)).To(ContainSubstring(`"code":"invalid_parameters"`))
 		resp = post(`"`+slow+`"`, `{"amount":3000,"currency":"usd","source":"tok_visa","description":"Order 7001","metadata":{"order":"7001"}}`)
-		Expect(body(resp)).To(MatchJSON(`{"id":"` + env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.ExternalRef + `","object":"charge","amount":3000,"currency":"usd","status":"succeeded"}`))
+		Expect(body(resp)).To(MatchJSON(`{"id":"` + env.Get(ns, sdk.ClientKey(agentName, "charges", slow)).Status.ExternalRef + `","object":"charge","amount":3000,"currency":"usd","status":"succeeded"}`))
 		Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		Expect(resp.Header.Get("Idempotent-Replayed")).To(Equal("true"))
-		kept := env.Get(ns, sdk.ClientKey(agentName, v1alpha1.KindTool, "charges", slow)).Status.KeptUntil
+		kept := env.Get(ns, sdk.ClientKey(agentName, "charges", slow)).Status.KeptUntil
 		Expect(resp.Header.Get("Toolledger-Kept-Until")).To(Equal(kept.UTC().Format(http.TimeFormat)))
 		downstreamKeys, _, _ = seen(stripeSide)
 		Expect(downstreamKeys).To(HaveLen(2))

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/internal/identity"
+	"github.com/toolledger/toolledger/internal/ledgerclient"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
 
@@ -81,6 +82,9 @@ type Gateway struct {
 	ledger *sdk.Client
 	// reader reads records as the caller (impersonated), for A2A's GetTask.
 	reader client.Client
+	// records finds a key's records as the caller (impersonated): in etcd,
+	// its Tombstone, archived.
+	records *ledgerclient.Ledger
 	// access decides who may list the tools.
 	access *access
 }
@@ -123,6 +127,9 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	g.access = newAccess(opts.Namespace, authz.SelfSubjectAccessReviews())
 	if g.reader, err = client.New(shared, client.Options{Scheme: s}); err != nil {
 		return nil, fmt.Errorf("cannot create the impersonating reader: %w", err)
+	}
+	if g.records, err = ledgerclient.NewLedger(shared, Name); err != nil {
+		return nil, fmt.Errorf("cannot create the impersonating ledger reader: %w", err)
 	}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: Name, Title: "toolledger", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: instructions,

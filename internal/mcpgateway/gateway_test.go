@@ -318,7 +318,7 @@ var _ = Describe("The MCP gateway over Streamable HTTP", func() {
 		Expect(downstream.Effects(ns + "/" + outcomes[0].Key)).To(Equal(1))
 		// The API server saw the agent, not the gateway.
 		Expect(env.Get(ns, outcomes[0].Key).Annotations).To(HaveKeyWithValue(v1alpha1.RequestedByAnnotation, "system:serviceaccount:"+ns+":agent"))
-		key, err := mcpgateway.DeriveKey(mcpgateway.KeyInput{Caller: "system:serviceaccount:" + ns + ":agent", Kind: v1alpha1.KindTool, Tool: "pay",
+		key, err := mcpgateway.DeriveKey(mcpgateway.KeyInput{Caller: "system:serviceaccount:" + ns + ":agent", Tool: "pay",
 			Arguments: json.RawMessage(`{"amount":300,"currency":"EUR","customer":"c-3"}`)})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(outcomes[0].Key).To(Equal(key))
@@ -369,7 +369,7 @@ var _ = Describe("The MCP gateway as a stdio server", func() {
 		ns := env.NewTenant()
 		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
 		arguments := map[string]any{"amount": 42, "currency": "EUR", "customer": "c-6"}
-		key, err := mcpgateway.DeriveKey(mcpgateway.KeyInput{Caller: adminName, Kind: v1alpha1.KindTool, Tool: "pay", Arguments: json.RawMessage(`{"amount":42,"currency":"EUR","customer":"c-6"}`)})
+		key, err := mcpgateway.DeriveKey(mcpgateway.KeyInput{Caller: adminName, Tool: "pay", Arguments: json.RawMessage(`{"amount":42,"currency":"EUR","customer":"c-6"}`)})
 		Expect(err).NotTo(HaveOccurred())
 		gateway := func() (*mcp.ClientSession, *exec.Cmd) {
 			cmd := exec.Command(gatewayBinary, "--namespace", ns, "--kubeconfig", adminKubeconfig, "--wait", "30s")

@@ -71,15 +71,30 @@ func ValidClientKey(key string) error {
 
 // ClientKey derives the idempotency key (the ToolAction's name) of a key a
 // caller sent in its own protocol (an HTTP Idempotency-Key, an MCP commerce
-// binding's meta key, an A2A messageId), scoped to the caller and the tool
-// (an empty toolKind is Tool):
-// the same key from another caller, or for another tool, is another intent.
+// binding's meta key, an A2A messageId), scoped by what the caller
+// addressed: the caller and the tool's name. The same key from another
+// caller, or for another tool name, is another intent; whether a Tool or a
+// same-named ClusterTool answers the name when the key arrives is not part
+// of it, so that a retry meets the intent it repeats whatever changed in
+// the catalog meanwhile.
 // It is a readable prefix of the sanitized key, '-', and 32 hex digits of a
 // SHA-256 over the scope and the key as sent; at most 63 characters. Record
 // the key itself in Request.ClientKey.
-func ClientKey(caller, toolKind, tool, key string) string {
-	toolKind = v1alpha1.ToolReference{Kind: toolKind}.KindOrDefault()
-	hash := hashPartsN(clientKeyHashLength, clientKeyDomain, caller, toolKind, tool, key)
+func ClientKey(caller, tool, key string) string {
+	// The scope's kind stays Tool, as it was for a namespace Tool's keys
+	// when the kind was part of it, so that their names did not change.
+	return clientKey(caller, v1alpha1.KindTool, tool, key)
+}
+
+// ClusterToolClientKey is the name ClientKey gave a key sent for a
+// ClusterTool while the tool's kind was part of the scope. A front looks
+// it up, so that a retry of a key issued then still meets its intent.
+func ClusterToolClientKey(caller, tool, key string) string {
+	return clientKey(caller, v1alpha1.KindClusterTool, tool, key)
+}
+
+func clientKey(caller, kind, tool, key string) string {
+	hash := hashPartsN(clientKeyHashLength, clientKeyDomain, caller, kind, tool, key)
 	prefix := truncate(sanitize(key), derivedKeyLength-1-clientKeyHashLength)
 	if prefix == "" {
 		return hash

@@ -198,47 +198,48 @@ func TestKeysAreValidNamesForAnyInput(t *testing.T) {
 	}
 }
 
+// The names are those issued before the scope dropped the tool's kind: a
+// namespace Tool's under ClientKey, a ClusterTool's under
+// ClusterToolClientKey, so that every key issued then is still found.
 func TestClientKeyGolden(t *testing.T) {
 	for _, tc := range []struct {
-		name                    string
-		caller, kind, tool, key string
-		want                    string
+		name              string
+		caller, tool, key string
+		derive            func(caller, tool, key string) string
+		want              string
 	}{
-		{"uuid", "system:serviceaccount:shop:agent", "Tool", "charge", "8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a5-a10d6d35237fa27884e91d90c28b5801"},
-		{"acp prefix", "system:serviceaccount:shop:agent", "Tool", "charge", "idem_550e8400", "idem-550e8400-15ff17962aa46ff9a90e33c9e7d7a081"},
-		{"nothing readable", "alice", "ClusterTool", "charge", "___", "ba02e38262f5947b64e36f233e739049"},
+		{"uuid", "system:serviceaccount:shop:agent", "charge", "8e03978e-40d5-43e8-bc93-6894a57f9324", sdk.ClientKey, "8e03978e-40d5-43e8-bc93-6894a5-a10d6d35237fa27884e91d90c28b5801"},
+		{"acp prefix", "system:serviceaccount:shop:agent", "charge", "idem_550e8400", sdk.ClientKey, "idem-550e8400-15ff17962aa46ff9a90e33c9e7d7a081"},
+		{"nothing readable, issued for a ClusterTool", "alice", "charge", "___", sdk.ClusterToolClientKey, "ba02e38262f5947b64e36f233e739049"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := sdk.ClientKey(tc.caller, tc.kind, tc.tool, tc.key); got != tc.want {
-				t.Errorf("ClientKey(%q, %q, %q, %q) = %q, want %q", tc.caller, tc.kind, tc.tool, tc.key, got, tc.want)
+			if got := tc.derive(tc.caller, tc.tool, tc.key); got != tc.want {
+				t.Errorf("(%q, %q, %q) = %q, want %q", tc.caller, tc.tool, tc.key, got, tc.want)
 			}
 		})
 	}
 }
 
-// A client key is scoped: the same key from another caller or for another
-// tool is another intent, and keys differing only in case or punctuation
-// are different keys.
+// A client key is scoped by what the caller addressed: the same key from
+// another caller or for another tool name is another intent, and keys
+// differing only in case or punctuation are different keys.
 func TestClientKeysAreScopedAndDistinct(t *testing.T) {
-	base := sdk.ClientKey("alice", "Tool", "charge", "Order-1")
+	base := sdk.ClientKey("alice", "charge", "Order-1")
 	for name, other := range map[string]string{
-		"another caller":    sdk.ClientKey("bob", "Tool", "charge", "Order-1"),
-		"another tool":      sdk.ClientKey("alice", "Tool", "refund", "Order-1"),
-		"another tool kind": sdk.ClientKey("alice", "ClusterTool", "charge", "Order-1"),
-		"another case":      sdk.ClientKey("alice", "Tool", "charge", "order-1"),
-		"punctuation":       sdk.ClientKey("alice", "Tool", "charge", "Order_1"),
-		"parts shifted":     sdk.ClientKey("alic", "eTool", "charge", "Order-1"),
+		"another caller":                         sdk.ClientKey("bob", "charge", "Order-1"),
+		"another tool":                           sdk.ClientKey("alice", "refund", "Order-1"),
+		"another case":                           sdk.ClientKey("alice", "charge", "order-1"),
+		"punctuation":                            sdk.ClientKey("alice", "charge", "Order_1"),
+		"parts shifted":                          sdk.ClientKey("alic", "echarge", "Order-1"),
+		"the name once issued for a ClusterTool": sdk.ClusterToolClientKey("alice", "charge", "Order-1"),
 	} {
 		if other == base {
 			t.Errorf("%s derives the same name %q", name, base)
 		}
 	}
-	if got := sdk.ClientKey("alice", "", "charge", "Order-1"); got != base {
-		t.Errorf("an empty tool kind derives %q, not Tool's %q", got, base)
-	}
 	long := strings.Repeat("K", sdk.MaxClientKeyLength)
 	for _, key := range []string{"a", long, "idem_ÜBER", "  spaced key  ", "\"quoted\""} {
-		got := sdk.ClientKey("system:serviceaccount:shop:agent", "Tool", "charge", key)
+		got := sdk.ClientKey("system:serviceaccount:shop:agent", "charge", key)
 		if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
 			t.Errorf("ClientKey(…, %q) = %q, not a DNS-1123 label: %v", key, got, errs)
 		}

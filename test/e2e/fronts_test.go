@@ -24,7 +24,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/internal/identity"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -104,7 +103,7 @@ func frontsKill(s *suite, sc *run, front string) error {
 		sends := make([]intent, n)
 		for j := range sends {
 			clientKey := fmt.Sprintf("%s_%s-%02d-%08x", strings.ToUpper(front), tr.ns, j, rng.Uint32())
-			name := tr.add(sdk.ClientKey(self.Username, v1alpha1.KindTool, "charge", clientKey), int64(intRange(rng, 100, 99999)))
+			name := tr.add(sdk.ClientKey(self.Username, "charge", clientKey), int64(intRange(rng, 100, 99999)))
 			sends[j] = intent{clientKey, name, tr.amount(name)}
 		}
 		return n, func() {
