@@ -186,18 +186,21 @@ var _ = Describe("An adapter registered by a test", func() {
 		Entry("NonRepeatable: escalated", v1alpha1.NonRepeatable, v1alpha1.PhaseEscalated, 1),
 	)
 
-	It("reports a failure proven by lookup after the last attempt like every outcome: event, metric, retention", func() {
-		memoryTool("write", v1alpha1.KeyProtected, testenv.WithMaxAttempts(1), testenv.WithKeyRetention(2*time.Second))
+	It("never fails an action whose last attempt went unseen when a lookup finds it absent: it looks again until the deadline, then escalates, reported like every outcome", func() {
+		memoryTool("write", v1alpha1.KeyProtected, testenv.WithMaxAttempts(1), testenv.WithUnknownOutcomeDeadline(2*time.Second))
 		memory.failAttempts(v1alpha1.IdempotencyKey(ns, "w-3"))
-		before := outcomeCount(v1alpha1.PhaseFailed, v1alpha1.ErrorClassRetriesExhausted)
+		escalated := func() float64 {
+			return counted("toolledger_escalations_total", map[string]string{"reason": "OutcomeUnknown"})
+		}
+		before := escalated()
 		key := invoke("write", "w-3")
 		a := settled("w-3")
-		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseFailed))
-		Expect(a.Status.Error.Class).To(Equal(v1alpha1.ErrorClassRetriesExhausted))
-		Expect(a.Status.Error.Reason).To(Equal("AbsentByLookup"))
+		Expect(a.Status.Phase).To(Equal(v1alpha1.PhaseEscalated))
+		Expect(a.Status.Error.Class).To(Equal(v1alpha1.ErrorClassOutcomeUnknown))
+		Expect(a.Status.Error.Message).To(And(HavePrefix("no lookup proved the outcome of attempt 1 within the tool's deadline of 2s"), ContainSubstring(adapter.ErrNotFound.Error())))
 		executes, lookups := memory.counts(key)
 		Expect(executes).To(Equal(1))
-		Expect(lookups).To(BeNumerically(">=", 1))
+		Expect(lookups).To(BeNumerically(">=", 2), "absent, with every attempt spent, is looked up again")
 
 		Eventually(func() []string {
 			var list eventsv1.EventList
@@ -209,11 +212,8 @@ var _ = Describe("An adapter registered by a test", func() {
 				}
 			}
 			return found
-		}).Should(ContainElement("Warning/AbsentByLookup"))
-		Expect(outcomeCount(v1alpha1.PhaseFailed, v1alpha1.ErrorClassRetriesExhausted) - before).To(Equal(1.0))
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "w-3"}, &v1alpha1.ToolAction{}))
-		}).Should(BeTrue(), "the record is deleted once its key retention has passed")
+		}).Should(ContainElement("Warning/Escalated"))
+		Expect(escalated() - before).To(Equal(1.0))
 	})
 
 	It("schedules what follows an action a ToolResolution finished: its retention, long before the sweep", func() {
@@ -238,26 +238,26 @@ var _ = Describe("An adapter registered by a test", func() {
 	})
 })
 
-// outcomeCount sums toolledger_actions_finished_total for a phase and
-// class, over every tool.
-func outcomeCount(phase v1alpha1.Phase, class v1alpha1.ErrorClass) float64 {
+// counted sums the counter name over its series with the labels.
+func counted(name string, labels map[string]string) float64 {
 	families, err := metrics.Registry.Gather()
 	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
 	for _, f := range families {
-		if f.GetName() != "toolledger_actions_finished_total" {
+		if f.GetName() != name {
 			continue
 		}
-		total := 0.0
 		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
+			matches := 0
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				if want, ok := labels[l.GetName()]; ok && want == l.GetValue() {
+					matches++
+				}
 			}
-			if labels["phase"] == string(phase) && labels["error_class"] == string(class) {
+			if matches == len(labels) {
 				total += m.GetCounter().GetValue()
 			}
 		}
-		return total
 	}
-	return 0
+	return total
 }
