@@ -26,8 +26,13 @@ func (r *ToolActionReconciler) expire(ctx context.Context, action *v1alpha1.Tool
 		log.FromContext(ctx).V(1).Info("Retention waits for the action's notifications to be delivered")
 		return ctrl.Result{RequeueAfter: 10 * time.Minute}, nil
 	}
-	if wait := r.Pacer.Turn(action.UID, time.Now()); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
+	// A record refused by its key's earlier record leaves at once, outside
+	// the pace: while it stays, a retry of the original request meets its
+	// spec.
+	if !action.Status.RefusedByEarlierRecord() {
+		if wait := r.Pacer.Turn(action.UID, time.Now()); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 	}
 	if r.Archive != nil || (due == retention.ToTombstone && keyhistory.NeedsTombstone(action)) {
 		cause := v1alpha1.TombstoneCauseRecordRetention

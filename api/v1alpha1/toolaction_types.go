@@ -243,6 +243,16 @@ func (s *ToolActionStatus) SettledByEarlierRecord() bool {
 	return reason == ReasonSettledByTombstone || reason == ReasonSettledByArchive
 }
 
+// RefusedByEarlierRecord reports an action refused because its key's
+// tombstone or archived record holds another request. It never dispatched
+// and guards nothing: it leaves etcd at once, so that the key answers from
+// its earlier record again and a retry of the original request is not met
+// by this one's spec.
+func (s *ToolActionStatus) RefusedByEarlierRecord() bool {
+	return s.Phase == PhaseFailed && s.Attempts == 0 && s.Error != nil && s.Error.Class == ErrorClassDuplicateConflict &&
+		(s.Error.Reason == ReasonTombstoneConflict || s.Error.Reason == ReasonArchiveConflict)
+}
+
 // ErrorClass says what a failure means for repeating the action.
 // +kubebuilder:validation:Enum=InvalidInput;Denied;ProviderUnavailable;OutcomeUnknown;DuplicateConflict;RetriesExhausted
 type ErrorClass string

@@ -35,6 +35,10 @@ func Due(a *v1alpha1.ToolAction, tool *v1alpha1.Tool, now time.Time) (Retirement
 	if a.Status.CompletionTime == nil {
 		return KeepRecord, 0
 	}
+	if a.Status.RefusedByEarlierRecord() {
+		// It holds the key with a spec its earlier record refused.
+		return ToTombstone, 0
+	}
 	completed, promised := a.Status.CompletionTime.Time, a.Status.KeptUntil
 	if KeyPassed(completed, promised, tool, now) {
 		return FreeKey, 0

@@ -141,3 +141,30 @@ func TestKeptUntil(t *testing.T) {
 }
 
 func ptrTime(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }
+
+// A record refused because its key's tombstone or archived record holds
+// another request leaves at once, whatever the tool keeps: while it stays,
+// a retry of the original request meets its spec. One refused for another
+// reason, or one that dispatched, is kept as the tool says.
+func TestARecordRefusedByItsKeysEarlierRecordLeavesAtOnce(t *testing.T) {
+	keep := &v1alpha1.Tool{Spec: v1alpha1.ToolSpec{RecordRetention: &metav1.Duration{Duration: 24 * time.Hour}}}
+	refused := func(reason string, attempts int32) *v1alpha1.ToolAction {
+		a := finishedAgo(time.Second)
+		a.Status.Phase, a.Status.Attempts = v1alpha1.PhaseFailed, attempts
+		a.Status.Error = &v1alpha1.ActionError{Class: v1alpha1.ErrorClassDuplicateConflict, Reason: reason}
+		return a
+	}
+	for name, tc := range map[string]struct {
+		action *v1alpha1.ToolAction
+		want   Retirement
+	}{
+		"refused by the key's archived record":  {refused(v1alpha1.ReasonArchiveConflict, 0), ToTombstone},
+		"refused by the key's tombstone":        {refused(v1alpha1.ReasonTombstoneConflict, 0), ToTombstone},
+		"refused for a changed request in etcd": {refused("RequestChanged", 0), KeepRecord},
+		"failed after a dispatch":               {refused(v1alpha1.ReasonArchiveConflict, 1), KeepRecord},
+	} {
+		if got, _ := Due(tc.action, keep, t0); got != tc.want {
+			t.Errorf("%s: retention = %d, want %d", name, got, tc.want)
+		}
+	}
+}

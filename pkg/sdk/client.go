@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -184,6 +185,15 @@ func (c *Client) invoke(ctx context.Context, req Request, opts []InvokeOption) (
 			action, deduplicated, err = c.apply(ctx, req.Namespace, req.Key, body)
 		}
 	}
+	for range maxStandIns {
+		// A record refused by the key's earlier record leaves etcd at once;
+		// once it has, the key answers from its earlier record: this
+		// request's original outcome, or a conflict of its own.
+		if conflict := (*DuplicateConflictError)(nil); !errors.As(err, &conflict) || !c.standInLeft(ctx, req.Namespace, req.Key) {
+			break
+		}
+		action, deduplicated, err = c.apply(ctx, req.Namespace, req.Key, body)
+	}
 	if err != nil {
 		c.leave(early)
 		if conflict := (*DuplicateConflictError)(nil); errors.As(err, &conflict) {
@@ -235,6 +245,40 @@ func tombstoneConflict(outcome *Outcome, err error) (*Outcome, error) {
 		return outcome, err
 	}
 	return outcome, &DuplicateConflictError{Namespace: outcome.Namespace, Key: outcome.Key, Err: errors.New(outcome.Message)}
+}
+
+// maxStandIns bounds how many records refused by the key's earlier record
+// one invocation waits out: each is another caller's conflicting request.
+const maxStandIns = 3
+
+// standInWait bounds the wait for a record under the key to be refused by
+// the key's earlier record and leave etcd.
+const standInWait = 10 * time.Second
+
+// standInLeft waits while the record under the key is one that its earlier
+// record refuses (ToolActionStatus.RefusedByEarlierRecord) or is still
+// checking against it, and reports whether it left etcd within
+// standInWait. Any other record holds the key with another request.
+func (c *Client) standInLeft(ctx context.Context, namespace, key string) bool {
+	ctx, cancel := context.WithTimeout(ctx, standInWait)
+	defer cancel()
+	for delay := 20 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		var action v1alpha1.ToolAction
+		err := c.rest.Get().Namespace(namespace).Resource(toolActions).Name(key).Do(ctx).Into(&action)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true
+		case err != nil:
+			return false
+		case !action.Status.RefusedByEarlierRecord() && (action.Status.Phase.IsSettled() || action.Status.Attempts > 0):
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(delay):
+		}
+	}
 }
 
 // apply sends the apply body and reports whether the API server found the

@@ -115,20 +115,32 @@ var _ = Describe("The archive", func() {
 		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
 		Expect(downstream.Requests(key)).To(Equal(1))
 
-		By("different parameters under the key: DuplicateConflict, never sent")
+		By("different parameters under the key: DuplicateConflict, never sent, and the refused record leaves etcd at once")
 		recreate(env.Get(ns, "order-1001-charge"))
-		Expect(k8s.Create(ctx, charge("order-1001-charge", 9900))).To(Succeed())
-		conflict := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseFailed)
+		conflict := refusedThenGone(charge("order-1001-charge", 9900))
 		Expect(conflict.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDuplicateConflict))
 		Expect(conflict.Status.Error.Reason).To(Equal(v1alpha1.ReasonArchiveConflict))
 		Expect(conflict.Status.Error.Message).To(ContainSubstring(first.Status.RequestDigest))
 		Expect(conflict.Status.Attempts).To(BeZero())
 		Expect(downstream.Requests(key)).To(Equal(1))
-		recreate(conflict)
 		_, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
 			Parameters: map[string]any{"amount": 9900, "currency": "EUR", "customer": "cus_1"}})
 		Expect(errors.Is(err, sdk.ErrDuplicateConflict)).To(BeTrue(), "Invoke: %v", err)
 		Expect(downstream.Requests(key)).To(Equal(1))
+
+		By("the original request right after the refused one, through the SDK and as a manifest: the original outcome from the archive")
+		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Deduplicated).To(BeTrue())
+		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
+		recreate(env.Get(ns, "order-1001-charge"))
+		refusedThenGone(charge("order-1001-charge", 9900))
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		Expect(env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		Expect(psql(fmt.Sprintf(`SELECT count(*) FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1001-charge' AND phase = 'Failed'`, ns))).
+			To(Equal([]string{"0"}), "a refused record, answered by the archived key, is not archived again")
 
 		By("keyRetention passes: the key executes as a new intent, and the archive keeps both records")
 		clock.Step(24 * time.Hour)
@@ -318,8 +330,7 @@ var _ = Describe("The archive", func() {
 		By("its key still answers: a request under it is refused, never sent")
 		refund := chargeAction(ns, "order-3101-refund", 700)
 		refund.Spec.ToolRef.Name = "refund"
-		Expect(k8s.Create(ctx, refund)).To(Succeed())
-		refused := env.WaitForPhase(ns, "order-3101-refund", v1alpha1.PhaseFailed)
+		refused := refusedThenGone(refund)
 		Expect(refused.Status.Error.Reason).To(Equal(v1alpha1.ReasonArchiveConflict))
 		Expect(refused.Status.Error.Message).To(ContainSubstring("sha256:before-the-archive"))
 		Expect(downstream.Requests(key)).To(BeZero())
@@ -367,13 +378,14 @@ var _ = Describe("The archive", func() {
 		Eventually(gone(first.DeepCopy())).Should(BeTrue())
 		head := psql(fmt.Sprintf(`SELECT seq FROM toolledger_chain_heads WHERE namespace = '%s'`, ns))
 
-		By("a GitOps tool applies the manifest again after each retirement, and once with a changed amount")
-		for i, amount := range []int64{1200, 1200, 9900} {
-			Expect(k8s.Create(ctx, charge("order-1101-charge", amount))).To(Succeed())
+		By("a GitOps tool applies the manifest again after each retirement, and once with a changed amount, which leaves at once")
+		for i := range 2 {
+			Expect(k8s.Create(ctx, charge("order-1101-charge", 1200))).To(Succeed())
 			Eventually(func() bool { return env.Get(ns, "order-1101-charge").Status.Phase.IsTerminal() }).Should(BeTrue(), "application %d", i+1)
 			clock.Step(90 * time.Minute)
 			Eventually(gone(env.Get(ns, "order-1101-charge"))).Should(BeTrue())
 		}
+		refusedThenGone(charge("order-1101-charge", 9900))
 		Expect(psql(fmt.Sprintf(`SELECT uid FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1101-charge'`, ns))).
 			To(Equal([]string{string(first.UID)}), "one row: the original's")
 		Expect(psql(fmt.Sprintf(`SELECT seq FROM toolledger_chain_heads WHERE namespace = '%s'`, ns))).To(Equal(head), "no new link")

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -107,8 +108,7 @@ var _ = Describe("Tombstones", func() {
 
 		By("different parameters under the key: DuplicateConflict, no request")
 		recreate(env.Get(ns, "order-1001-charge"))
-		Expect(k8s.Create(ctx, charge("order-1001-charge", 9900))).To(Succeed())
-		conflict := env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseFailed)
+		conflict := refusedThenGone(charge("order-1001-charge", 9900))
 		Expect(conflict.Status.Error.Class).To(Equal(v1alpha1.ErrorClassDuplicateConflict))
 		Expect(conflict.Status.Error.Reason).To(Equal(v1alpha1.ReasonTombstoneConflict))
 		Expect(conflict.Status.Error.Message).To(And(ContainSubstring(tomb.Record.RequestDigest),
@@ -118,7 +118,6 @@ var _ = Describe("Tombstones", func() {
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("the SDK reports a different request under the key as a DuplicateConflictError")
-		recreate(conflict)
 		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
 			Parameters: map[string]any{"amount": 9900, "currency": "EUR", "customer": "cus_1"}})
 		Expect(errors.Is(err, sdk.ErrDuplicateConflict)).To(BeTrue(), "Invoke: %v", err)
@@ -126,11 +125,22 @@ var _ = Describe("Tombstones", func() {
 		Expect(outcome.Phase).To(Equal(v1alpha1.PhaseFailed))
 		Expect(downstream.Requests(key)).To(Equal(1))
 
+		By("the original request right after the refused one, through the SDK and as a manifest: the original outcome from the tombstone")
+		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
+			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(outcome.Deduplicated).To(BeTrue())
+		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
+		recreate(env.Get(ns, "order-1001-charge"))
+		refusedThenGone(charge("order-1001-charge", 9900))
+		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
+		Expect(env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		Expect(downstream.Requests(key)).To(Equal(1))
+		recreate(env.Get(ns, "order-1001-charge"))
+
 		By("keyRetention passes: the tombstone goes and the key executes as a new intent")
 		clock.Step(24 * time.Hour)
 		Eventually(func() bool { _, err := tombstone("order-1001-charge")(); return apierrors.IsNotFound(err) }).Should(BeTrue())
-		// The conflicting record, never dispatched, was retired without a tombstone.
-		Eventually(gone(conflict.DeepCopy())).Should(BeTrue())
 		// The first request again: the demo downstream would refuse another
 		// body under a key it remembers, as Stripe does within its window.
 		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
@@ -314,6 +324,34 @@ func chargeAction(ns, name string, amount int64) *v1alpha1.ToolAction {
 func gone(obj client.Object) func() bool {
 	return func() bool {
 		return apierrors.IsNotFound(k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	}
+}
+
+// refusedThenGone creates a, which its key's Tombstone or archived record
+// refuses (another request), and follows it until it leaves etcd, which it
+// does at once; it returns the last version, as its deletion showed it.
+func refusedThenGone(a *v1alpha1.ToolAction) *v1alpha1.ToolAction {
+	GinkgoHelper()
+	ctx := context.Background()
+	watcher, err := client.NewWithWatch(env.Config, client.Options{Scheme: k8s.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	events, err := watcher.Watch(ctx, &v1alpha1.ToolActionList{}, client.InNamespace(a.Namespace), client.MatchingFields{"metadata.name": a.Name})
+	Expect(err).NotTo(HaveOccurred())
+	defer events.Stop()
+	Expect(k8s.Create(ctx, a)).To(Succeed())
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case e, ok := <-events.ResultChan():
+			Expect(ok).To(BeTrue(), "the watch of %s ended", a.Name)
+			if e.Type == watch.Deleted {
+				last := e.Object.(*v1alpha1.ToolAction)
+				Expect(last.Status.RefusedByEarlierRecord()).To(BeTrue(), "deleted as %+v", last.Status)
+				return last
+			}
+		case <-timeout:
+			Fail(fmt.Sprintf("%s did not leave etcd within 30s: %+v", a.Name, env.Get(a.Namespace, a.Name).Status))
+		}
 	}
 }
 
