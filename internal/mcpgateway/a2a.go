@@ -210,6 +210,10 @@ func (g *Gateway) a2a(base string) http.Handler {
 			reply(nil, nil, rpcError(jsonrpc.CodeParseError, "", "the request is not JSON: "+err.Error()))
 			return
 		}
+		if err := uniqueMembers(body); err != nil {
+			reply(req.ID, nil, rpcError(jsonrpc.CodeInvalidParams, a2aReasonInvalid, err.Error()+"; nothing was recorded"))
+			return
+		}
 		if req.JSONRPC != "2.0" || req.Method == "" {
 			reply(req.ID, nil, rpcError(jsonrpc.CodeInvalidRequest, "", `the request is not JSON-RPC 2.0 ("jsonrpc":"2.0" and a method)`))
 			return

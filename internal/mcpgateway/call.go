@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -295,8 +296,16 @@ func (g *Gateway) record(ctx context.Context, caller *caller, request sdk.Reques
 	if progress != nil {
 		stop = progress(waitCtx)
 	}
+	// The caller's name goes with the request: an action another user
+	// created under the name (its key derives from what others can know)
+	// holds another requester, which the identity policy will not let this
+	// request change, and its answer is never this caller's.
+	request.RequestedBy = caller.name
 	outcome, err := g.ledger.Invoke(caller.acting(waitCtx), request)
 	stop()
+	if outcome != nil && outcome.RequestedBy != "" && outcome.RequestedBy != caller.name || apierrors.IsForbidden(err) && g.createdByAnother(ctx, caller, request.Key) {
+		return answer{verdict: verdictConflict, err: fmt.Errorf("toolaction %s was created by another user", request.Key)}
+	}
 	log := g.opts.Logger.WithValues("tool", request.Tool, "key", request.Key, "caller", caller.name)
 	switch {
 	case err == nil:
@@ -326,6 +335,17 @@ func (g *Gateway) record(ctx context.Context, caller *caller, request sdk.Reques
 		}
 		return answer{verdict: verdictOutcome, outcome: outcome, err: err}
 	}
+}
+
+// createdByAnother reports whether the action name exists and another
+// user created it, as its requested-by stamp says.
+func (g *Gateway) createdByAnother(ctx context.Context, caller *caller, name string) bool {
+	var action v1alpha1.ToolAction
+	if err := g.reader.Get(caller.acting(ctx), client.ObjectKey{Namespace: g.opts.Namespace, Name: name}, &action); err != nil {
+		return false
+	}
+	requester := action.Annotations[v1alpha1.RequestedByAnnotation]
+	return requester != "" && requester != caller.name
 }
 
 // forbidden says why the caller may not invoke, and whom to ask.
@@ -471,6 +491,9 @@ func objectArguments(raw any) (json.RawMessage, error) {
 	}
 	if trimmed[0] != '{' {
 		return nil, errors.New("the arguments must be a JSON object")
+	}
+	if err := uniqueMembers(trimmed); err != nil {
+		return nil, fmt.Errorf("the arguments cannot be taken: %w", err)
 	}
 	return trimmed, nil
 }

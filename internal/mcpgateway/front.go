@@ -137,7 +137,10 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	}
 	o := a.outcome
 	w.Header().Set(headerPhase, string(o.Phase))
-	if o.ExternalRef != "" {
+	if o.ExternalRef != "" && printableASCII(o.ExternalRef) {
+		// The downstream chose it: a control byte in a header would make the
+		// whole answer unreadable to Go's and Stripe's clients. The record
+		// (and the body's result) keep it as it came.
 		w.Header().Set(headerExternalRef, o.ExternalRef)
 	}
 	if o.KeyUncheckable {
@@ -173,6 +176,17 @@ func (g *Gateway) answerFront(w http.ResponseWriter, key, name string, a answer)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
+}
+
+// printableASCII reports whether s is only printable ASCII, the header
+// values every client reads alike.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // setDate sets the header to t as an HTTP-date, unless t is zero.
@@ -272,7 +286,7 @@ func frontParameters(r *http.Request, e *entry) (map[string]any, error) {
 		arguments = json.RawMessage("{}")
 	case mediaType == "application/json":
 		if arguments, err = objectArguments(json.RawMessage(body)); err != nil {
-			return nil, fmt.Errorf("the body is not a JSON object: %w", err)
+			return nil, fmt.Errorf("the body cannot be taken: %w", err)
 		}
 	case mediaType == "application/x-www-form-urlencoded":
 		form, err := url.ParseQuery(string(body))

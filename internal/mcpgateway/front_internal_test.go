@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -138,5 +139,28 @@ func TestAnswerFrontStatesTheKeysWindowsAndFailsClosed(t *testing.T) {
 				t.Errorf("status, code, Retry-After, kept until, downstream's = %q; want %q (body %s)", got, want, w.Body)
 			}
 		})
+	}
+}
+
+// A downstream-chosen external reference with a control byte stays out of
+// the header, so Go's client still reads the answer; a clean one is sent.
+func TestAnswerFrontSendsOnlyPrintableExternalRefs(t *testing.T) {
+	for ref, want := range map[string]string{"ch_1": "ch_1", "ch_\x01evil": "", "ch_\u00e9": ""} {
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			(&Gateway{}).answerFront(w, "k", "name", answer{outcome: &sdk.Outcome{Phase: v1alpha1.PhaseSucceeded, ExternalRef: ref, Result: []byte(`{"id":"x"}`)}})
+		}))
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, server.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		server.Close()
+		if err != nil {
+			t.Fatalf("external reference %q: the answer cannot be read: %v", ref, err)
+		}
+		_ = resp.Body.Close()
+		if got := resp.Header.Get(headerExternalRef); got != want || resp.StatusCode != http.StatusOK {
+			t.Errorf("external reference %q: header %q, status %d; want %q, 200", ref, got, resp.StatusCode, want)
+		}
 	}
 }

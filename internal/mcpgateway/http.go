@@ -61,11 +61,11 @@ type HTTPOptions struct {
 // request; a user the gateway must not impersonate (identity.Impersonable)
 // is refused with 403.
 func (g *Gateway) HTTPHandler(opts HTTPOptions) (http.Handler, error) {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
+	mcpHandler := uniqueMembersOnly(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
 		Stateless: true,
 		// The action goes on without the caller; its wait need not.
 		PropagateRequestCancellation: true,
-	})
+	}))
 	mux := http.NewServeMux()
 	resource, err := url.Parse(opts.ResourceURL)
 	absolute := err == nil && resource.Scheme != "" && resource.Host != ""

@@ -109,3 +109,40 @@ var _ = Describe("A client's key through the HTTP front", func() {
 		}
 	})
 })
+
+var _ = Describe("A front's answer", func() {
+	It("comes only from an action the same caller created: one another user made first under the name is a conflict, never the caller's answer", func() {
+		ctx := context.Background()
+		ns := env.NewTenant()
+		env.CreateTool(ns, "pay", testenv.WithParametersSchema(paySchema))
+		served := serveToAnAgent(ns, 5*time.Second, "pay")
+		name := sdk.ClientKey(served.agentName, "pay", "order-9")
+
+		By("another user of the namespace creates the action first, under the name the agent's key derives, with the same request")
+		ledger, err := sdk.NewClient(cfg)
+		Expect(err).NotTo(HaveOccurred())
+		out, err := ledger.Invoke(ctx, sdk.Request{Namespace: ns, Tool: "pay", Key: name, ClientKey: "order-9",
+			Parameters: map[string]any{"amount": 100, "currency": "EUR", "customer": "c-1"}})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out.Phase).To(Equal(v1alpha1.PhaseSucceeded))
+		Expect(out.RequestedBy).NotTo(Equal(served.agentName))
+
+		By("the agent's request under that key: 422, naming nothing of the other's outcome")
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, served.base+mcpgateway.FrontPath+"pay",
+			strings.NewReader(`{"amount":100,"currency":"EUR","customer":"c-1"}`))
+		Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+served.agentToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "order-9")
+		resp, err := http.DefaultClient.Do(req)
+		Expect(err).NotTo(HaveOccurred())
+		body, err := io.ReadAll(resp.Body)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.Body.Close()).To(Succeed())
+		Expect(resp.StatusCode).To(Equal(http.StatusUnprocessableEntity), string(body))
+		Expect(string(body)).To(ContainSubstring(`"code":"idempotency_conflict"`))
+		Expect(string(body)).NotTo(ContainSubstring(out.ExternalRef))
+		Expect(resp.Header.Get("Toolledger-Phase")).To(BeEmpty())
+		Expect(downstream.Requests(ns + "/" + name)).To(Equal(1))
+	})
+})

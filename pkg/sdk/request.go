@@ -54,6 +54,13 @@ type Request struct {
 	// was derived from it with ClientKey; it is recorded in the spec as
 	// sent (1 to 255 printable ASCII characters).
 	ClientKey string `json:"clientKey,omitempty"`
+	// RequestedBy is the user the action is recorded for, stamped in its
+	// toolledger.dev/requested-by annotation, for an intermediary that
+	// invokes as each of its callers (the gateway): an action another user
+	// created under the name is then refused as a conflict, never answered
+	// as this caller's. The identity policy refuses any value other than
+	// the requesting user. Empty leaves the stamp to the policy.
+	RequestedBy string `json:"requestedBy,omitempty"`
 }
 
 // Delegate returns the Request a sub-agent sends when it carries out the
@@ -225,8 +232,14 @@ func applyBody(req Request, traceparent string) ([]byte, error) {
 			ClientKey:     req.ClientKey,
 		},
 	}
+	if traceparent != "" || req.RequestedBy != "" {
+		body.Metadata.Annotations = map[string]string{}
+	}
 	if traceparent != "" {
-		body.Metadata.Annotations = map[string]string{v1alpha1.TraceparentAnnotation: traceparent}
+		body.Metadata.Annotations[v1alpha1.TraceparentAnnotation] = traceparent
+	}
+	if req.RequestedBy != "" {
+		body.Metadata.Annotations[v1alpha1.RequestedByAnnotation] = req.RequestedBy
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
