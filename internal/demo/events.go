@@ -3,6 +3,7 @@ package demo
 import (
 	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
 )
 
@@ -10,8 +11,8 @@ import (
 // newest are kept.
 const maxEvents = 1000
 
-// Event is a CloudEvent the server received in HTTP binary mode, as a
-// notification sink (POST /events): its attributes and its data.
+// Event is a CloudEvent the server received, in HTTP binary or structured
+// mode, as a notification sink (POST /events): its attributes and its data.
 type Event struct {
 	ID      string          `json:"id"`
 	Type    string          `json:"type"`
@@ -21,20 +22,39 @@ type Event struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// receiveEvent acknowledges (202) a CloudEvent in binary mode and keeps it;
-// one without its required attributes is refused (400).
+// receiveEvent acknowledges (202) a CloudEvent, in binary mode or in
+// structured mode (application/cloudevents+json, as signed deliveries
+// come), and keeps it; one without its required attributes is refused
+// (400).
 func (s *Server) receiveEvent(w http.ResponseWriter, r *http.Request) {
-	h := r.Header
-	if h.Get("Ce-Specversion") == "" || h.Get("Ce-Id") == "" || h.Get("Ce-Type") == "" || h.Get("Ce-Source") == "" {
-		writeError(w, http.StatusBadRequest, "not a CloudEvent in binary mode: ce-specversion, ce-id, ce-type and ce-source are required")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "the event cannot be read")
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil || (len(data) > 0 && !json.Valid(data)) {
-		writeError(w, http.StatusBadRequest, "the event's data must be JSON")
-		return
+	var e Event
+	if mediaType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mediaType == "application/cloudevents+json" {
+		var structured struct {
+			Event
+			SpecVersion string `json:"specversion"`
+		}
+		if err := json.Unmarshal(body, &structured); err != nil || structured.SpecVersion == "" || structured.ID == "" || structured.Type == "" || structured.Source == "" {
+			writeError(w, http.StatusBadRequest, "not a CloudEvent in structured mode: specversion, id, type and source are required")
+			return
+		}
+		e = structured.Event
+	} else {
+		h := r.Header
+		if h.Get("Ce-Specversion") == "" || h.Get("Ce-Id") == "" || h.Get("Ce-Type") == "" || h.Get("Ce-Source") == "" {
+			writeError(w, http.StatusBadRequest, "not a CloudEvent in binary mode: ce-specversion, ce-id, ce-type and ce-source are required")
+			return
+		}
+		if len(body) > 0 && !json.Valid(body) {
+			writeError(w, http.StatusBadRequest, "the event's data must be JSON")
+			return
+		}
+		e = Event{ID: h.Get("Ce-Id"), Type: h.Get("Ce-Type"), Source: h.Get("Ce-Source"), Subject: h.Get("Ce-Subject"), Time: h.Get("Ce-Time"), Data: body}
 	}
-	e := Event{ID: h.Get("Ce-Id"), Type: h.Get("Ce-Type"), Source: h.Get("Ce-Source"), Subject: h.Get("Ce-Subject"), Time: h.Get("Ce-Time"), Data: data}
 	s.mu.Lock()
 	s.events = append(s.events, e)
 	if len(s.events) > maxEvents {

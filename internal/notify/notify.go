@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -336,13 +337,21 @@ var ErrMalformed = errors.New("no request can carry the event")
 // works, and it is the event it will not take.
 var ErrRefused = errors.New("the sink refused the event")
 
-// Delivery is an event as every sink is sent it, in HTTP binary mode: its
-// attributes as ce- headers, its data as the body.
+// Delivery is an event as sinks are sent it: in HTTP binary mode (its
+// attributes as ce- headers, its data as the body) to a sink without a
+// signing key, and in structured mode (the whole event as the JSON body)
+// to one with a key, so that the signature, which covers the body only,
+// covers every attribute a consumer relies on.
 type Delivery struct {
 	ID     string
 	Header http.Header
 	Body   []byte
+	// Structured is the event in structured mode (application/cloudevents+json).
+	Structured []byte
 }
+
+// structuredContentType is the media type of a CloudEvent in structured mode.
+const structuredContentType = "application/cloudevents+json; charset=UTF-8"
 
 // Encode is ev's delivery. An event one of whose values no header may
 // hold (a control character) is malformed: net/http would refuse the
@@ -359,7 +368,11 @@ func Encode(ev cloudevents.Event) (Delivery, error) {
 			}
 		}
 	}
-	d := Delivery{ID: ev.ID(), Header: req.Header}
+	structured, err := json.Marshal(ev)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	d := Delivery{ID: ev.ID(), Header: req.Header, Structured: structured}
 	if req.Body != nil {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
@@ -426,15 +439,22 @@ func NewSender(timeout time.Duration) *Sender {
 // is the sink's refusal of this event alone; any other is the sink's
 // failure. No error shows the sink's URL, which may carry a token.
 func (s *Sender) Send(ctx context.Context, sink Sink, d Delivery) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sink.URL, bytes.NewReader(d.Body))
+	signed := len(sink.SigningKey) > 0
+	body := d.Body
+	if signed {
+		body = d.Structured
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sink.URL, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("sink %s: cannot make a request of its URL", sink.Name)
 	}
-	maps.Copy(req.Header, d.Header)
-	if len(sink.SigningKey) > 0 {
+	if signed {
+		req.Header.Set("Content-Type", structuredContentType)
 		// The receiver's clock judges the timestamp: the real time, not the
 		// manager's clock.
-		sign(req.Header, sink.SigningKey, d.ID, time.Now(), d.Body)
+		sign(req.Header, sink.SigningKey, d.ID, time.Now(), body)
+	} else {
+		maps.Copy(req.Header, d.Header)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {

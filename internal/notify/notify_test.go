@@ -381,8 +381,26 @@ func TestSendSigned(t *testing.T) {
 				http.Error(w, err.Error(), http.StatusUnauthorized)
 				return
 			}
-			if r.Header.Get("webhook-id") != r.Header.Get("Ce-Id") {
-				http.Error(w, "webhook-id is not the event's id", http.StatusBadRequest)
+			// Structured mode: the event's attributes are in the signed body,
+			// none in headers a proxy could change unnoticed.
+			var event struct {
+				ID      string          `json:"id"`
+				Type    string          `json:"type"`
+				Subject string          `json:"subject"`
+				Data    json.RawMessage `json:"data"`
+			}
+			if err := json.Unmarshal(body, &event); err != nil || r.Header.Get("Content-Type") != "application/cloudevents+json; charset=UTF-8" {
+				http.Error(w, "not a CloudEvent in structured mode", http.StatusBadRequest)
+				return
+			}
+			for name := range r.Header {
+				if strings.HasPrefix(strings.ToLower(name), "ce-") {
+					http.Error(w, "an attribute outside the signed body: "+name, http.StatusBadRequest)
+					return
+				}
+			}
+			if r.Header.Get("webhook-id") != event.ID || event.Type != notify.TypeSucceeded || event.Subject == "" || len(event.Data) == 0 {
+				http.Error(w, "webhook-id is not the event's id, or the event lacks its attributes", http.StatusBadRequest)
 				return
 			}
 			verified.Add(1)
