@@ -65,6 +65,12 @@ const (
 	readWait   = 5 * time.Second
 )
 
+// readsPerUser is each user's share of the reads served at once: a quarter
+// of them, so that one tenant's slow reads (a large history, a slow
+// database) leave the others room, and its own further reads are asked to
+// come back at once rather than queue ahead of everyone else's.
+const readsPerUser = readMemory / recordHold / 4
+
 // Records is the archive as the API reads it.
 type Records interface {
 	Read(ctx context.Context, namespace archive.Namespace, key string) (*archive.Record, error)
@@ -91,6 +97,9 @@ type Handler struct {
 	verifiers   map[string]bool
 	// reads holds the memory the reads being served hold (readMemory).
 	reads *semaphore.Weighted
+	// readers counts each user's reads being served (readsPerUser).
+	readersMu sync.Mutex
+	readers   map[string]int
 	// resources are the API's kinds, in discovery's order.
 	resources []resource
 }
@@ -100,21 +109,39 @@ type Handler struct {
 // their chains verified against what chains keeps.
 func NewHandler(records Records, chains *chainstate.Store, authn *Authenticator, kube client.Client, log logr.Logger) *Handler {
 	h := &Handler{records: records, chains: chains, authn: authn, kube: kube, log: log,
-		verifying: make(chan struct{}, maxVerifications), verifiers: map[string]bool{}, reads: semaphore.NewWeighted(readMemory)}
+		verifying: make(chan struct{}, maxVerifications), verifiers: map[string]bool{}, reads: semaphore.NewWeighted(readMemory), readers: map[string]int{}}
 	h.resources = []resource{archivedActions{h}, archiveChains{h}}
 	return h
 }
 
-// holdRead takes a read's share of readMemory, waiting readWait at most,
-// or answers 429: reads beyond it would pile up in the manager's memory.
-func (h *Handler) holdRead(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+// holdRead takes a read's share of readMemory for user, waiting readWait
+// at most, or answers 429: reads beyond it would pile up in the manager's
+// memory. A user already served readsPerUser reads is answered 429 at
+// once: their share is taken, whoever else waits.
+func (h *Handler) holdRead(w http.ResponseWriter, r *http.Request, user string) (release func(), ok bool) {
+	h.readersMu.Lock()
+	if h.readers[user] >= readsPerUser {
+		h.readersMu.Unlock()
+		writeStatus(w, apierrors.NewTooManyRequests(fmt.Sprintf("you have %d reads of the archive API being served, your share; retry once one is answered", readsPerUser), 1))
+		return nil, false
+	}
+	h.readers[user]++
+	h.readersMu.Unlock()
+	leave := func() {
+		h.readersMu.Lock()
+		defer h.readersMu.Unlock()
+		if h.readers[user]--; h.readers[user] == 0 {
+			delete(h.readers, user)
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), readWait)
 	defer cancel()
 	if err := h.reads.Acquire(ctx, recordHold); err != nil {
+		leave()
 		writeStatus(w, apierrors.NewTooManyRequests("the archive API is serving as many reads as its memory allows; retry in a few seconds", 5))
 		return nil, false
 	}
-	return func() { h.reads.Release(recordHold) }, true
+	return func() { h.reads.Release(recordHold); leave() }, true
 }
 
 var (
@@ -178,7 +205,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, err)
 		return
 	}
-	release, ok := h.holdRead(w, r)
+	release, ok := h.holdRead(w, r, user.Username)
 	if !ok {
 		return
 	}

@@ -551,9 +551,9 @@ func TestReadsBeyondTheirMemoryAreAskedToRetry(t *testing.T) {
 	h := handler(t, p, f, allowAll)
 	const readers = 64
 	answers := make(chan *httptest.ResponseRecorder, readers)
-	for range readers {
+	for i := range readers {
 		go func() {
-			rec, _ := get(h, &p, "alice", shop)
+			rec, _ := get(h, &p, fmt.Sprintf("reader-%d", i), shop)
 			answers <- rec
 		}()
 	}
@@ -568,6 +568,56 @@ func TestReadsBeyondTheirMemoryAreAskedToRetry(t *testing.T) {
 	close(f.block)
 	for range readers - 1 {
 		<-answers
+	}
+}
+
+// Each user has a share of the reads served at once: a user whose share
+// is taken by slow reads is asked to come back at once, and another user's
+// read is served meanwhile.
+func TestEachUserHasAShareOfTheReads(t *testing.T) {
+	p := newProxy(t)
+	f := &records{rows: []archive.Record{row("order-1", 1, time.Now())}, block: make(chan struct{})}
+	h := handler(t, p, f, allowAll)
+	held := make(chan *httptest.ResponseRecorder, readsPerUser)
+	for range readsPerUser {
+		go func() {
+			rec, _ := get(h, &p, "alice", shop)
+			held <- rec
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.readersMu.Lock()
+		n := h.readers["alice"]
+		h.readersMu.Unlock()
+		if n == readsPerUser {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's %d slow reads are not all served: %d", readsPerUser, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rec, _ := get(h, &p, "alice", shop)
+	var status metav1.Status
+	_ = json.Unmarshal(rec.Body.Bytes(), &status)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" ||
+		status.Message != fmt.Sprintf("you have %d reads of the archive API being served, your share; retry once one is answered", readsPerUser) {
+		t.Errorf("alice's read beyond her share: %d (Retry-After %q) %q, want 429 at once", rec.Code, rec.Header().Get("Retry-After"), status.Message)
+	}
+	bob := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec, _ := get(h, &p, "bob", shop)
+		bob <- rec
+	}()
+	close(f.block)
+	if rec := <-bob; rec.Code != http.StatusOK {
+		t.Errorf("bob's read while alice's share is taken: %d, want 200", rec.Code)
+	}
+	for range readsPerUser {
+		if rec := <-held; rec.Code != http.StatusOK {
+			t.Errorf("alice's slow read: %d, want 200", rec.Code)
+		}
 	}
 }
 
