@@ -58,6 +58,9 @@ func TestApplyBodyRefusesInvalidRequests(t *testing.T) {
 		{"no tool", func(r *Request) { r.Tool = "" }, "tool is empty"},
 		{"integer beyond 2^53", func(r *Request) { r.Parameters = map[string]any{"id": uint64(1) << 60} }, "cannot canonicalize parameters"},
 		{"not encodable", func(r *Request) { r.Parameters = map[string]any{"c": make(chan int)} }, "cannot encode parameters"},
+		{"a raw value that names a member twice", func(r *Request) {
+			r.Parameters = map[string]any{"metadata": json.RawMessage(`{"order":"7","order":"8"}`)}
+		}, `duplicate object member "order"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := valid

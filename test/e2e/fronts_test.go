@@ -89,7 +89,7 @@ func frontsKill(s *suite, sc *run, front string) error {
 		resent  int
 	)
 	k, err := s.crashTrials(sc, d, &pool, 1, trials, allStages, "fronts", func(tr *trial, rng *rand.Rand) (int, func(), error) {
-		base, g, err := s.startGateway(gatewayPath, tr.ns)
+		base, g, err := s.startGateway(gatewayPath, tr.ns, false)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -137,11 +137,12 @@ func frontsKill(s *suite, sc *run, front string) error {
 }
 
 // startGateway runs toolledger-mcp for ns, local-only on 127.0.0.1, and
-// returns its base URL.
-func (s *suite) startGateway(path, ns string) (string, *process, error) {
+// returns its base URL; with clusterTools it publishes the ClusterTools
+// that admit ns too.
+func (s *suite) startGateway(path, ns string, clusterTools bool) (string, *process, error) {
 	served := make(chan string, 1)
 	p, err := s.procs.start("gateway-"+ns, path, []string{
-		"--kubeconfig=" + s.cluster.kubeconfig, "--namespace=" + ns, "--cluster-tools=false",
+		"--kubeconfig=" + s.cluster.kubeconfig, "--namespace=" + ns, "--cluster-tools=" + strconv.FormatBool(clusterTools),
 		"--http=127.0.0.1:0", "--local-only", "--wait=2s",
 	}, func(line string) {
 		if found := gatewayServing.FindStringSubmatch(line); found != nil {

@@ -666,15 +666,9 @@ type toolOptions struct {
 
 const toolTimeout = time.Second
 
-// newTenant creates a namespace (the tenant) with a Tool "charge" that calls d.
-func newTenant(ctx context.Context, c client.Client, scenario string, d *downstream, opts toolOptions) (string, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: "e2e-" + scenario + "-",
-		Labels:       map[string]string{"e2e.toolledger.dev/scenario": scenario},
-	}}
-	if err := c.Create(ctx, ns); err != nil {
-		return "", fmt.Errorf("cannot create a tenant: %w", err)
-	}
+// tenantTool is the Tool "charge" of a tenant in namespace ns: it calls d
+// as opts say.
+func tenantTool(ns string, d *downstream, opts toolOptions) *v1alpha1.Tool {
 	if opts.deadline == 0 {
 		opts.deadline = 30 * time.Second
 	}
@@ -698,7 +692,19 @@ func newTenant(ctx context.Context, c client.Client, scenario string, d *downstr
 	if opts.recordRetention > 0 {
 		shape = append(shape, testenv.WithRecordRetention(opts.recordRetention))
 	}
-	tool := testenv.NewTool(ns.Name, "charge", d.url+"/charges", shape...)
+	return testenv.NewTool(ns, "charge", d.url+"/charges", shape...)
+}
+
+// newTenant creates a namespace (the tenant) with a Tool "charge" that calls d.
+func newTenant(ctx context.Context, c client.Client, scenario string, d *downstream, opts toolOptions) (string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: "e2e-" + scenario + "-",
+		Labels:       map[string]string{"e2e.toolledger.dev/scenario": scenario},
+	}}
+	if err := c.Create(ctx, ns); err != nil {
+		return "", fmt.Errorf("cannot create a tenant: %w", err)
+	}
+	tool := tenantTool(ns.Name, d, opts)
 	if err := c.Create(ctx, tool); err != nil {
 		return "", fmt.Errorf("cannot create the tool of %s: %w", ns.Name, err)
 	}

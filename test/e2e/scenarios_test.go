@@ -43,6 +43,7 @@ func allScenarios() []scenario {
 		{"front-http-kill", "HTTP front: each intent POSTed twice at once with its Idempotency-Key, the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontHTTP)},
 		{"front-mcp-kill", "MCP front: each intent called twice at once with ACP's meta key (Go MCP SDK), the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontMCP)},
 		{"front-a2a-kill", "A2A front: each message sent twice at once by the A2A JavaScript SDK's client, the only manager SIGKILLed mid-dispatch and replaced", frontKill(frontA2A)},
+		{"front-kind-flip", "fronts: each intent sent 3–5 times through the HTTP front, MCP (ACP's key) or A2A while the tenant's Tool is deleted and created again, so that a ClusterTool of the same name answers in turn", frontKindFlip},
 		{"apiserver-restart", "kube-apiserver restarted mid-flight", restartScenario("kube-apiserver", (*cluster).restartAPIServer)},
 		{"etcd-restart", "etcd restarted mid-flight (data kept)", restartScenario("etcd", (*cluster).restartEtcd)},
 		{"drop-after-commit", "downstream: response dropped after commit", faultScenario(true, compensatable, func(rng *rand.Rand, n int) []demo.Fault {
@@ -105,6 +106,7 @@ func allScenarios() []scenario {
 		{"notify-kill", "notifications: the only manager SIGKILLed while a sink held its CloudEvents unanswered, then replaced", notifyKill},
 		{"archive-kill-retire", "archive: 1 manager SIGKILLed while it retires records (between the archive commit and the etcd delete), then every key applied again", archiveKillRetire},
 		{"archive-kill-keycheck", "archive: archived keys applied again with fresh ones, the only manager SIGKILLed during their key check", archiveKillKeyCheck},
+		{"archive-conflict-original", "archive: another request under an archived key through each front and as a manifest, then the original again: refused, then answered from the archive", archiveConflictThenOriginal},
 		{"archive-postgres-restart", "archive: PostgreSQL stopped and restarted under load (2 managers)", archivePostgresRestart},
 		{"archive-prune-resync", "archive: kubectl apply --prune prunes, then re-syncs (NonRepeatable, 2 managers)",
 			recreateScenario(archiveKeeper(v1alpha1.TombstoneCauseDeleted), pruneArgs, pruneThenResync)},
@@ -146,6 +148,13 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
   only manager is SIGKILLed at an aimed-at point as above and replaced, and every caller sends again,
   with its key, while the answer is in flight, until it is final. An answer naming another action
   than the key's, or another amount, is a violation the driver saw. At most 10 trials each.
+* **a retry while the tool's kind flips** — a ClusterTool ` + "`charge`" + ` admits every tenant of the row, and each
+  tenant's own Tool ` + "`charge`" + ` shadows it while it exists. One trial is one tenant (5 at a time, at most 10) with
+  its own gateway, which serves ClusterTools: 3–6 intents, each through the HTTP front, MCP with ACP's key or A2A
+  with its caller's key, each sent again 2–4 times, while the suite deletes the tenant's Tool and creates it
+  again every 0.3–1s. Every client key must be one action (its name is the caller's, the tool name's and the
+  key's), with one effect downstream: a retry is answered with the outcome, or refused as a conflict when the
+  kind it meets is not the one recorded; an action another name would hold shows as a stray effect.
 * **3 managers sharing the actions** — the managers split the active actions by key over their
   member Leases (as in every scenario; ` + "`--member-lease-duration=3s`" + `). One trial is one tenant of 8–12
   intents, every request held downstream 1.5–3.5s; the suite kills (SIGKILL, as above) a manager
@@ -280,6 +289,13 @@ faults, use ` + "`NonRepeatable`" + ` tools. Tools time out after 1s, managers r
     new actions exists and has not passed its key check (not settled, not claimed, no attempt), then starts
     a replacement. Archived keys must be answered from the archive (as above, one request in all); each fresh
     key must succeed with one downstream request.
+  * **a changed request, then the original, on an archived key** — two managers; one trial is one tenant (4 at
+    a time) with its own gateway: one intent through each front with its caller's key, and one manifest. Once
+    each has succeeded and its record left etcd for the archive, the key is sent with another amount, which
+    must be refused as a conflict and execute nothing, and then the original again, which must be answered with
+    the original outcome (its external reference); the original manifest is applied again right after the
+    changed one (and again while the changed one's refused record is still in etcd, which the notes count), and
+    must be answered from the archive. One request downstream per key.
   * **PostgreSQL stopped under load** — two managers; one round of 6 trials per outage. Each trial invokes
     2–4 intents through the SDK at random moments over 1s; 0.3–1s in, PostgreSQL is stopped (a fast
     shutdown), and each trial invokes 2–4 more. For the 3–5s the server is down, none of those may reach the
