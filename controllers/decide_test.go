@@ -431,6 +431,26 @@ func TestAfterDispatch(t *testing.T) {
 	}
 }
 
+// A denial of an action asked again after its target changed, with an
+// earlier attempt's outcome unseen, escalates it: that attempt may apply.
+func TestDeniedAfterAnUnseenAttemptIsEscalated(t *testing.T) {
+	denial := &v1alpha1.ToolApproval{ObjectMeta: metav1.ObjectMeta{Name: "deny-1"}, Spec: v1alpha1.ToolApprovalSpec{Decision: v1alpha1.Denied, RequestDigest: "sha256:r", Reason: "no"}}
+	for name, tc := range map[string]struct {
+		action *v1alpha1.ToolAction
+		want   v1alpha1.Phase
+	}{
+		"before any attempt: failed":         {newAction(v1alpha1.PhaseAwaitingApproval), v1alpha1.PhaseFailed},
+		"after definite refusals: failed":    {newAction(v1alpha1.PhaseAwaitingApproval, attempts(1), failedRetryably), v1alpha1.PhaseFailed},
+		"after an unseen attempt: escalated": {newAction(v1alpha1.PhaseAwaitingApproval, attempts(1), wasUnknown, provedAbsent), v1alpha1.PhaseEscalated},
+	} {
+		got := tc.action.DeepCopy()
+		atT0().decided(denial, "carol").apply(got)
+		if got.Status.Phase != tc.want {
+			t.Errorf("%s: %s, want %s", name, got.Status.Phase, tc.want)
+		}
+	}
+}
+
 // TestFailedOnlyFromDefiniteAnswers: once an attempt's outcome went unseen
 // (a timeout, a reset, a lapsed claim), no later refusal makes the action
 // Failed, not even after a lookup found the key absent: the unseen request

@@ -201,7 +201,13 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 			if a.Status.Target != nil {
 				record.TargetDigest = a.Status.Target.Digest
 			}
-			if approval.Spec.Decision == v1alpha1.Denied {
+			switch {
+			case approval.Spec.Decision == v1alpha1.Denied && a.Status.Attempts > 0 && unsettledUnknown(a, false):
+				// Asked again after its target changed, with an earlier
+				// attempt's outcome unseen: that attempt may still apply.
+				setEscalated(a, p.now, p.by, ReasonApprovalDenied, message+"; an earlier attempt's outcome is unknown and may have applied: resolve it with a ToolResolution")
+				return
+			case approval.Spec.Decision == v1alpha1.Denied:
 				setDenied(a, p.now, p.by, record, message)
 				return
 			}
