@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -484,16 +485,7 @@ func TestNaiveServerCommitsEveryRequest(t *testing.T) {
 	}
 
 	// A request in progress makes the lookup answer 409, charged key or not.
-	ts.InjectFault(Fault{Mode: FaultDelay, Delay: time.Second})
-	held := make(chan response, 1)
-	go func() {
-		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
-		if err != nil {
-			t.Errorf("held request: %v", err)
-		}
-		held <- r
-	}()
-	waitFor(t, "the held request is in progress", func() bool { return ts.inProgress("k") })
+	held := ts.holdCharge(t, "k", time.Second)
 	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusConflict)
 	// Naive means no in-progress conflict for a concurrent request either.
 	wantStatus(t, ts.charge(t, "k", chargeBody), http.StatusCreated)
@@ -703,21 +695,29 @@ func TestLogRequests(t *testing.T) {
 	}
 }
 
-// The committed-only lookup answers 404 while a request is held, which the
-// commit then contradicts; the by-key lookup answers 409 meanwhile. The
-// stats list the key in progress until it commits.
-func TestCommittedLookupIsBlindToARequestInProgress(t *testing.T) {
-	ts := newTestServer(t)
-	ts.InjectFault(Fault{Mode: FaultDelay, Delay: 500 * time.Millisecond})
+// holdCharge sends a charge under key that the server holds for delay, and
+// returns once it is in progress; its answer comes on the channel.
+func (ts *testServer) holdCharge(t *testing.T, key string, delay time.Duration) <-chan response {
+	t.Helper()
+	ts.InjectFault(Fault{Mode: FaultDelay, Delay: delay})
 	held := make(chan response, 1)
 	go func() {
-		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(`"k"`))
+		r, err := ts.send(context.Background(), http.MethodPost, "/charges", chargeBody, keyHeader(strconv.Quote(key)))
 		if err != nil {
 			t.Errorf("held request: %v", err)
 		}
 		held <- r
 	}()
-	waitFor(t, "the held request is in progress", func() bool { return ts.inProgress("k") })
+	waitFor(t, "the held request is in progress", func() bool { return ts.inProgress(key) })
+	return held
+}
+
+// The committed-only lookup answers 404 while a request is held, which the
+// commit then contradicts; the by-key lookup answers 409 meanwhile. The
+// stats list the key in progress until it commits.
+func TestCommittedLookupIsBlindToARequestInProgress(t *testing.T) {
+	ts := newTestServer(t)
+	held := ts.holdCharge(t, "k", 500*time.Millisecond)
 	wantStatus(t, ts.do(t, http.MethodGet, "/charges/committed/k", "", nil), http.StatusNotFound)
 	wantStatus(t, ts.do(t, http.MethodGet, "/charges/by-key/k", "", nil), http.StatusConflict)
 	stats := ts.do(t, http.MethodGet, "/_admin/stats", "", nil)

@@ -57,14 +57,11 @@ func frontsKill(s *suite, sc *run, front string) error {
 	if err != nil {
 		return err
 	}
-	gatewayPath, err := binary("toolledger-mcp")
+	gateways, err := s.newGateways()
 	if err != nil {
 		return err
 	}
-	self, err := identity.Self(s.ctx, s.cluster.client)
-	if err != nil {
-		return err
-	}
+	defer gateways.stop()
 	d, err := s.procs.startDownstream(sc.name, true)
 	if err != nil {
 		return err
@@ -72,12 +69,6 @@ func frontsKill(s *suite, sc *run, front string) error {
 	defer d.proc.stop(5 * time.Second)
 	var pool []*manager
 	defer stopAll(&pool)
-	var gateways []*process
-	defer func() {
-		for _, g := range gateways {
-			g.stop(5 * time.Second)
-		}
-	}()
 	trials := min(s.trials, 10)
 	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(trials)*8*time.Second+3*time.Minute)
 	defer cancel()
@@ -89,11 +80,10 @@ func frontsKill(s *suite, sc *run, front string) error {
 		resent  int
 	)
 	k, err := s.crashTrials(sc, d, &pool, 1, trials, allStages, "fronts", func(tr *trial, rng *rand.Rand) (int, func(), error) {
-		base, g, err := s.startGateway(gatewayPath, tr.ns, false)
+		base, err := gateways.start(s, tr.ns, false)
 		if err != nil {
 			return 0, nil, err
 		}
-		gateways = append(gateways, g)
 		n := intRange(rng, 5, 7)
 		intents += n
 		type intent struct {
@@ -103,7 +93,7 @@ func frontsKill(s *suite, sc *run, front string) error {
 		sends := make([]intent, n)
 		for j := range sends {
 			clientKey := fmt.Sprintf("%s_%s-%02d-%08x", strings.ToUpper(front), tr.ns, j, rng.Uint32())
-			name := tr.add(sdk.ClientKey(self.Username, "charge", clientKey), int64(intRange(rng, 100, 99999)))
+			name := tr.add(sdk.ClientKey(gateways.caller, "charge", clientKey), int64(intRange(rng, 100, 99999)))
 			sends[j] = intent{clientKey, name, tr.amount(name)}
 		}
 		return n, func() {
@@ -134,6 +124,49 @@ func frontsKill(s *suite, sc *run, front string) error {
 		fmt.Sprintf("%d SIGKILLs, %d manager processes started in all; kill points reached: %s", k.kills, k.started, k.reached.String()),
 		s.paths(sc))
 	return err
+}
+
+// gateways are a scenario's gateway processes, one per trial, local-only,
+// each acting as the suite's own user (the caller of every request).
+type gateways struct {
+	path   string
+	caller string
+	mu     sync.Mutex
+	procs  []*process
+}
+
+// newGateways finds the gateway's binary and the user its requests act as.
+func (s *suite) newGateways() (*gateways, error) {
+	path, err := binary("toolledger-mcp")
+	if err != nil {
+		return nil, err
+	}
+	self, err := identity.Self(s.ctx, s.cluster.client)
+	if err != nil {
+		return nil, err
+	}
+	return &gateways{path: path, caller: self.Username}, nil
+}
+
+// start runs a gateway for ns and returns its base URL.
+func (g *gateways) start(s *suite, ns string, clusterTools bool) (string, error) {
+	base, p, err := s.startGateway(g.path, ns, clusterTools)
+	if err != nil {
+		return "", err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.procs = append(g.procs, p)
+	return base, nil
+}
+
+// stop stops every gateway started.
+func (g *gateways) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.procs {
+		p.stop(5 * time.Second)
+	}
 }
 
 // startGateway runs toolledger-mcp for ns, local-only on 127.0.0.1, and

@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
-	"github.com/toolledger/toolledger/internal/identity"
 	"github.com/toolledger/toolledger/internal/testenv"
 	"github.com/toolledger/toolledger/pkg/sdk"
 )
@@ -43,25 +42,25 @@ type frontSend struct {
 	answer, name, externalRef string
 }
 
-// sendOnce sends the intent once through front: HTTP (Idempotency-Key),
+// sendOnce sends the intent once, to the tool charge, through front: HTTP (Idempotency-Key),
 // MCP with ACP's key (a session of the Go MCP SDK) or A2A (its JSON-RPC
 // binding, the messageId the key).
-func sendOnce(ctx context.Context, base, front, tool, clientKey string, arguments map[string]any) (frontSend, error) {
+func sendOnce(ctx context.Context, base, front, clientKey string, arguments map[string]any) (frontSend, error) {
 	switch front {
 	case frontHTTP:
-		return postFront(ctx, base, tool, clientKey, arguments)
+		return postFront(ctx, base, clientKey, arguments)
 	case frontMCP:
-		return callACP(ctx, base, tool, clientKey, arguments)
+		return callACP(ctx, base, clientKey, arguments)
 	}
-	return sendMessage(ctx, base, tool, clientKey, arguments)
+	return sendMessage(ctx, base, clientKey, arguments)
 }
 
-func postFront(ctx context.Context, base, tool, clientKey string, arguments map[string]any) (frontSend, error) {
+func postFront(ctx context.Context, base, clientKey string, arguments map[string]any) (frontSend, error) {
 	body, err := json.Marshal(arguments)
 	if err != nil {
 		return frontSend{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/tools/"+tool, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/tools/charge", bytes.NewReader(body))
 	if err != nil {
 		return frontSend{}, err
 	}
@@ -89,7 +88,7 @@ func postFront(ctx context.Context, base, tool, clientKey string, arguments map[
 	return sent, nil
 }
 
-func callACP(ctx context.Context, base, tool, clientKey string, arguments map[string]any) (frontSend, error) {
+func callACP(ctx context.Context, base, clientKey string, arguments map[string]any) (frontSend, error) {
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-acp-agent", Version: "v1"}, nil)
 	session, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp", MaxRetries: -1}, nil)
 	if err != nil {
@@ -100,7 +99,7 @@ func callACP(ctx context.Context, base, tool, clientKey string, arguments map[st
 	for k, v := range arguments {
 		args[k] = v
 	}
-	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "charge", Arguments: args})
 	var wire *jsonrpc.Error
 	switch {
 	case errors.As(err, &wire) && strings.Contains(string(wire.Data), `"idempotency_conflict"`):
@@ -134,8 +133,8 @@ func callACP(ctx context.Context, base, tool, clientKey string, arguments map[st
 	return frontSend{answer: answerOutcome, name: out.Key, externalRef: out.UntrustedDownstreamData.ExternalRef}, nil
 }
 
-func sendMessage(ctx context.Context, base, tool, messageID string, arguments map[string]any) (frontSend, error) {
-	data, err := json.Marshal(map[string]any{"skill": tool, "arguments": arguments})
+func sendMessage(ctx context.Context, base, messageID string, arguments map[string]any) (frontSend, error) {
+	data, err := json.Marshal(map[string]any{"skill": "charge", "arguments": arguments})
 	if err != nil {
 		return frontSend{}, err
 	}
@@ -193,9 +192,9 @@ func sendMessage(ctx context.Context, base, tool, messageID string, arguments ma
 // sendUntilFinal sends until the answer is final (an outcome, a conflict,
 // no such tool) or ctx ends, tallying every answer; an answer naming an
 // action other than name is the driver's violation.
-func sendUntilFinal(ctx context.Context, tr *trial, answers *tally, mu *sync.Mutex, base, front, tool, clientKey, name string, arguments map[string]any) frontSend {
+func sendUntilFinal(ctx context.Context, tr *trial, answers *tally, mu *sync.Mutex, base, front, clientKey, name string, arguments map[string]any) frontSend {
 	for {
-		sent, err := sendOnce(ctx, base, front, tool, clientKey, arguments)
+		sent, err := sendOnce(ctx, base, front, clientKey, arguments)
 		if err == nil && sent.name != "" && sent.name != name {
 			err = fmt.Errorf("%s: the answer names action %q", answerWrongName, sent.name)
 		}
@@ -229,14 +228,11 @@ func frontKindFlip(s *suite, sc *run) error {
 	if err := s.steadyManagers(); err != nil {
 		return err
 	}
-	gatewayPath, err := binary("toolledger-mcp")
+	gateways, err := s.newGateways()
 	if err != nil {
 		return err
 	}
-	self, err := identity.Self(s.ctx, s.cluster.client)
-	if err != nil {
-		return err
-	}
+	defer gateways.stop()
 	d, err := s.procs.startDownstream(sc.name, true)
 	if err != nil {
 		return err
@@ -258,27 +254,18 @@ func frontKindFlip(s *suite, sc *run) error {
 		mu        sync.Mutex
 		answers   tally
 		flips     int
-		gateways  []*process
 		intentsIn int
 	)
-	defer func() {
-		for _, g := range gateways {
-			g.stop(5 * time.Second)
-		}
-	}()
 	fronts := []string{frontHTTP, frontMCP, frontA2A}
 	err = s.parallelTrialsOf(sc, min(s.trials, 10), 5, func(_ int, rng *rand.Rand) error {
 		tr, err := s.newTrial(sc, d, opts)
 		if err != nil {
 			return err
 		}
-		base, g, err := s.startGateway(gatewayPath, tr.ns, true)
+		base, err := gateways.start(s, tr.ns, true)
 		if err != nil {
 			return err
 		}
-		mu.Lock()
-		gateways = append(gateways, g)
-		mu.Unlock()
 		ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
 		defer cancel()
 		flipping, stopFlipping := context.WithCancel(ctx)
@@ -289,14 +276,14 @@ func frontKindFlip(s *suite, sc *run) error {
 		for j := range n {
 			front := fronts[j%len(fronts)]
 			clientKey := fmt.Sprintf("%s_%s-%02d-%08x", strings.ToUpper(front), tr.ns, j, rng.Uint32())
-			name := tr.add(sdk.ClientKey(self.Username, "charge", clientKey), int64(intRange(rng, 100, 99999)))
+			name := tr.add(sdk.ClientKey(gateways.caller, "charge", clientKey), int64(intRange(rng, 100, 99999)))
 			arguments := map[string]any{"amount": tr.amount(name), "currency": "EUR", "customer": "cus_e2e"}
 			resends := intRange(rng, 2, 4)
 			pace := rand.New(rand.NewPCG(rng.Uint64(), uint64(j)))
 			wg.Go(func() {
 				var first frontSend
 				for sent := 0; sent <= resends; sent++ {
-					got := sendUntilFinal(ctx, tr, &answers, &mu, base, front, "charge", clientKey, name, arguments)
+					got := sendUntilFinal(ctx, tr, &answers, &mu, base, front, clientKey, name, arguments)
 					switch {
 					case first.answer == "" && got.answer == answerOutcome:
 						first = got
@@ -401,60 +388,48 @@ func archiveConflictThenOriginal(s *suite, sc *run) error {
 		return err
 	}
 	defer stop(&pool)
-	gatewayPath, err := binary("toolledger-mcp")
+	gateways, err := s.newGateways()
 	if err != nil {
 		return err
 	}
-	self, err := identity.Self(s.ctx, s.cluster.client)
-	if err != nil {
-		return err
-	}
+	defer gateways.stop()
 	d, err := s.procs.startDownstream(sc.name, true)
 	if err != nil {
 		return err
 	}
 	defer d.proc.stop(5 * time.Second)
 	var (
-		mu       sync.Mutex
-		answers  tally
-		counts   tally
-		gateways []*process
+		mu      sync.Mutex
+		answers tally
+		counts  tally
 	)
-	defer func() {
-		for _, g := range gateways {
-			g.stop(5 * time.Second)
-		}
-	}()
 	err = s.parallelTrialsOf(sc, s.archiveTrials(), 4, func(_ int, rng *rand.Rand) error {
 		tr, err := s.newTrial(sc, d, toolOptions{class: v1alpha1.Compensatable, lookup: true, recordRetention: archiveRetention})
 		if err != nil {
 			return err
 		}
-		base, g, err := s.startGateway(gatewayPath, tr.ns, false)
+		base, err := gateways.start(s, tr.ns, false)
 		if err != nil {
 			return err
 		}
-		mu.Lock()
-		gateways = append(gateways, g)
-		mu.Unlock()
 		ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, front := range []string{frontHTTP, frontMCP, frontA2A} {
 			clientKey := fmt.Sprintf("%s_%s-%08x", strings.ToUpper(front), tr.ns, rng.Uint32())
-			name := tr.add(sdk.ClientKey(self.Username, "charge", clientKey), int64(intRange(rng, 100, 99999)))
+			name := tr.add(sdk.ClientKey(gateways.caller, "charge", clientKey), int64(intRange(rng, 100, 99999)))
 			original := map[string]any{"amount": tr.amount(name), "currency": "EUR", "customer": "cus_e2e"}
 			changed := map[string]any{"amount": tr.amount(name) + 1, "currency": "EUR", "customer": "cus_e2e"}
 			wg.Go(func() {
-				first := sendUntilFinal(ctx, tr, &answers, &mu, base, front, "charge", clientKey, name, original)
+				first := sendUntilFinal(ctx, tr, &answers, &mu, base, front, clientKey, name, original)
 				if first.answer != answerOutcome || !s.archived(ctx, tr, name) {
 					tr.violation(name, "%s: the original was answered %q, or its record did not leave etcd for the archive", front, first.answer)
 					return
 				}
-				if conflict := sendUntilFinal(ctx, tr, &answers, &mu, base, front, "charge", clientKey, name, changed); conflict.answer != answerConflict {
+				if conflict := sendUntilFinal(ctx, tr, &answers, &mu, base, front, clientKey, name, changed); conflict.answer != answerConflict {
 					tr.violation(name, "%s: another amount under the archived key was answered %q, want a conflict", front, conflict.answer)
 				}
-				again := sendUntilFinal(ctx, tr, &answers, &mu, base, front, "charge", clientKey, name, original)
+				again := sendUntilFinal(ctx, tr, &answers, &mu, base, front, clientKey, name, original)
 				ok := again.answer == answerOutcome && again.externalRef == first.externalRef && first.externalRef != ""
 				if !ok {
 					tr.violation(name, "%s: the original request after the conflicting one was answered %q with external reference %q; want the outcome, %q",

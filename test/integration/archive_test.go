@@ -129,15 +129,7 @@ var _ = Describe("The archive", func() {
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("the original request right after the refused one, through the SDK and as a manifest: the original outcome from the archive")
-		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
-			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(outcome.Deduplicated).To(BeTrue())
-		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
-		recreate(env.Get(ns, "order-1001-charge"))
-		refusedThenGone(charge("order-1001-charge", 9900))
-		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
-		Expect(env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		originalAfterRefused(invoker, ns, "order-1001-charge", 1200, 9900, first.Status.ExternalRef)
 		Expect(downstream.Requests(key)).To(Equal(1))
 		Expect(psql(fmt.Sprintf(`SELECT count(*) FROM toolledger_records WHERE namespace = '%s' AND key = 'order-1001-charge' AND phase = 'Failed'`, ns))).
 			To(Equal([]string{"0"}), "a refused record, answered by the archived key, is not archived again")

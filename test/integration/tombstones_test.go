@@ -126,15 +126,7 @@ var _ = Describe("Tombstones", func() {
 		Expect(downstream.Requests(key)).To(Equal(1))
 
 		By("the original request right after the refused one, through the SDK and as a manifest: the original outcome from the tombstone")
-		outcome, err = invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: "order-1001-charge", Tool: "charge",
-			Parameters: map[string]any{"amount": 1200, "currency": "EUR", "customer": "cus_1"}})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(outcome.Deduplicated).To(BeTrue())
-		Expect(outcome.ExternalRef).To(Equal(first.Status.ExternalRef))
-		recreate(env.Get(ns, "order-1001-charge"))
-		refusedThenGone(charge("order-1001-charge", 9900))
-		Expect(k8s.Create(ctx, charge("order-1001-charge", 1200))).To(Succeed())
-		Expect(env.WaitForPhase(ns, "order-1001-charge", v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal(first.Status.ExternalRef))
+		originalAfterRefused(invoker, ns, "order-1001-charge", 1200, 9900, first.Status.ExternalRef)
 		Expect(downstream.Requests(key)).To(Equal(1))
 		recreate(env.Get(ns, "order-1001-charge"))
 
@@ -353,6 +345,25 @@ func refusedThenGone(a *v1alpha1.ToolAction) *v1alpha1.ToolAction {
 			Fail(fmt.Sprintf("%s did not leave etcd within 30s: %+v", a.Name, env.Get(a.Namespace, a.Name).Status))
 		}
 	}
+}
+
+// originalAfterRefused shows the original request of an action whose
+// record left etcd (for its Tombstone or the archive) answered with its
+// outcome right after another request under the key was refused: through
+// the SDK, and created again as a manifest would be after the changed
+// manifest's record left. It leaves the answered record in etcd.
+func originalAfterRefused(invoker *sdk.Client, ns, name string, amount, changed int64, externalRef string) {
+	GinkgoHelper()
+	ctx := context.Background()
+	outcome, err := invoker.Invoke(ctx, sdk.Request{Namespace: ns, Key: name, Tool: "charge",
+		Parameters: map[string]any{"amount": amount, "currency": "EUR", "customer": "cus_1"}})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(outcome.Deduplicated).To(BeTrue())
+	Expect(outcome.ExternalRef).To(Equal(externalRef))
+	recreate(env.Get(ns, name))
+	refusedThenGone(chargeAction(ns, name, changed))
+	Expect(k8s.Create(ctx, chargeAction(ns, name, amount))).To(Succeed())
+	Expect(env.WaitForPhase(ns, name, v1alpha1.PhaseSucceeded).Status.ExternalRef).To(Equal(externalRef))
 }
 
 // recreate deletes obj and waits until it is gone, so that its name can be
