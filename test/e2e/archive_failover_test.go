@@ -272,7 +272,7 @@ func (s *suite) synchronousFailover(ctx context.Context, sc *run, r *replicatedA
 	}
 	counts.add("keys retired into the archive before the primary's SIGKILL", before)
 	counts.add("keys retired after it (into the promoted standby, or kept again there)", after)
-	errs := s.applyAgainAnswered(ctx, sc, d, all, &counts)
+	errs := s.applyAgainAnswered(ctx, d, all, &counts)
 	errs = append(errs, s.verify(sc))
 	sc.row.Notes = append(sc.row.Notes,
 		fmt.Sprintf("%d trials, 4 at a time; the primary (synchronous_standby_names 'standby') SIGKILLed once a third had retired their records, the others applying theirs, and the standby promoted %s later; the managers reach whichever serves as primary",
@@ -284,7 +284,7 @@ func (s *suite) synchronousFailover(ctx context.Context, sc *run, r *replicatedA
 // applyAgainAnswered applies every trial's manifest again: each key must be
 // answered from the archive, with its original reference, and never
 // dispatched again.
-func (s *suite) applyAgainAnswered(ctx context.Context, sc *run, d *downstream, all []*failoverTrial, counts *tally) []error {
+func (s *suite) applyAgainAnswered(ctx context.Context, d *downstream, all []*failoverTrial, counts *tally) []error {
 	var errs []error
 	for _, t := range all {
 		if err := s.kubectlCounting(ctx, counts, []string{"apply", "-f", t.path}, " created", "created again by kubectl apply"); err != nil {
@@ -378,7 +378,7 @@ func (s *suite) archiveGoneBack(ctx context.Context, sc *run, r *replicatedArchi
 		counts.add("managers not ready while the archive is behind", len(probes))
 	}
 	// The first batch's keys are answered as before.
-	errs = append(errs, s.applyAgainAnswered(ctx, sc, d, kept, &counts)...)
+	errs = append(errs, s.applyAgainAnswered(ctx, d, kept, &counts)...)
 	if err := testenv.Sleep(ctx, 3*time.Second); err != nil {
 		return err
 	}
@@ -490,7 +490,7 @@ func (s *suite) allNotReady(ctx context.Context, probes []string, failed string)
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("manager %s did not fail its readiness with %q within 30s: %d %q %v", probe, failed, status, body, err)
+				return fmt.Errorf("manager %s did not fail its readiness with %q within 30s: %d %q %v", probe, failed, status, body, err) //nolint:errorlint // err is nil when the probe answered
 			}
 			if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
@@ -510,7 +510,7 @@ func (s *suite) allReady(ctx context.Context, probes []string) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("manager %s is not ready 30s after the acknowledgement: %d %q %v", probe, status, body, err)
+				return fmt.Errorf("manager %s is not ready 30s after the acknowledgement: %d %q %v", probe, status, body, err) //nolint:errorlint // err is nil when the probe answered
 			}
 			if err := testenv.Sleep(ctx, 200*time.Millisecond); err != nil {
 				return err
