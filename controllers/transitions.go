@@ -133,11 +133,21 @@ func (p rules) rejection(invalid *invalidError) transition {
 // invalid), unless an earlier attempt's outcome went unseen: that attempt
 // may have applied, so the action is escalated, never Failed.
 func (p rules) refusal(a *v1alpha1.ToolAction, invalid *invalidError) transition {
-	if a.Status.Attempts > 0 && unsettledUnknown(a, false) {
-		return p.escalation(invalid.reason, invalid.message+"; an earlier attempt's outcome is unknown and may have applied: resolve it with a ToolResolution")
+	if mayStillApply(a) {
+		return p.escalation(invalid.reason, invalid.message+mayStillApplyNote)
 	}
 	return p.rejection(invalid)
 }
+
+// mayStillApply reports an action with an attempt whose outcome went
+// unseen and nothing settled: a refusal of it now is no definite answer.
+func mayStillApply(a *v1alpha1.ToolAction) bool {
+	return a.Status.Attempts > 0 && unsettledUnknown(a, false)
+}
+
+// mayStillApplyNote ends the message of an action escalated instead of
+// failed because mayStillApply.
+const mayStillApplyNote = "; an earlier attempt's outcome is unknown and may have applied: resolve it with a ToolResolution"
 
 // waiting: accepted, but not dispatchable yet (a missing Secret, a
 // compensation whose original is still in flight). It comes back with backoff.
@@ -202,10 +212,10 @@ func (p rules) decided(approval *v1alpha1.ToolApproval, approver string) transit
 				record.TargetDigest = a.Status.Target.Digest
 			}
 			switch {
-			case approval.Spec.Decision == v1alpha1.Denied && a.Status.Attempts > 0 && unsettledUnknown(a, false):
+			case approval.Spec.Decision == v1alpha1.Denied && mayStillApply(a):
 				// Asked again after its target changed, with an earlier
 				// attempt's outcome unseen: that attempt may still apply.
-				setEscalated(a, p.now, p.by, ReasonApprovalDenied, message+"; an earlier attempt's outcome is unknown and may have applied: resolve it with a ToolResolution")
+				setEscalated(a, p.now, p.by, ReasonApprovalDenied, message+mayStillApplyNote)
 				return
 			case approval.Spec.Decision == v1alpha1.Denied:
 				setDenied(a, p.now, p.by, record, message)

@@ -12,7 +12,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/toolledger/toolledger/api/v1alpha1"
 	"github.com/toolledger/toolledger/pkg/sdk"
@@ -340,8 +339,8 @@ func (g *Gateway) record(ctx context.Context, caller *caller, request sdk.Reques
 // createdByAnother reports whether the action name exists and another
 // user created it, as its requested-by stamp says.
 func (g *Gateway) createdByAnother(ctx context.Context, caller *caller, name string) bool {
-	var action v1alpha1.ToolAction
-	if err := g.reader.Get(caller.acting(ctx), client.ObjectKey{Namespace: g.opts.Namespace, Name: name}, &action); err != nil {
+	action, err := g.records.FindAction(caller.acting(ctx), g.opts.Namespace, name)
+	if err != nil || action == nil {
 		return false
 	}
 	requester := action.Annotations[v1alpha1.RequestedByAnnotation]
